@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code for the wolfpack.v1 package (do not edit)."""

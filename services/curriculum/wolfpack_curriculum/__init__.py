@@ -1,0 +1,1 @@
+"""Wolfpack curriculum service."""

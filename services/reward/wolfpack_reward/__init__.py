@@ -1,0 +1,1 @@
+"""Wolfpack reward service."""
