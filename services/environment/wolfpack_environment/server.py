@@ -1,25 +1,226 @@
-"""gRPC server of the environment service.
-
-It serves health and reflection today; the Environment service API (proto/wolfpack/v1/environment_service.proto)
-is added by its own issue. Start it with `wolfpack serve environment` (or all services with `wolfpack up`).
-"""
+"""gRPC adapter of the environment service: proto <-> ``EpisodeManager`` (all rules live in the games,
+all session logic in ``sessions.py``). Start it with ``wolfpack serve environment``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, NoReturn
 
 import grpc
+import yaml
 
 from wolfpack import rpc
 from wolfpack.settings import Settings
+from wolfpack.v1 import common_pb2
+from wolfpack.v1 import environment_service_pb2 as pb
+from wolfpack.v1 import environment_service_pb2_grpc as pb_grpc
+from wolfpack_environment.games import Action, Event, Observation, list_games
+from wolfpack_environment.sessions import Episode, EpisodeManager, SeatPlan, SessionError
 
 SERVICE = "environment"
+_CONTROLLERS = {
+    common_pb2.SEAT_CONTROLLER_POLICY: "policy",
+    common_pb2.SEAT_CONTROLLER_EXTERNAL: "external",
+    common_pb2.SEAT_CONTROLLER_SCRIPTED: "scripted",
+}
+_CONTROLLER_PB = {v: k for k, v in _CONTROLLERS.items()}
+_OUTCOME_PB = {
+    1: common_pb2.OUTCOME_KIND_WIN,
+    -1: common_pb2.OUTCOME_KIND_LOSS,
+    0: common_pb2.OUTCOME_KIND_DRAW,
+}
 
 
-def register(server: grpc.aio.Server) -> Sequence[str]:
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: SessionError) -> NoReturn:
+    await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
+    raise AssertionError("unreachable")
+
+
+def action_to_pb(action: Action | None) -> common_pb2.Action:
+    if action is None:
+        return common_pb2.Action()
+    msg = common_pb2.Action(kind=action.kind, text=action.text)
+    if action.target is not None:
+        msg.target = action.target
+    return msg
+
+
+def action_from_pb(msg: common_pb2.Action) -> Action:
+    return Action(msg.kind, msg.target if msg.HasField("target") else None, msg.text)
+
+
+def event_to_pb(e: Event) -> pb.GameEvent:
+    return pb.GameEvent(
+        index=e.index, kind=e.kind, channel=e.channel, actor=e.actor, target=e.target, text=e.text,
+        phase=e.phase, round=e.round,
+    )  # fmt: skip
+
+
+class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
+    def __init__(self, manager: EpisodeManager | None = None) -> None:
+        self.manager = manager or EpisodeManager()
+
+    def _observation(self, ep: Episode, seat: int, obs: Observation | None = None) -> pb.Observation:
+        o = obs or self.manager.observe(ep, seat)
+        done = ep.done
+        msg = pb.Observation(
+            episode_id=ep.episode_id,
+            seat=seat,
+            turn_id=self.manager.current_turn_id(ep, seat),
+            phase=o.phase,
+            round=o.round,
+            text=o.text,
+            your_turn=o.your_turn and not done,
+            done=done,
+            feedback=o.feedback,
+            role=o.role,
+        )
+        msg.messages.add(role="user", content=o.text)
+        if not done:
+            for la in o.legal_actions:
+                msg.legal_actions.add(kind=la.kind, targets=list(la.targets), needs_text=la.needs_text)
+        if ep.env.done:
+            msg.outcome = _OUTCOME_PB[ep.env.outcome()[seat]]
+        elif ep.closed:
+            msg.outcome = common_pb2.OUTCOME_KIND_ABORTED
+        return msg
+
+    async def ListGames(self, request: pb.ListGamesRequest, context: Any) -> pb.ListGamesResponse:
+        resp = pb.ListGamesResponse()
+        for spec in list_games():
+            info = resp.games.add(game_id=spec.game_id, description=spec.description, bots=sorted(spec.bots))
+            for name, seats in spec.variants.items():
+                info.variants.add(
+                    name=name, num_seats=seats, description=spec.variant_descriptions.get(name, "")
+                )
+        return resp
+
+    async def CreateEpisode(self, request: pb.CreateEpisodeRequest, context: Any) -> pb.CreateEpisodeResponse:
+        seats: dict[int, SeatPlan] = {}
+        try:
+            if not request.game.game_id:
+                raise SessionError("game.game_id is required")
+            for b in request.seats:
+                if b.seat in seats:
+                    raise SessionError(f"seat {b.seat} is bound twice")
+                controller = _CONTROLLERS.get(b.controller)
+                if controller is None:
+                    raise SessionError(f"seat {b.seat}: controller must be POLICY, EXTERNAL or SCRIPTED")
+                seats[b.seat] = SeatPlan(
+                    controller, bot=b.bot, policy_id=b.policy.policy_id, display_name=b.display_name
+                )
+            # Option values are YAML scalars/collections sent as strings ("true", "[1, 2]", "revote").
+            options: dict[str, Any] = {k: yaml.safe_load(v) for k, v in request.options.items()}
+            if request.scenario_id:
+                raise SessionError("scenario_id lookup needs the scenario store, which this server lacks yet")
+            ep = self.manager.create(
+                request.game.game_id,
+                request.game.variant,
+                request.seed,
+                seats,
+                default_bot=request.default_bot,
+                language=request.language or "en",
+                turn_timeout_s=request.turn_timeout_s,
+                options=options,
+                episode_id=request.request_id,
+            )
+        except SessionError as exc:
+            await _abort(context, exc)
+        resp = pb.CreateEpisodeResponse(
+            episode_id=ep.episode_id, admin_token=ep.admin_token, num_seats=len(ep.env.possible_agents)
+        )
+        for token, seat in sorted(ep.tokens.items(), key=lambda kv: kv[1]):
+            resp.seat_tokens.add(seat=seat, token=token)
+        return resp
+
+    def _seat(self, episode_id: str, token: str) -> tuple[Episode, int]:
+        ep = self.manager.get(episode_id)
+        return ep, self.manager.seat_of(ep, token)
+
+    async def Observe(self, request: pb.ObserveRequest, context: Any) -> AsyncIterator[pb.ObserveResponse]:
+        try:
+            ep, seat = self._seat(request.episode_id, request.token)
+        except SessionError as exc:
+            await _abort(context, exc)
+        async for obs in self.manager.watch(ep, seat):
+            yield pb.ObserveResponse(observation=self._observation(ep, seat, obs))
+
+    async def GetObservation(
+        self, request: pb.GetObservationRequest, context: Any
+    ) -> pb.GetObservationResponse:
+        try:
+            ep, seat = self._seat(request.episode_id, request.token)
+        except SessionError as exc:
+            await _abort(context, exc)
+        return pb.GetObservationResponse(observation=self._observation(ep, seat))
+
+    async def Act(self, request: pb.ActRequest, context: Any) -> pb.ActResponse:
+        try:
+            ep = self.manager.get(request.episode_id)
+            action = action_from_pb(request.action) if request.action.kind else None
+            result = self.manager.act(ep, request.token, request.turn_id, action, request.raw_text)
+            seat = self.manager.seat_of(ep, request.token)
+        except SessionError as exc:
+            await _abort(context, exc)
+        return pb.ActResponse(
+            accepted=result.accepted,
+            reason=result.reason,
+            action=action_to_pb(result.action),
+            defaulted=result.defaulted,
+            duplicate=result.duplicate,
+            observation=self._observation(ep, seat, result.observation),
+        )
+
+    async def GetEpisode(self, request: pb.GetEpisodeRequest, context: Any) -> pb.GetEpisodeResponse:
+        try:
+            ep = self.manager.get(request.episode_id)
+            admin = self.manager.is_admin(ep, request.token)
+            seat = -1 if admin else self.manager.seat_of(ep, request.token)
+        except SessionError as exc:
+            await _abort(context, exc)
+        env = ep.env
+        full = admin or ep.done
+        obs = None if full else env.observe(seat)
+        resp = pb.GetEpisodeResponse(
+            episode_id=ep.episode_id,
+            seed=ep.seed,
+            phase=obs.phase if obs else env.observe(0).phase,
+            round=obs.round if obs else env.observe(0).round,
+            done=ep.done,
+            winner=env.winner() if env.done else "",
+        )
+        resp.game.game_id, resp.game.variant = ep.game_id, ep.variant
+        outcome = env.outcome() if env.done else {}
+        alive = getattr(env, "alive", None)
+        for s in env.possible_agents:
+            state = resp.seats.add(seat=s, controller=_CONTROLLER_PB[ep.seats[s].controller])
+            state.alive = bool(alive[s]) if alive is not None else not env.done
+            if full or s == seat:
+                state.role = env.role(s)
+            if s in outcome:
+                state.outcome = _OUTCOME_PB[outcome[s]]
+        if full:
+            resp.events.extend(event_to_pb(e) for e in env.events)
+        return resp
+
+    async def CloseEpisode(self, request: pb.CloseEpisodeRequest, context: Any) -> pb.CloseEpisodeResponse:
+        try:
+            closed = self.manager.close(request.episode_id, request.token)
+        except SessionError as exc:
+            await _abort(context, exc)
+        return pb.CloseEpisodeResponse(closed=closed)
+
+
+def register(server: grpc.aio.Server, servicer: EnvironmentServicer | None = None) -> Sequence[str]:
     """Add this service's servicers to ``server`` and return their full names."""
-    return []
+    pb_grpc.add_EnvironmentServiceServicer_to_server(servicer or EnvironmentServicer(), server)
+    return [pb.DESCRIPTOR.services_by_name["EnvironmentService"].full_name]
 
 
 async def main(settings: Settings, address: str | None = None) -> None:
-    await rpc.serve(SERVICE, register, settings, address)
+    servicer = EnvironmentServicer()
+
+    async def on_stop() -> None:
+        servicer.manager.close_all()
+
+    await rpc.serve(SERVICE, lambda server: register(server, servicer), settings, address, on_stop=on_stop)

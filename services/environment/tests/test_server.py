@@ -1,0 +1,171 @@
+"""The environment service over real gRPC: external agents play, bad requests get the right codes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from wolfpack import telemetry
+from wolfpack.v1 import common_pb2
+from wolfpack.v1 import environment_service_pb2 as pb
+from wolfpack_environment.client import EnvironmentClient
+from wolfpack_environment.server import EnvironmentServicer
+
+
+def first_legal(obs: pb.Observation) -> common_pb2.Action:
+    """A simple external policy: the first legal kind, its first target, a short text when needed."""
+    la = obs.legal_actions[0]
+    action = common_pb2.Action(kind=la.kind, text=f"seat {obs.seat} says hello" if la.needs_text else "")
+    if la.targets:
+        action.target = la.targets[0]
+    return action
+
+
+async def code_of(coro: object) -> grpc.StatusCode:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await coro  # type: ignore[misc]
+    return err.value.code()
+
+
+async def test_list_games_has_werewolf_and_scenarios(env_client: EnvironmentClient) -> None:
+    games = {g.game_id: g for g in await env_client.list_games()}
+    assert {"werewolf_v1", "bargaining_v1"} <= set(games)
+    assert {v.name: v.num_seats for v in games["werewolf_v1"].variants} == {"6p": 6, "9p": 9, "12p": 12}
+    assert {"heuristic", "random"} <= set(games["werewolf_v1"].bots)
+
+
+async def test_two_external_clients_and_scripted_seats_finish_a_9_player_werewolf_game(
+    env_client: EnvironmentClient,
+) -> None:
+    ep = await env_client.create_episode(
+        "werewolf_v1", "9p", seed=11, external_seats=(2, 5), default_bot="heuristic"
+    )
+    assert set(ep.seat_tokens) == {2, 5} and ep.num_seats == 9
+    finals = await asyncio.wait_for(
+        asyncio.gather(
+            *(env_client.seat(ep.episode_id, t).play(first_legal) for t in ep.seat_tokens.values())
+        ),
+        timeout=60,
+    )
+    assert all(f.done for f in finals)
+    assert all(f.outcome in (common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS) for f in finals)
+    state = await env_client.get_episode(ep.episode_id, ep.seat_tokens[2])
+    assert state.done and state.winner
+    assert all(s.role for s in state.seats), "roles are revealed after the game"
+    acts = [e for e in state.events if e.actor in (2, 5) and e.kind not in ("role", "invalid")]
+    assert acts, "the external seats' actions are in the log"
+
+
+async def test_external_bargainer_reaches_a_verified_outcome(env_client: EnvironmentClient) -> None:
+    ep = await env_client.create_episode("bargaining_v1", "easy", seed=3, external_seats=(0,))
+    seat = env_client.seat(ep.episode_id, ep.seat_tokens[0])
+
+    def accept_or_bid(obs: pb.Observation) -> str:
+        return (
+            "I accept your offer.\nACCEPT"
+            if "FINAL_BID" in obs.text.split("Nobody has spoken")[-1]
+            else "FINAL_BID: 600"
+        )
+
+    final = await asyncio.wait_for(seat.play(accept_or_bid), timeout=30)
+    assert final.done and final.outcome != common_pb2.OUTCOME_KIND_UNSPECIFIED
+    state = await env_client.get_episode(ep.episode_id, ep.admin_token)
+    assert state.done and any(e.channel.startswith("seat:") for e in state.events)
+
+
+async def test_bad_requests_get_clear_codes_and_the_game_goes_on(env_client: EnvironmentClient) -> None:
+    stub = env_client.stub
+    assert await code_of(env_client.create_episode("chess_v9")) == grpc.StatusCode.INVALID_ARGUMENT
+    assert await code_of(env_client.create_episode("werewolf_v1", "7p")) == grpc.StatusCode.INVALID_ARGUMENT
+    assert (
+        await code_of(env_client.create_episode("werewolf_v1", "6p", external_seats=(9,)))
+        == grpc.StatusCode.INVALID_ARGUMENT
+    )
+    unknown = pb.GetObservationRequest(episode_id="nope", token="x")
+    assert await code_of(stub.GetObservation(unknown)) == grpc.StatusCode.NOT_FOUND
+
+    ep = await env_client.create_episode("werewolf_v1", "6p", seed=5, external_seats=(0, 1, 2, 3, 4, 5))
+    wrong = pb.GetObservationRequest(episode_id=ep.episode_id, token="not-a-token")
+    assert await code_of(stub.GetObservation(wrong)) == grpc.StatusCode.PERMISSION_DENIED
+
+    seats = {s: env_client.seat(ep.episode_id, t) for s, t in ep.seat_tokens.items()}
+    observations = {s: await seat.observation() for s, seat in seats.items()}
+    acting = [s for s, o in observations.items() if o.your_turn]
+    idle = [s for s, o in observations.items() if not o.your_turn]
+    assert acting and idle
+    # Out of turn.
+    assert await code_of(seats[idle[0]].act(1, "I vote for player 1")) == grpc.StatusCode.FAILED_PRECONDITION
+    s = acting[0]
+    obs = observations[s]
+    # Stale turn id.
+    assert await code_of(seats[s].act(obs.turn_id + 100, "pass")) == grpc.StatusCode.FAILED_PRECONDITION
+    # Oversized text.
+    assert await code_of(seats[s].act(obs.turn_id, "x" * 5_000)) == grpc.StatusCode.INVALID_ARGUMENT
+    # An illegal action is not an RPC error: it is rejected with a reason and the seat is re-prompted.
+    bad = common_pb2.Action(kind="fly", target=0)
+    resp = await seats[s].act(obs.turn_id, bad)
+    assert not resp.accepted and resp.reason and resp.observation.your_turn
+    assert resp.observation.feedback, "the re-prompt carries the reason"
+    # After the allowed re-prompts the default legal action is applied and the game moves on.
+    for _ in range(10):
+        if resp.defaulted:
+            break
+        resp = await seats[s].act(obs.turn_id, bad)
+    assert resp.defaulted and resp.action.kind
+    # A retry of the same (applied) turn is idempotent.
+    again = await seats[s].act(obs.turn_id, "anything")
+    assert again.duplicate and again.action == resp.action
+    # Closing needs the admin token.
+    close = pb.CloseEpisodeRequest(episode_id=ep.episode_id, token=ep.seat_tokens[0])
+    assert await code_of(stub.CloseEpisode(close)) == grpc.StatusCode.PERMISSION_DENIED
+    assert await env_client.close_episode(ep.episode_id, ep.admin_token)
+
+
+async def test_episode_limit_is_resource_exhausted(
+    env_client: EnvironmentClient, servicer: EnvironmentServicer
+) -> None:
+    servicer.manager.limits = type(servicer.manager.limits)(max_episodes=2)
+    await env_client.create_episode("werewolf_v1", "6p", external_seats=(0,))
+    await env_client.create_episode("werewolf_v1", "6p", external_seats=(0,))
+    assert await code_of(env_client.create_episode("werewolf_v1", "6p")) == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_silent_seat_gets_the_default_action_after_its_timeout(env_client: EnvironmentClient) -> None:
+    ep = await env_client.create_episode(
+        "bargaining_v1", "easy", seed=3, external_seats=(0, 1), turn_timeout_s=0.05
+    )
+    seat = env_client.seat(ep.episode_id, ep.seat_tokens[0])
+    final = await asyncio.wait_for(_last(seat.observe()), timeout=30)
+    assert final.done
+    state = await env_client.get_episode(ep.episode_id, ep.admin_token)
+    assert state.done
+
+
+async def _last(stream):  # type: ignore[no-untyped-def]
+    last = None
+    async for obs in stream:
+        last = obs
+    return last
+
+
+async def test_one_trace_per_episode_with_a_span_per_turn(env_client: EnvironmentClient) -> None:
+    exporter = InMemorySpanExporter()
+    telemetry.setup_telemetry("tests", exporter=exporter)
+    ep = await env_client.create_episode("werewolf_v1", "6p", seed=2, external_seats=(1,))
+    await asyncio.wait_for(env_client.seat(ep.episode_id, ep.seat_tokens[1]).play(first_legal), timeout=60)
+    spans = exporter.get_finished_spans()
+    [episode] = [
+        s for s in spans if s.name == "episode" and s.attributes["wolfpack.episode.id"] == ep.episode_id
+    ]
+    turns = [s for s in spans if s.name == "turn" and s.attributes["wolfpack.episode.id"] == ep.episode_id]
+    assert turns
+    for t in turns:
+        assert t.context.trace_id == episode.context.trace_id
+        assert t.parent is not None and t.parent.span_id == episode.context.span_id
+        assert t.attributes["wolfpack.seat"] == 1 and t.attributes["wolfpack.action.kind"]
+        assert "wolfpack.phase" in t.attributes and "wolfpack.action.valid" in t.attributes
+    assert trace.get_current_span().get_span_context().is_valid is False

@@ -1,0 +1,433 @@
+"""Episode sessions: the environment service's business logic, independent of gRPC.
+
+An ``Episode`` wraps one pure game engine (``GameEnv``) and adds what a networked game needs:
+secret per-seat tokens, scripted seats that play themselves, a turn id that makes ``act`` idempotent,
+a deadline per decision after which a silent seat gets its default action, change notifications for
+observation streams, and one trace per episode with a span per applied turn.
+
+Why acts are applied one seat at a time: engines accept actions of any subset of the acting seats (a
+simultaneous vote resolves once every voter has acted), so an external agent never waits for another
+seat inside ``act`` — its result (accepted / re-prompted / defaulted) is known immediately.
+
+Errors a client can cause raise ``SessionError`` subclasses that the server maps to gRPC status codes;
+none of them changes the game, so a bad request never breaks an episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from wolfpack_environment.games import Action, GameEnv, Observation, get_game, make_game
+
+tracer = trace.get_tracer("wolfpack.environment")
+
+
+class SessionError(Exception):
+    """A client error; ``code`` names the gRPC status the server returns."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class NotFoundError(SessionError):
+    code = "NOT_FOUND"
+
+
+class PermissionDeniedError(SessionError):
+    code = "PERMISSION_DENIED"
+
+
+class FailedPreconditionError(SessionError):
+    code = "FAILED_PRECONDITION"
+
+
+class ResourceExhaustedError(SessionError):
+    code = "RESOURCE_EXHAUSTED"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-process protections; defaults suit thousands of concurrent episodes on one process."""
+
+    max_episodes: int = 20_000
+    max_text_chars: int = 8_000
+    acts_per_second: float = 50.0  # per seat token, token bucket
+    burst: int = 100
+    default_turn_timeout_s: float = 120.0
+    finished_ttl_s: float = 600.0
+
+
+@dataclass
+class SeatPlan:
+    """How a seat is played: ``"scripted"`` (with ``bot``), ``"external"`` or ``"policy"``."""
+
+    controller: str
+    bot: str = ""
+    policy_id: str = ""
+    display_name: str = ""
+
+
+@dataclass
+class ActResult:
+    accepted: bool
+    reason: str
+    action: Action | None
+    defaulted: bool
+    duplicate: bool
+    observation: Observation
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    last: float
+
+
+@dataclass
+class Episode:
+    episode_id: str
+    game_id: str
+    variant: str
+    seed: int
+    env: GameEnv
+    seats: dict[int, SeatPlan]
+    tokens: dict[str, int]  # token -> seat
+    admin_token: str
+    language: str
+    turn_timeout_s: float
+    bots: dict[int, Callable[[GameEnv, int, random.Random], Action]]
+    bot_rng: random.Random
+    next_turn_id: int = 0
+    open_turns: dict[int, int] = field(default_factory=dict)  # seat -> id of its pending decision
+    version: int = 0
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    acted: dict[tuple[int, int], ActResult] = field(default_factory=dict)
+    deadlines: dict[int, asyncio.TimerHandle] = field(default_factory=dict)
+    closed: bool = False
+    finished_at: float | None = None
+    span: trace.Span | None = None
+    timeouts: int = 0
+    invalid_counts: dict[int, int] = field(default_factory=dict)
+    default_counts: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.closed or self.env.done
+
+
+class EpisodeManager:
+    """All episodes of one process. Methods are called from one asyncio loop (no locks needed)."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self.episodes: dict[str, Episode] = {}
+        self._buckets: dict[str, _Bucket] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def create(
+        self,
+        game_id: str,
+        variant: str = "",
+        seed: int = 0,
+        seats: Mapping[int, SeatPlan] | None = None,
+        default_bot: str = "",
+        language: str = "en",
+        turn_timeout_s: float = 0.0,
+        options: Mapping[str, Any] | None = None,
+        episode_id: str = "",
+    ) -> Episode:
+        self._collect_garbage()
+        if episode_id and episode_id in self.episodes:
+            return self.episodes[episode_id]  # idempotent creation by request id
+        if len(self.episodes) >= self.limits.max_episodes:
+            raise ResourceExhaustedError(
+                f"episode limit reached ({self.limits.max_episodes}); close some first"
+            )
+        try:
+            spec = get_game(game_id)
+            env = make_game(game_id, variant)
+        except KeyError as exc:
+            raise SessionError(str(exc.args[0])) from None
+        variant = variant or spec.default_variant
+        n = spec.variants[variant]
+        plans = dict(seats or {})
+        for seat in plans:
+            if not 0 <= seat < n:
+                raise SessionError(f"seat {seat} out of range for {game_id}/{variant} with {n} seats")
+        bot_name = default_bot or spec.default_bot
+        for seat in range(n):
+            plans.setdefault(seat, SeatPlan("scripted", bot=bot_name))
+        bots = {}
+        for seat, plan in plans.items():
+            if plan.controller == "scripted":
+                name = plan.bot or bot_name
+                if name not in spec.bots:
+                    raise SessionError(f"unknown bot {name!r} for {game_id}; bots: {', '.join(spec.bots)}")
+                bots[seat] = spec.bots[name]
+        reset_options: dict[str, Any] = {"language": language or "en", **dict(options or {})}
+        try:
+            env.reset(seed=seed, options=reset_options)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise SessionError(f"cannot start {game_id}/{variant}: {exc}") from None
+        ep_id = episode_id or uuid.uuid4().hex
+        tokens = {secrets.token_urlsafe(18): seat for seat, p in plans.items() if p.controller != "scripted"}
+        span = tracer.start_span(
+            "episode",
+            attributes={"wolfpack.episode.id": ep_id, "wolfpack.game.id": game_id, "wolfpack.game.variant": variant,
+                        "wolfpack.seed": seed},
+        )  # fmt: skip
+        ep = Episode(
+            episode_id=ep_id,
+            game_id=game_id,
+            variant=variant,
+            seed=seed,
+            env=env,
+            seats=plans,
+            tokens=tokens,
+            admin_token=secrets.token_urlsafe(18),
+            language=language or "en",
+            turn_timeout_s=turn_timeout_s or self.limits.default_turn_timeout_s,
+            bots=bots,
+            bot_rng=random.Random(seed),
+            span=span,
+        )
+        self.episodes[ep_id] = ep
+        self._advance(ep)
+        return ep
+
+    def get(self, episode_id: str) -> Episode:
+        ep = self.episodes.get(episode_id)
+        if ep is None:
+            raise NotFoundError(
+                f"no episode {episode_id!r} (finished episodes are kept {self.limits.finished_ttl_s:.0f}s)"
+            )
+        return ep
+
+    def seat_of(self, ep: Episode, token: str) -> int:
+        seat = ep.tokens.get(token)
+        if seat is None:
+            raise PermissionDeniedError("this token does not hold a seat in this episode")
+        return seat
+
+    def is_admin(self, ep: Episode, token: str) -> bool:
+        return secrets.compare_digest(token, ep.admin_token)
+
+    def close(self, episode_id: str, token: str) -> bool:
+        ep = self.get(episode_id)
+        if not self.is_admin(ep, token):
+            raise PermissionDeniedError("closing an episode needs its admin token")
+        if not ep.closed:
+            ep.closed = True
+            self._finish(ep, aborted=not ep.env.done)
+        self.episodes.pop(episode_id, None)
+        return True
+
+    def close_all(self) -> None:
+        for ep in list(self.episodes.values()):
+            if not ep.closed:
+                ep.closed = True
+                self._finish(ep, aborted=not ep.env.done)
+
+    # ------------------------------------------------------------------ playing
+    def observe(self, ep: Episode, seat: int) -> Observation:
+        return ep.env.observe(seat)
+
+    def current_turn_id(self, ep: Episode, seat: int) -> int:
+        """Id of the seat's pending decision (0 when it has none); ``act`` must echo it."""
+        return 0 if ep.done else ep.open_turns.get(seat, 0)
+
+    def act(self, ep: Episode, token: str, turn_id: int, action: Action | None, raw_text: str) -> ActResult:
+        seat = self.seat_of(ep, token)
+        key = (seat, turn_id)
+        if key in ep.acted:  # a retry of an act that was applied: same answer, no second move
+            prev = ep.acted[key]
+            return ActResult(prev.accepted, prev.reason, prev.action, prev.defaulted, True, prev.observation)
+        self._rate_limit(token)
+        text = action.text if action is not None else raw_text
+        if len(text) > self.limits.max_text_chars:
+            raise SessionError(f"text is {len(text)} characters; the limit is {self.limits.max_text_chars}")
+        if ep.done:
+            raise FailedPreconditionError("the episode is over")
+        if seat not in ep.env.acting_seats():
+            raise FailedPreconditionError(
+                f"seat {seat} is not to act now (phase {ep.env.observe(seat).phase})"
+            )
+        current = ep.open_turns.get(seat, 0)
+        if turn_id != current:
+            raise FailedPreconditionError(
+                f"stale turn id {turn_id}; seat {seat}'s current turn id is {current}"
+            )
+        if action is None and not raw_text.strip():
+            raise SessionError("give an action or a non-empty raw_text")
+        result = self._apply(ep, seat, action if action is not None else raw_text)
+        if result.accepted or result.defaulted:
+            ep.acted[key] = result
+        return result
+
+    def _apply(self, ep: Episode, seat: int, move: Action | str, timed_out: bool = False) -> ActResult:
+        env = ep.env
+        phase = env.observe(seat).phase
+        fallback = env.default_action(seat)
+        ctx = trace.set_span_in_context(ep.span) if ep.span is not None else None
+        token = otel_context.attach(ctx) if ctx is not None else None
+        try:
+            with tracer.start_as_current_span("turn") as span:
+                step = env.step({seat: move})
+                info = step.infos.get(seat, {})
+                reason = str(info.get("invalid_reason", ""))
+                defaulted = bool(info.get("defaulted", False))
+                accepted = not reason
+                applied = fallback if defaulted else self._parsed(env, seat, move) if accepted else None
+                span.set_attributes(
+                    {
+                        "wolfpack.episode.id": ep.episode_id,
+                        "wolfpack.seat": seat,
+                        "wolfpack.phase": phase,
+                        "wolfpack.action.kind": applied.kind if applied else "",
+                        "wolfpack.action.valid": accepted,
+                        "wolfpack.action.defaulted": defaulted,
+                        "wolfpack.turn.timed_out": timed_out,
+                    }
+                )
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+        if reason:
+            ep.invalid_counts[seat] = ep.invalid_counts.get(seat, 0) + 1
+        if defaulted:
+            ep.default_counts[seat] = ep.default_counts.get(seat, 0) + 1
+        if accepted or defaulted:  # the decision is made; a re-prompt keeps the same turn id
+            ep.open_turns.pop(seat, None)
+            self._cancel_deadline(ep, seat)
+        self._advance(ep)
+        return ActResult(accepted, reason, applied, defaulted, False, env.observe(seat))
+
+    @staticmethod
+    def _parsed(env: GameEnv, seat: int, move: Action | str) -> Action | None:
+        return move if isinstance(move, Action) else env.parse(seat, move).action
+
+    def _advance(self, ep: Episode) -> None:
+        env = ep.env
+        moved = True
+        # Scripted seats act as soon as they are due; a long run of bot turns is applied at once.
+        while moved and not env.done:
+            moved = False
+            for seat in env.acting_seats():
+                bot = ep.bots.get(seat)
+                if bot is not None:
+                    env.step({seat: bot(env, seat, ep.bot_rng)})
+                    moved = True
+        ep.version += 1
+        if env.done:
+            self._finish(ep, aborted=False)
+        else:
+            self._open_turns(ep)
+        self._notify(ep)
+
+    def _open_turns(self, ep: Episode) -> None:
+        """Give every newly due non-scripted seat a turn id and a deadline; drop turns that vanished
+        (a seat that died or whose phase ended before it acted)."""
+        acting = set(ep.env.acting_seats())
+        for seat in [s for s in ep.open_turns if s not in acting]:
+            del ep.open_turns[seat]
+            self._cancel_deadline(ep, seat)
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None  # used synchronously (tests, CLI): no timers
+        for seat in sorted(acting):
+            if seat in ep.bots or seat in ep.open_turns:
+                continue
+            ep.next_turn_id += 1
+            ep.open_turns[seat] = ep.next_turn_id
+            if loop is not None:
+                ep.deadlines[seat] = loop.call_later(
+                    ep.turn_timeout_s, self._timeout, ep, seat, ep.next_turn_id
+                )
+
+    def _cancel_deadline(self, ep: Episode, seat: int) -> None:
+        handle = ep.deadlines.pop(seat, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _timeout(self, ep: Episode, seat: int, turn_id: int) -> None:
+        if ep.done or ep.open_turns.get(seat) != turn_id:
+            return
+        ep.deadlines.pop(seat, None)
+        ep.default_counts[seat] = ep.default_counts.get(seat, 0) + 1
+        ep.timeouts += 1
+        result = self._apply(ep, seat, ep.env.default_action(seat), timed_out=True)
+        ep.acted[(seat, turn_id)] = ActResult(
+            result.accepted,
+            "timed out: default action applied",
+            result.action,
+            True,
+            False,
+            result.observation,
+        )
+
+    def _finish(self, ep: Episode, aborted: bool) -> None:
+        if ep.finished_at is not None:
+            return
+        ep.finished_at = time.monotonic()
+        for handle in ep.deadlines.values():
+            handle.cancel()
+        ep.deadlines.clear()
+        if ep.span is not None:
+            ep.span.set_attribute("wolfpack.episode.winner", ep.env.winner() if ep.env.done else "")
+            ep.span.set_attribute("wolfpack.episode.aborted", aborted)
+            ep.span.end()
+        self._notify(ep)
+
+    def _notify(self, ep: Episode) -> None:
+        async def wake() -> None:
+            async with ep.changed:
+                ep.changed.notify_all()
+
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().create_task(wake())
+
+    async def watch(self, ep: Episode, seat: int) -> AsyncIterator[Observation]:
+        """Yield the seat's observation now and after every change, until the episode ends."""
+        seen = -1
+        while True:
+            if ep.version != seen:
+                seen = ep.version
+                yield ep.env.observe(seat)
+                if ep.done:
+                    return
+            async with ep.changed:
+                if ep.version == seen and not ep.done:
+                    await ep.changed.wait()
+
+    # ------------------------------------------------------------------ protections
+    def _rate_limit(self, token: str) -> None:
+        now = time.monotonic()
+        b = self._buckets.get(token)
+        if b is None:
+            b = self._buckets[token] = _Bucket(float(self.limits.burst), now)
+        b.tokens = min(float(self.limits.burst), b.tokens + (now - b.last) * self.limits.acts_per_second)
+        b.last = now
+        if b.tokens < 1.0:
+            raise ResourceExhaustedError(
+                f"too many acts; the limit is {self.limits.acts_per_second:g}/s per seat"
+            )
+        b.tokens -= 1.0
+
+    def _collect_garbage(self) -> None:
+        now = time.monotonic()
+        for ep_id, ep in list(self.episodes.items()):
+            if ep.finished_at is not None and now - ep.finished_at > self.limits.finished_ttl_s:
+                del self.episodes[ep_id]
+                for token in ep.tokens:
+                    self._buckets.pop(token, None)
