@@ -102,7 +102,7 @@ _VERBS: tuple[tuple[str, str], ...] = (
     (GENERIC, r"\bchoos\w*|\bchose\b|\bpick\w*|\bselect\w*|\btarget\w*|选择|选"),
 )
 _NEG = (
-    r"(?:\bdon'?t|\bdo\s+not|\bnot|\bwon'?t|\bwill\s+not|\bno|\bnever)\s+(?:use\s+)?"
+    r"(?:\bdon'?t|\bdo\s+not|\bnot|\bwon'?t|\bwill\s+not|\bno|\bnever)\s+(?:want\s+to\s+|need\s+to\s+|going\s+to\s+)?(?:use\s+)?"
     r"(?:save|heal|use|poison|shoot|vote|kill|protect|guard)\w*|不救|不用药|不使用|不用|不开枪|不投|弃票|弃权|撕警徽|撕掉警徽"
 )
 _PASS = r"\bpass\b|\bskip\w*|\babstain\w*|\bno\s*one\b|\bnobody\b|\bnone\b|\bnothing\b|跳过|过"
@@ -217,7 +217,8 @@ def _resolve(
 ) -> ParseResult:
     """Turn (kind, 1-based number) into an Action, coercing generic verbs to the phase's action."""
     kinds = {la.kind: la for la in legal}
-    targeted = [la for la in legal if la.targets and la.kind != K_SAVE]
+    # Never coerce for the witch: reading "choose 3" as poison when she meant to save is too costly.
+    targeted = [] if K_SAVE in kinds else [la for la in legal if la.targets]
     if kind not in kinds and kind in (K_VOTE, K_KILL, K_ELECT, GENERIC) and len(targeted) == 1:
         kind = targeted[0].kind
     if kind == GENERIC:
