@@ -160,8 +160,18 @@ class Cooperation(Family):
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
         line = rest.split("\n", 1)[0].strip().lower()
-        for slot in sorted(scenario.pstrs("slots"), key=len, reverse=True):
-            if re.match(re.escape(slot.lower()) + r"(?![A-Za-z0-9])", line):
+        slots = sorted(scenario.pstrs("slots"), key=len, reverse=True)
+        for slot in slots:
+            m = re.match(re.escape(slot.lower()) + r"(?![A-Za-z0-9])", line)
+            if m:
+                tail = line[m.end() :]
+                others = [
+                    o
+                    for o in slots
+                    if o != slot and re.search(re.escape(o.lower()) + r"(?![A-Za-z0-9])", tail)
+                ]
+                if others:
+                    raise StatementError(f"ambiguous answer: names {slot} and {others[0]}")
                 return slot
         raise StatementError(f"{line[:40]!r} is not one of the candidate slots")
 
