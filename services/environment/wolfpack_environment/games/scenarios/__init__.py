@@ -8,7 +8,12 @@ Importing this package registers one game per family (``bargaining_v1``, ...) wi
 from __future__ import annotations
 
 from wolfpack_environment.games.base import GameSpec, register_game
-from wolfpack_environment.games.scenarios.engine import ScenarioGame, game_class, render_transcript
+from wolfpack_environment.games.scenarios.engine import (
+    ScenarioGame,
+    game_class,
+    render_scenario,
+    render_transcript,
+)
 from wolfpack_environment.games.scenarios.families import FAMILY_NAMES, available_families, get_family
 from wolfpack_environment.games.scenarios.generator import generate_scenario, generate_scenarios
 from wolfpack_environment.games.scenarios.models import Scenario, VerificationResult
@@ -58,6 +63,7 @@ __all__ = [
     "heuristic_bot",
     "open_store",
     "random_bot",
+    "render_scenario",
     "render_transcript",
     "verify",
     "verify_transcript",

@@ -385,3 +385,18 @@ def game_class(family: str) -> type[ScenarioGame]:
 
     _Game.__name__ = _Game.__qualname__ = "".join(w.title() for w in fam.name.split("_")) + "Game"
     return _Game
+
+
+def render_scenario(scenario: Scenario, *, reveal_private: bool = True) -> str:
+    """Human-readable scenario card for ``wolfpack scenarios show`` (private briefs only when asked)."""
+    family = get_family(scenario.family)
+    lines = [
+        f"{scenario.id}  [{scenario.family} · {scenario.difficulty} · {scenario.split}]",
+        f"Game: {family.game_id}   Theory: {family.theory}   Template: {scenario.template}",
+        f"Tags: {', '.join(scenario.tags)}   Max turns: {scenario.max_turns}",
+        scenario.public,
+    ]
+    for p in scenario.players:
+        brief = p.brief if reveal_private else "(hidden)"
+        lines.append(f"  seat {p.seat} {p.name} ({p.role}): {brief}")
+    return "\n".join(lines) + "\n"

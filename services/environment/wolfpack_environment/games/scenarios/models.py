@@ -75,7 +75,10 @@ class Scenario(BaseModel):
             raise ValueError(f"split {self.split!r} does not match the id-derived split {expected_split!r}")
         from wolfpack_environment.games.scenarios.families import get_family
 
-        get_family(self.family).check(self)
+        try:
+            get_family(self.family).check(self)
+        except (KeyError, TypeError) as exc:  # missing/ill-typed keys: report as a validation error
+            raise ValueError(f"invalid {self.family} scenario: {exc!s}") from exc
         return self
 
     def content_hash(self) -> str:
