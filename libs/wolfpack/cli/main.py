@@ -97,6 +97,22 @@ def config() -> None:
     console.print(table)
 
 
+def _mount_service_commands() -> None:
+    """Services contribute their own commands (``play``, ``scenarios``, later ``train``, ``eval``, ``bench``)
+    through a ``mount(app)`` function in ``wolfpack_<service>.cli``; a service not installed adds none."""
+    for service in SERVICES:
+        try:
+            module = importlib.import_module(f"wolfpack_{service}.cli")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"wolfpack_{service}.cli":
+                raise
+            continue
+        module.mount(app)
+
+
+_mount_service_commands()
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,247 @@
+"""``wolfpack play`` and ``wolfpack scenarios``: the environment's commands, mounted on the main CLI.
+
+``play`` runs a whole game in process with scripted bots and prints a readable transcript; the same
+seed gives byte-identical output (the engines are deterministic and bots draw from a seeded RNG).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from wolfpack_environment.games import GameEnv, get_game, list_games, make_game
+
+console = Console()
+err = Console(stderr=True)
+
+ALIASES = {"werewolf": "werewolf_v1"}
+
+
+def resolve_game(name: str) -> str:
+    """``werewolf`` → ``werewolf_v1``, ``bargaining`` → ``bargaining_v1``; full ids pass through."""
+    ids = [g.game_id for g in list_games()]
+    if name in ids:
+        return name
+    candidate = ALIASES.get(name, f"{name}_v1")
+    if candidate in ids:
+        return candidate
+    raise typer.BadParameter(f"unknown game {name!r}; games: {', '.join(sorted(ids))}")
+
+
+def transcript(env: GameEnv, game_id: str, language: str) -> str:
+    if game_id == "werewolf_v1":
+        from wolfpack_environment.games.werewolf import render_transcript as werewolf_transcript
+
+        return werewolf_transcript(env, language)  # type: ignore[arg-type]
+    from wolfpack_environment.games.scenarios import render_transcript as scenario_transcript
+
+    return scenario_transcript(env)  # type: ignore[arg-type]
+
+
+def play_game(
+    game_id: str,
+    variant: str,
+    seed: int,
+    bots: str,
+    language: str = "en",
+    options: dict[str, Any] | None = None,
+) -> tuple[GameEnv, dict[str, int]]:
+    """Play one game with ``bots`` in every seat; returns the finished engine and counters."""
+    spec = get_game(game_id)
+    if bots not in spec.bots:
+        raise typer.BadParameter(f"unknown bots {bots!r} for {game_id}; bots: {', '.join(sorted(spec.bots))}")
+    bot = spec.bots[bots]
+    env = make_game(game_id, variant)
+    reset_options = dict(options or {})
+    if game_id == "werewolf_v1":
+        reset_options["language"] = language
+    env.reset(seed=seed, options=reset_options)
+    rng = random.Random(seed)
+    counts: Counter[str] = Counter()
+    while not env.done:
+        acting = env.acting_seats()
+        result = env.step({seat: bot(env, seat, rng) for seat in acting})
+        counts["steps"] += 1
+        counts["actions"] += len(acting)
+        counts["invalid"] += sum(1 for info in result.infos.values() if info.get("invalid_reason"))
+        if counts["steps"] > 100_000:
+            raise RuntimeError("game did not finish")
+    return env, dict(counts)
+
+
+def play(
+    game: Annotated[
+        str, typer.Argument(help="werewolf, bargaining, allocation, ultimatum, trust, ... or a game id.")
+    ],
+    seed: Annotated[int, typer.Option(help="Seed: same seed, same game, byte for byte.")] = 0,
+    players: Annotated[int | None, typer.Option(help="Werewolf preset: 6, 9 or 12 players.")] = None,
+    variant: Annotated[str, typer.Option(help="Variant (e.g. 9p, or easy/medium/hard for scenarios).")] = "",
+    bots: Annotated[
+        str, typer.Option(help="Scripted bots in every seat: heuristic or random.")
+    ] = "heuristic",
+    lang: Annotated[
+        str, typer.Option("--lang", help="Prompt/transcript language: en or zh (werewolf).")
+    ] = "en",
+    option: Annotated[
+        list[str] | None, typer.Option("--option", "-o", help="Game option KEY=YAML_VALUE.")
+    ] = None,
+) -> None:
+    """Play a whole game with scripted bots and print a readable transcript and the verified winner."""
+    import yaml
+
+    game_id = resolve_game(game)
+    if players is not None:
+        if game_id != "werewolf_v1":
+            raise typer.BadParameter("--players applies to werewolf; use --variant for scenarios")
+        variant = f"{players}p"
+    spec = get_game(game_id)
+    variant = variant or spec.default_variant
+    if variant not in spec.variants:
+        raise typer.BadParameter(
+            f"unknown variant {variant!r} of {game_id}; variants: {', '.join(spec.variants)}"
+        )
+    options: dict[str, Any] = {}
+    for item in option or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"--option needs KEY=VALUE, got {item!r}")
+        options[key] = yaml.safe_load(value)
+    try:
+        env, counts = play_game(game_id, variant, seed, bots, lang, options)
+    except (KeyError, ValueError) as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    sys.stdout.write(transcript(env, game_id, lang))
+    outcome = env.outcome()
+    winners = sorted(s for s, v in outcome.items() if v > 0)
+    sys.stdout.write(
+        f"\nSummary: {game_id}/{variant} seed {seed}, bots {bots}: winner {env.winner() or 'none (draw)'}; "
+        f"winning seats {', '.join(str(s + 1) for s in winners) or '-'}; "
+        f"{counts['steps']} steps, {counts['actions']} actions, {counts['invalid']} invalid.\n"
+    )
+
+
+scenarios_app = typer.Typer(
+    help="Generate, list, show and verify verifiable social scenarios.", no_args_is_help=True
+)
+StoreOpt = Annotated[Path, typer.Option(help="Scenario store (SQLite file).")]
+DEFAULT_STORE = Path(".wolfpack/scenarios.sqlite3")
+
+
+@scenarios_app.command("generate")
+def scenarios_generate(
+    n: Annotated[int, typer.Option(help="How many distinct scenarios.")] = 100,
+    seed: Annotated[int, typer.Option(help="Generator seed.")] = 0,
+    family: Annotated[list[str] | None, typer.Option(help="Families (repeatable); default all.")] = None,
+    difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard; default all.")] = None,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Generate N distinct, valid, solvable scenarios into the store and summarise them."""
+    from rich.progress import track
+
+    from wolfpack_environment.games.scenarios import generate_scenarios, open_store
+
+    try:
+        scenarios = generate_scenarios(n, seed, families=family, difficulty=difficulty)
+    except (KeyError, ValueError) as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    store.parent.mkdir(parents=True, exist_ok=True)
+    db = open_store(store)
+    new = 0
+    for i in track(
+        range(0, len(scenarios), 200), description="storing", console=err, disable=not err.is_terminal
+    ):
+        new += db.insert(scenarios[i : i + 200])
+    table = Table(title=f"{len(scenarios)} scenarios (seed {seed}) → {store}")
+    for col in ("family", "easy", "medium", "hard", "train", "eval"):
+        table.add_column(col)
+    by_family: dict[str, Counter[str]] = {}
+    for sc in scenarios:
+        c = by_family.setdefault(sc.family, Counter())
+        c[sc.difficulty] += 1
+        c[sc.split] += 1
+    for fam, c in sorted(by_family.items()):
+        table.add_row(fam, *(str(c[k]) for k in ("easy", "medium", "hard", "train", "eval")))
+    console.print(table)
+    distinct = len({sc.id for sc in scenarios})
+    console.print(f"{distinct} distinct ids, {new} new in the store, {db.count()} stored in total.")
+    db.close()
+
+
+@scenarios_app.command("list")
+def scenarios_list(
+    family: Annotated[str | None, typer.Option(help="Filter by family.")] = None,
+    split: Annotated[str | None, typer.Option(help="train or eval.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Filter by tag.")] = None,
+    difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many rows.")] = 20,
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """List stored scenarios."""
+    from wolfpack_environment.games.scenarios import open_store
+
+    db = open_store(store)
+    rows = db.list(family=family, split=split, tag=tag, difficulty=difficulty, limit=limit)
+    total = db.count(family=family, split=split, tag=tag, difficulty=difficulty)
+    table = Table(title=f"{len(rows)} of {total} scenarios in {store}")
+    for col in ("id", "family", "difficulty", "split", "tags"):
+        table.add_column(col)
+    for sc in rows:
+        table.add_row(sc.id, sc.family, sc.difficulty, sc.split, ",".join(sc.tags))
+    console.print(table)
+    db.close()
+
+
+@scenarios_app.command("show")
+def scenarios_show(scenario_id: str, store: StoreOpt = DEFAULT_STORE) -> None:
+    """Print one scenario as JSON."""
+    from wolfpack_environment.games.scenarios import open_store
+
+    db = open_store(store)
+    sc = db.get(scenario_id)
+    db.close()
+    if sc is None:
+        err.print(f"[red]no scenario {scenario_id!r} in {store}[/]")
+        raise typer.Exit(1)
+    sys.stdout.write(json.dumps(sc.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n")
+
+
+@scenarios_app.command("verify")
+def scenarios_verify(
+    scenario_id: str,
+    transcript_file: Annotated[Path, typer.Argument(help='JSON lines of {"seat": N, "text": "..."}.')],
+    store: StoreOpt = DEFAULT_STORE,
+) -> None:
+    """Verify a transcript against a stored scenario and print the per-seat outcome."""
+    from wolfpack_environment.games.scenarios import open_store, verify_transcript
+
+    db = open_store(store)
+    sc = db.get(scenario_id)
+    db.close()
+    if sc is None:
+        err.print(f"[red]no scenario {scenario_id!r} in {store}[/]")
+        raise typer.Exit(1)
+    try:
+        lines = [json.loads(ln) for ln in transcript_file.read_text().splitlines() if ln.strip()]
+        result = verify_transcript(sc, lines)
+    except (OSError, ValueError, KeyError) as exc:
+        err.print(f"[red]cannot verify: {exc}[/]")
+        raise typer.Exit(2) from None
+    console.print(f"Verified outcome: {result.reason}")
+    for p in sc.players:
+        console.print(f"  seat {p.seat} {p.name} ({p.role}): {result.outcomes[p.seat]:+d}")
+
+
+def mount(app: typer.Typer) -> None:
+    """Add the environment's commands to the main ``wolfpack`` CLI."""
+    app.command("play")(play)
+    app.add_typer(scenarios_app, name="scenarios")
