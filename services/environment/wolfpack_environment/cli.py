@@ -168,7 +168,7 @@ def scenarios_generate(
     for sc in scenarios:
         c = by_family.setdefault(sc.family, Counter())
         c[sc.difficulty] += 1
-        c[sc.split] += 1
+        c[sc.split or "?"] += 1
     for fam, c in sorted(by_family.items()):
         table.add_row(fam, *(str(c[k]) for k in ("easy", "medium", "hard", "train", "eval")))
     console.print(table)
