@@ -40,7 +40,9 @@ def available_families() -> list[str]:
     for name in FAMILY_NAMES:
         try:
             get_family(name)
-        except ModuleNotFoundError:
+        except ModuleNotFoundError as exc:  # only a family module that is absent is skipped
+            if exc.name != f"{__name__}.{FAMILY_MODULES[name]}":
+                raise
             continue
         out.append(name)
     return out
