@@ -145,3 +145,26 @@ def test_heuristic_beats_random_as_village() -> None:
         play(env, bots, seed=seed)
         wins += env.winner() == "village"
     assert wins >= 10
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_presets_end_by_their_win_rule(variant: str) -> None:
+    """At the end of every random game the winner matches the preset's win rule on the alive set."""
+    for seed in range(25):
+        env = WerewolfEnv(variant)
+        play(env, random_bot, seed=seed)
+        alive = [r for r, a in zip(env.roles, env.alive, strict=True) if a]
+        wolves = sum(r in ("werewolf", "wolf_king") for r in alive)
+        if env.winner() == "village":
+            assert wolves == 0
+        elif env.winner() == "wolves":
+            assert wolves > 0
+            if env.config.win_rule == "parity":
+                assert wolves >= len(alive) - wolves
+            else:
+                gods = sum(r in ("seer", "witch", "hunter", "guard") for r in alive)
+                assert "villager" not in alive or gods == 0
+        else:
+            assert env.truncated
+        if variant == "12p":
+            assert any(e.kind == "sheriff" for e in env.events)

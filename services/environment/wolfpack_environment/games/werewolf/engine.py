@@ -97,6 +97,7 @@ class Knowledge:
     Private, empty/-1 unless the seat's role grants it: ``wolf_teammates``/``wolf_target`` (wolves),
     ``seer_results`` (seer), ``night_victim``/``save_left``/``poison_left`` (witch),
     ``last_protected`` (guard). ``known_roles`` = own role + teammates + revealed (+ all at the end).
+    ``revealed``, ``seer_claims`` and ``votes`` are shared immutable snapshots: do not mutate them.
     """
 
     seat: int
@@ -107,7 +108,7 @@ class Knowledge:
     alive: tuple[bool, ...]
     sheriff: int
     known_roles: dict[int, str]
-    revealed: dict[int, str]
+    revealed: Mapping[int, str]
     wolf_teammates: tuple[int, ...] = ()
     wolf_target: int = -1
     seer_results: dict[int, str] = field(default_factory=dict)
@@ -115,8 +116,8 @@ class Knowledge:
     save_left: bool = False
     poison_left: bool = False
     last_protected: int = -1
-    seer_claims: dict[int, dict[int, str]] = field(default_factory=dict)
-    votes: list[tuple[int, int, int]] = field(default_factory=list)
+    seer_claims: Mapping[int, Mapping[int, str]] = field(default_factory=dict)
+    votes: tuple[tuple[int, int, int], ...] = ()
 
 
 def _claim_scan(text: str) -> dict[int, str] | None:
@@ -156,7 +157,8 @@ class WerewolfEnv(GameEnv):
         self.variant = variant
         n = self.config.n_players
         self.possible_agents = list(range(n))
-        self.events = []
+        self._ev: list[tuple[int, str, str, int, int, str, str, int]] = []
+        self._events: list[Event] = []
         self.action_log: list[dict[int, Action | str]] = []
         self._done = True
         self.reset(seed=0)
@@ -180,7 +182,8 @@ class WerewolfEnv(GameEnv):
         self.is_wolf: list[bool] = [r in WOLF_ROLES for r in roles]
         self.wolves: tuple[int, ...] = tuple(i for i in range(n) if self.is_wolf[i])
         self.alive: list[bool] = [True] * n
-        self.events = []
+        self._ev = []
+        self._events = []
         self.action_log = []
         self.day = 0
         self.phase = ""
@@ -199,8 +202,8 @@ class WerewolfEnv(GameEnv):
         self._feedback: list[str] = [""] * n
         self._revealed: dict[int, str] = {}
         self._seer_results: dict[int, str] = {}
-        self._seer_claims: dict[int, dict[int, str]] = {}
-        self._votes: list[tuple[int, int, int]] = []
+        self._seer_claims: dict[int, dict[int, str]] = {}  # replaced, never mutated, on change
+        self._votes: tuple[tuple[int, int, int], ...] = ()
         self.sheriff = -1
         self._sheriff_done = not cfg.sheriff
         self._save_left = True
@@ -232,8 +235,29 @@ class WerewolfEnv(GameEnv):
         return None
 
     def _emit(self, kind: str, channel: str, actor: int = -1, target: int = -1, text: str = "") -> None:
-        ev = self.events
-        ev.append(Event(len(ev), kind, channel, actor, target, text, self.phase, self.day))
+        # Plain tuples in the hot path; ``events`` turns them into ``Event`` objects on access.
+        ev = self._ev
+        ev.append((len(ev), kind, channel, actor, target, text, self.phase, self.day))
+
+    @property  # type: ignore[override]
+    def events(self) -> list[Event]:
+        """The full event log as :class:`Event` objects (materialised lazily, then cached)."""
+        cache = self._events
+        ev = self._ev
+        if len(cache) < len(ev):
+            cache.extend(Event(*t) for t in ev[len(cache) :])
+        return cache
+
+    @events.setter
+    def events(self, value: list[Event]) -> None:
+        self._events = list(value)
+        self._ev = [
+            (e.index, e.kind, e.channel, e.actor, e.target, e.text, e.phase, e.round) for e in self._events
+        ]
+
+    @property
+    def n_events(self) -> int:
+        return len(self._ev)
 
     # --- public API ----------------------------------------------------------------------------------
 
@@ -304,7 +328,7 @@ class WerewolfEnv(GameEnv):
             legal,
             self._turn,
             fb,
-            partial(self._render_obs, seat, len(self.events), self.phase, self.day, legal, fb, self._done),
+            partial(self._render_obs, seat, len(self._ev), self.phase, self.day, legal, fb, self._done),
         )
 
     def _render_obs(
@@ -331,7 +355,7 @@ class WerewolfEnv(GameEnv):
     def knowledge(self, seat: int) -> Knowledge:
         """The structured view of what ``seat`` may know now (see :class:`Knowledge`)."""
         role = self.roles[seat]
-        revealed = dict(self._revealed)
+        revealed = self._revealed
         if self._done:
             known = dict(enumerate(self.roles))
         else:
@@ -347,8 +371,8 @@ class WerewolfEnv(GameEnv):
             self.sheriff,
             known,
             revealed,
-            seer_claims={c: dict(v) for c, v in self._seer_claims.items()},
-            votes=list(self._votes),
+            seer_claims=self._seer_claims,
+            votes=self._votes,
         )
         if self.is_wolf[seat]:
             k.wolf_teammates = tuple(w for w in self.wolves if w != seat)
@@ -499,7 +523,9 @@ class WerewolfEnv(GameEnv):
                 if text and ("seer" in text or "预言家" in text):
                     claim = _claim_scan(text)
                     if claim is not None:
-                        self._seer_claims.setdefault(seat, {}).update(claim)
+                        claims = dict(self._seer_claims)
+                        claims[seat] = {**claims.get(seat, {}), **claim}
+                        self._seer_claims = claims
             q = self._queue
             q.pop(0)
             while q and not self._can_speak(q[0]):
@@ -729,7 +755,7 @@ class WerewolfEnv(GameEnv):
         role = self.roles[seat]
         if action.kind == K_SHOOT and action.target is not None:
             t = action.target
-            self._revealed[seat] = role
+            self._revealed = {**self._revealed, seat: role}
             self._emit("shoot", PUBLIC, actor=seat, target=t, text=role)
             self._die(t, "shot")
             if self._check_win():
@@ -819,11 +845,11 @@ class WerewolfEnv(GameEnv):
         """Emit the public ballots (revealed together) and return the top-voted seats."""
         tally: dict[int, int] = {}
         sw = self._sheriff_weight
+        if event_kind == "vote":
+            self._votes = self._votes + tuple((self.day, s, self._ballots[s]) for s in sorted(self._ballots))
         for seat in sorted(self._ballots):
             t = self._ballots[seat]
             self._emit(event_kind, PUBLIC, actor=seat, target=t)
-            if event_kind == "vote":
-                self._votes.append((self.day, seat, t))
             if t >= 0:
                 w = sw if (event_kind == "vote" and seat == self.sheriff) else 2
                 tally[t] = tally.get(t, 0) + w

@@ -107,6 +107,14 @@ def _suspicion(k: Knowledge) -> dict[int, float]:
         for t, res in claims.items():
             if t in score:
                 score[t] += 5.0 if res == "werewolf" else -3.0
+    trusted_seers = {c for c in k.seer_claims if score.get(c, 0.0) < 50.0 or c == k.seat}
+    claimed_wolves = {t for c in trusted_seers for t, r in k.seer_claims[c].items() if r == "werewolf"}
+    for _day, voter, target in k.votes:
+        if voter in score and target >= 0:
+            if target in trusted_seers:
+                score[voter] += 3.0  # voting out the (trusted) seer is what wolves do
+            elif target in claimed_wolves:
+                score[voter] -= 1.0
     for t, role in k.known_roles.items():
         if t in score:
             score[t] += 100.0 if role in ("werewolf", WOLF_KING) else -100.0
@@ -158,7 +166,8 @@ def _speech(env: WerewolfEnv, k: Knowledge, rng: random.Random) -> str:
 def heuristic_bot(env: GameEnv, seat: int, rng: random.Random) -> Action:
     """A simple, fair rule-based player (reads only ``env.knowledge(seat)``).
 
-    Wolves never vote for or kill a teammate and go after claimed seers; the seer inspects unknown
+    Wolves never vote for or kill a teammate, kill claimed seers at night and vote like villagers by
+    day (the top public suspect who is not a wolf); the seer inspects unknown
     players and reveals its checks when it speaks; the witch saves the first victim she can and
     poisons a publicly exposed wolf; the guard protects a claimed seer or rotates; villagers vote for
     claimed wolves, else their top suspect.
@@ -212,6 +221,10 @@ def heuristic_bot(env: GameEnv, seat: int, rng: random.Random) -> Action:
             good = non_wolf(targets)
             if not good:
                 return Action(K_PASS)
+            if kind == K_VOTE:
+                # Blend in by day: vote like a villager would (top public suspect among non-wolves).
+                pick = _best(_suspicion(k), good, rng)
+                return Action(kind, pick if pick is not None else rng.choice(good))
             seers = [c for c in _claimed_seers(k) if c in good]
             return Action(kind, seers[0] if seers else rng.choice(good))
         score = _suspicion(k)
@@ -221,8 +234,8 @@ def heuristic_bot(env: GameEnv, seat: int, rng: random.Random) -> Action:
                 return Action(kind, seat)
             trusted = [t for t in targets if t != seat and score.get(t, 0.0) <= 0.0]
             low = min((score.get(t, 0.0) for t in trusted), default=None)
-            pick = [t for t in trusted if score.get(t, 0.0) == low]
-            return Action(kind, rng.choice(pick)) if pick else Action(K_PASS)
+            backed = [t for t in trusted if score.get(t, 0.0) == low]
+            return Action(kind, rng.choice(backed)) if backed else Action(K_PASS)
         t = _best(score, targets, rng)
         if t is None or (kind == K_SHOOT and score[t] <= 0.0):
             return Action(K_PASS)

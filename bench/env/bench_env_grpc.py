@@ -1,0 +1,125 @@
+"""Werewolf over gRPC vs in process: actions/s with many concurrent episodes (one table, one run).
+
+Why: external agents and rollout workers play through the environment service, so its per-action
+overhead bounds rollout throughput. The server runs in its own process (as in production); every seat of
+every episode is an external client (Observe stream + Act) choosing a random legal action from its
+observation. The in-process row plays the same games with the engine's random bot and no network.
+The two are measured side by side in one run because this machine's CPUs are shared and noisy.
+
+    .venv/bin/python bench/env/bench_env_grpc.py --seconds 5 --episodes 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from wolfpack import rpc
+from wolfpack.redis_server import free_port
+from wolfpack.settings import load_settings
+from wolfpack.v1 import common_pb2
+from wolfpack.v1 import environment_service_pb2 as pb
+from wolfpack_environment.client import EnvironmentClient
+from wolfpack_environment.games import make_game
+from wolfpack_environment.games.werewolf import random_bot
+
+
+def in_process(players: int, seconds: float) -> tuple[int, int, float]:
+    env = make_game("werewolf_v1", f"{players}p")
+    games = actions = 0
+    start = time.perf_counter()
+    seed = 0
+    while time.perf_counter() - start < seconds:
+        env.reset(seed=seed)
+        rng = random.Random(seed)
+        while not env.done:
+            acting = env.acting_seats()
+            env.step({s: random_bot(env, s, rng) for s in acting})
+            actions += len(acting)
+        games += 1
+        seed += 1
+    return games, actions, time.perf_counter() - start
+
+
+def random_legal(rng: random.Random):  # type: ignore[no-untyped-def]
+    def decide(obs: pb.Observation) -> common_pb2.Action:
+        la = rng.choice(list(obs.legal_actions))
+        action = common_pb2.Action(kind=la.kind, text="I have nothing to add." if la.needs_text else "")
+        if la.targets:
+            action.target = rng.choice(list(la.targets))
+        return action
+
+    return decide
+
+
+async def over_grpc(target: str, players: int, episodes: int, seconds: float) -> tuple[int, int, float]:
+    counts = {"games": 0, "actions": 0}
+    settings = load_settings(rpc_timeout_s=60)
+    async with EnvironmentClient(target, settings) as client:
+        deadline = time.perf_counter() + seconds
+
+        async def worker(w: int) -> None:
+            rng = random.Random(w)
+            seed = w * 100_000
+            decide = random_legal(rng)
+
+            def counted(obs: pb.Observation) -> common_pb2.Action:
+                counts["actions"] += 1
+                return decide(obs)
+
+            while time.perf_counter() < deadline:
+                ep = await client.create_episode(
+                    "werewolf_v1", f"{players}p", seed=seed, external_seats=tuple(range(players))
+                )
+                await asyncio.gather(*(client.seat(ep.episode_id, t).play(counted) for t in ep.seat_tokens.values()))
+                await client.close_episode(ep.episode_id, ep.admin_token)
+                counts["games"] += 1
+                seed += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(w) for w in range(episodes)))
+        return counts["games"], counts["actions"], time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per cell")
+    parser.add_argument("--episodes", type=int, default=64, help="concurrent episodes over gRPC")
+    parser.add_argument("--players", type=int, nargs="+", default=[6, 9, 12], choices=[6, 9, 12])
+    args = parser.parse_args()
+
+    port = free_port()
+    env = {**os.environ, "WOLFPACK_LOG_LEVEL": "WARNING"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "wolfpack.cli.main", "serve", "environment", "--address", f"127.0.0.1:{port}"], env=env
+    )
+    target = f"127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            if asyncio.run(rpc.check_health(target, timeout_s=0.5)) == "SERVING":
+                break
+            time.sleep(0.1)
+        table = Table(title=f"werewolf_v1: in process vs over gRPC ({args.episodes} concurrent episodes, {args.seconds:g}s per cell)")
+        for col in ("players", "mode", "games/s", "actions/s", "gRPC / in-process"):
+            table.add_column(col, justify="right")
+        for players in args.players:
+            g0, a0, t0 = in_process(players, args.seconds)
+            g1, a1, t1 = asyncio.run(over_grpc(target, players, args.episodes, args.seconds))
+            table.add_row(str(players), "in process (random bot)", f"{g0 / t0:,.0f}", f"{a0 / t0:,.0f}", "")
+            table.add_row(str(players), "gRPC, external seats", f"{g1 / t1:,.1f}", f"{a1 / t1:,.0f}", f"{(a1 / t1) / (a0 / t0):.3f}")
+        Console().print(table)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
