@@ -79,7 +79,9 @@ async def over_grpc(target: str, players: int, episodes: int, seconds: float) ->
                 ep = await client.create_episode(
                     "werewolf_v1", f"{players}p", seed=seed, external_seats=tuple(range(players))
                 )
-                await asyncio.gather(*(client.seat(ep.episode_id, t).play(counted) for t in ep.seat_tokens.values()))
+                await asyncio.gather(
+                    *(client.seat(ep.episode_id, t).play(counted) for t in ep.seat_tokens.values())
+                )
                 await client.close_episode(ep.episode_id, ep.admin_token)
                 counts["games"] += 1
                 seed += 1
@@ -90,7 +92,9 @@ async def over_grpc(target: str, players: int, episodes: int, seconds: float) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per cell")
     parser.add_argument("--episodes", type=int, default=64, help="concurrent episodes over gRPC")
     parser.add_argument("--players", type=int, nargs="+", default=[6, 9, 12], choices=[6, 9, 12])
@@ -99,7 +103,8 @@ def main() -> None:
     port = free_port()
     env = {**os.environ, "WOLFPACK_LOG_LEVEL": "WARNING"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "wolfpack.cli.main", "serve", "environment", "--address", f"127.0.0.1:{port}"], env=env
+        [sys.executable, "-m", "wolfpack.cli.main", "serve", "environment", "--address", f"127.0.0.1:{port}"],
+        env=env,
     )
     target = f"127.0.0.1:{port}"
     try:
@@ -107,14 +112,22 @@ def main() -> None:
             if asyncio.run(rpc.check_health(target, timeout_s=0.5)) == "SERVING":
                 break
             time.sleep(0.1)
-        table = Table(title=f"werewolf_v1: in process vs over gRPC ({args.episodes} concurrent episodes, {args.seconds:g}s per cell)")
+        table = Table(
+            title=f"werewolf_v1: in process vs over gRPC ({args.episodes} concurrent episodes, {args.seconds:g}s per cell)"
+        )
         for col in ("players", "mode", "games/s", "actions/s", "gRPC / in-process"):
             table.add_column(col, justify="right")
         for players in args.players:
             g0, a0, t0 = in_process(players, args.seconds)
             g1, a1, t1 = asyncio.run(over_grpc(target, players, args.episodes, args.seconds))
             table.add_row(str(players), "in process (random bot)", f"{g0 / t0:,.0f}", f"{a0 / t0:,.0f}", "")
-            table.add_row(str(players), "gRPC, external seats", f"{g1 / t1:,.1f}", f"{a1 / t1:,.0f}", f"{(a1 / t1) / (a0 / t0):.3f}")
+            table.add_row(
+                str(players),
+                "gRPC, external seats",
+                f"{g1 / t1:,.1f}",
+                f"{a1 / t1:,.0f}",
+                f"{(a1 / t1) / (a0 / t0):.3f}",
+            )
         Console().print(table)
     finally:
         server.terminate()

@@ -398,12 +398,20 @@ class EpisodeManager:
             asyncio.get_running_loop().create_task(wake())
 
     async def watch(self, ep: Episode, seat: int) -> AsyncIterator[Observation]:
-        """Yield the seat's observation now and after every change, until the episode ends."""
+        """Yield the seat's observation now and whenever its situation changes (its turn comes, the
+        phase or round moves on, the episode ends), until the episode ends. Other seats' moves in
+        between are not pushed one by one: they are in the history of the next observation's text,
+        which keeps a 12-seat game from rendering 12 texts per move."""
+        last_key: tuple[int, bool, str, int] | None = None
         seen = -1
         while True:
             if ep.version != seen:
                 seen = ep.version
-                yield ep.env.observe(seat)
+                obs = ep.env.observe(seat)
+                key = (self.current_turn_id(ep, seat), ep.done, obs.phase, obs.round)
+                if key != last_key:
+                    last_key = key
+                    yield obs
                 if ep.done:
                     return
             async with ep.changed:
