@@ -345,8 +345,8 @@ class WerewolfEnv(GameEnv):
 
         return render_observation(self, seat, n_events, phase, day, legal, feedback, done)
 
-    def visible_channels(self, seat: int, done: bool = False) -> frozenset[str]:
-        """Channels ``seat`` may read (``done`` does not widen them: the end reveal is public)."""
+    def visible_channels(self, seat: int) -> frozenset[str]:
+        """Channels ``seat`` may read. Never widened at the end: the final role reveal is public."""
         chans = {PUBLIC, f"seat:{seat}"}
         if self.is_wolf[seat]:
             chans.add(WOLVES_CHANNEL)
