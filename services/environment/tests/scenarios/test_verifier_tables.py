@@ -468,3 +468,18 @@ COALITION_ROWS: list[Row] = [
 def test_coalition(name: str, transcript: list[tuple[int, str]], expected: dict[int, int]) -> None:
     result = verify(COAL, transcript)
     assert result.outcomes == expected, result.reason
+
+
+def test_public_goods_threshold_is_exact() -> None:
+    # 2.3 * 30 / 3 is 22.999999999999996 in floating point; the verifier uses exact fractions.
+    sc = scenario(
+        "public_goods",
+        {"endowment": 10, "multiplier_x10": 23, "first": 0},
+        [
+            ("Ann", "citizen", {"target": 23}),
+            ("Bo", "citizen", {"target": 23}),
+            ("Cy", "citizen", {"target": 23}),
+        ],
+        9,
+    )
+    assert verify(sc, [(0, C10), (1, C10), (2, C10)]).outcomes == {0: 1, 1: 1, 2: 1}

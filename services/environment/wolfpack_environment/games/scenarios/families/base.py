@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any, ClassVar
 
 from wolfpack_environment.games.scenarios.models import Difficulty, Scenario, VerificationResult
@@ -143,7 +144,7 @@ def violation(scenario: Scenario, seat: int, index: int, error: str) -> Verifica
     )
 
 
-def threshold_outcome(value: float, win_at: float, draw_at: float) -> int:
+def threshold_outcome(value: float | Fraction, win_at: float, draw_at: float) -> int:
     """+1 at or above the win threshold, 0 at or above the draw threshold (BATNA), else -1."""
     if value >= win_at:
         return 1

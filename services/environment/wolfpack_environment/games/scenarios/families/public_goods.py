@@ -14,6 +14,7 @@ turn limit missing contributions count as 0.
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 from typing import Any, ClassVar
 
 from wolfpack_environment.games.scenarios.families.base import PASS_TEXT, Family, Tracker, threshold_outcome
@@ -53,9 +54,10 @@ class PublicGoodsTracker(Tracker):
         done = [self.scenario.name(s) for s in sorted(self.contrib)]
         return f"Sealed contributions received from: {', '.join(done) or 'nobody yet'}."
 
-    def payoffs(self) -> dict[int, float]:
+    def payoffs(self) -> dict[int, Fraction]:
+        """Exact payoffs (fractions), so a threshold equal to the payoff is never missed by rounding."""
         sc = self.scenario
-        e, m = sc.pint("endowment"), sc.pint("multiplier_x10") / 10
+        e, m = sc.pint("endowment"), Fraction(sc.pint("multiplier_x10"), 10)
         total = sum(self.contrib.get(s, 0) for s in range(self.n))
         return {s: e - self.contrib.get(s, 0) + m * total / self.n for s in range(self.n)}
 
@@ -66,10 +68,10 @@ class PublicGoodsTracker(Tracker):
         outcomes = {s: threshold_outcome(pay[s], sc.prv_int(s, "target"), e) for s in range(self.n)}
         return VerificationResult(
             outcomes=outcomes,
-            reason="payoffs " + ", ".join(f"{sc.name(s)} {pay[s]:g}" for s in range(self.n)),
+            reason="payoffs " + ", ".join(f"{sc.name(s)} {float(pay[s]):g}" for s in range(self.n)),
             details={
                 "contributions": {sc.name(s): self.contrib.get(s, 0) for s in range(self.n)},
-                "payoffs": pay,
+                "payoffs": {s: float(v) for s, v in pay.items()},
             },
         )
 
@@ -87,11 +89,11 @@ class PublicGoods(Family):
         n = self.seats[difficulty]
         e = rng.choice((10, 20, 50, 100))
         m10 = rng.randint(*MULTIPLIER_X10[difficulty])
-        full = e * m10 / 10  # everyone's payoff when all contribute everything
+        full = Fraction(e * m10, 10)  # everyone's payoff when all contribute everything
         names = rng.sample(NAMES, n)
         players = []
         for s in range(n):
-            target = min(int(full), max(e + 1, round(e + (full - e) * rng.uniform(*TARGET[difficulty]))))
+            target = min(int(full), max(e + 1, round(e + float(full - e) * rng.uniform(*TARGET[difficulty]))))
             players.append(
                 PlayerInfo(
                     seat=s,
@@ -125,7 +127,7 @@ class PublicGoods(Family):
         if not 10 < m10 < 10 * n:
             raise ValueError("the multiplier must lie strictly between 1 and n")
         for s in range(n):
-            if not e <= scenario.prv_int(s, "target") <= e * m10 / 10:
+            if not e <= scenario.prv_int(s, "target") <= Fraction(e * m10, 10):
                 raise ValueError("targets must lie between the endowment and the full-cooperation payoff")
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
