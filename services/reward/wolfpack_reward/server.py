@@ -1,25 +1,75 @@
-"""gRPC server of the reward service.
+"""gRPC adapter of the reward service: proto in, ``specs`` scoring, proto out.
 
-It serves health and reflection today; the Reward service API (proto/wolfpack/v1/reward_service.proto)
-is added by its own issue. Start it with `wolfpack serve reward` (or all services with `wolfpack up`).
+All reward rules live in ``specs``/``outcome``/``shaping``/``credit``; this module only maps requests to a
+spec, wraps the call in a "score" span and maps ``ScoreError`` to INVALID_ARGUMENT. Start it with
+``wolfpack serve reward``; ``WOLFPACK_REWARD_SPECS`` may name a YAML file of extra spec variants.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Sequence
+from typing import Any
 
 import grpc
 
-from wolfpack import rpc
+from wolfpack import rpc, telemetry
 from wolfpack.settings import Settings
+from wolfpack.v1 import reward_service_pb2 as pb
+from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
+from wolfpack_reward.result import ScoreError, to_response
+from wolfpack_reward.specs import SPECS, load_specs, resolve_spec
 
 SERVICE = "reward"
+log = logging.getLogger(__name__)
+tracer = telemetry.tracer(__name__)
 
 
-def register(server: grpc.aio.Server) -> Sequence[str]:
+class RewardServicer(pb_grpc.RewardServiceServicer):
+    async def Score(
+        self, request: pb.ScoreRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ScoreResponse:
+        traj = request.trajectory
+        attributes: dict[str, str | int] = {
+            "wolfpack.game": traj.game.game_id,
+            "wolfpack.trajectory_id": traj.trajectory_id,
+            "wolfpack.turns": len(traj.turns),
+        }
+        with tracer.start_as_current_span("score", attributes=attributes) as span:
+            try:
+                if not request.HasField("trajectory"):
+                    raise ScoreError("trajectory is required")
+                spec = resolve_spec(request.spec, traj.game.game_id)
+                span.set_attribute("wolfpack.reward_spec", spec.key)
+                result = spec.score(traj)
+            except ScoreError as exc:
+                span.set_attribute("error.type", "invalid_argument")
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                raise AssertionError("unreachable") from exc
+            for key, note in result.notes.items():
+                if "mismatch" in key:
+                    span.set_attribute(f"wolfpack.reward.{key}", note)
+                    log.warning("outcome mismatch", extra={"trajectory_id": traj.trajectory_id, key: note})
+            return to_response(traj, result)
+
+    async def ListRewardSpecs(
+        self, request: pb.ListRewardSpecsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListRewardSpecsResponse:
+        resp = pb.ListRewardSpecsResponse()
+        for key, spec in sorted(SPECS.items()):
+            resp.specs.add(spec=key, description=spec.description, game_ids=list(spec.game_ids))
+        return resp
+
+
+def register(server: grpc.aio.Server, servicer: RewardServicer | None = None) -> Sequence[str]:
     """Add this service's servicers to ``server`` and return their full names."""
-    return []
+    pb_grpc.add_RewardServiceServicer_to_server(servicer or RewardServicer(), server)
+    return [pb.DESCRIPTOR.services_by_name["RewardService"].full_name]
 
 
 async def main(settings: Settings, address: str | None = None) -> None:
+    extra = os.environ.get("WOLFPACK_REWARD_SPECS")
+    if extra:
+        load_specs(extra)
     await rpc.serve(SERVICE, register, settings, address)

@@ -1,0 +1,88 @@
+"""Configuration of a reward spec: one pydantic model per concern, all ``extra="forbid"``.
+
+Why strict models: a spec is loaded from YAML written by people, and a typo such as ``gama: 0.9``
+silently falling back to a default would change training rewards without anyone noticing. Every spec
+shares the same ``SpecConfig`` shape, so a spec is "a score function plus a config" and variants are
+config overrides of a registered spec (see ``specs.load_specs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CreditMode = Literal["terminal", "uniform", "discounted"]
+SimilarityMetric = Literal["char_ratio", "token_f1"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OutcomeConfig(_Strict):
+    """Magnitudes of a seat's result. Lookup order for a win (loss likewise): ``role_win[role]``, then
+    ``team_win[team]``, then ``win``; so "wolves' win is worth 1.5" is ``team_win: {wolves: 1.5}``."""
+
+    win: float = 1.0
+    loss: float = -1.0
+    draw: float = 0.0
+    aborted: float = 0.0
+    team_win: dict[str, float] = Field(default_factory=dict)
+    team_loss: dict[str, float] = Field(default_factory=dict)
+    role_win: dict[str, float] = Field(default_factory=dict)
+    role_loss: dict[str, float] = Field(default_factory=dict)
+    #: Terminal-only bonus for seats listed in ``trajectory.metadata["alive_seats"]`` (a JSON list);
+    #: skipped, with a note, when the metadata is absent (the Trajectory has no alive flag of its own).
+    survival_bonus: float = 0.0
+
+
+class CreditConfig(_Strict):
+    """How a seat's outcome is spread over its turns (see ``credit.assign``)."""
+
+    mode: CreditMode = "terminal"
+    gamma: float = Field(default=0.95, gt=0.0, le=1.0)
+
+
+class PenaltyConfig(_Strict):
+    """Per-turn penalties; magnitudes are positive and the components they produce are negative."""
+
+    #: For a turn with ``valid`` false or ``defaulted`` true.
+    invalid: float = Field(default=0.0, ge=0.0)
+    #: Tags every response must contain, e.g. ``["think", "predict_next"]`` (checked as ``</tag>``).
+    required_tags: list[str] = Field(default_factory=list)
+    #: Per missing tag, per turn.
+    missing_tag: float = Field(default=0.0, ge=0.0)
+    #: A response is over-length when it has more response tokens than ``max_tokens`` or more
+    #: characters than ``max_chars`` (either limit may be None).
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_chars: int | None = Field(default=None, ge=1)
+    over_length: float = Field(default=0.0, ge=0.0)
+
+
+class PredictionConfig(_Strict):
+    """Bonus ``weight * similarity(prediction, next observation of the same seat)``; 0 disables it."""
+
+    weight: float = 0.0
+    metric: SimilarityMetric = "char_ratio"
+
+
+class SpecConfig(_Strict):
+    outcome: OutcomeConfig = Field(default_factory=OutcomeConfig)
+    credit: CreditConfig = Field(default_factory=CreditConfig)
+    penalties: PenaltyConfig = Field(default_factory=PenaltyConfig)
+    prediction: PredictionConfig = Field(default_factory=PredictionConfig)
+
+    def merged(self, overrides: dict[str, Any]) -> SpecConfig:
+        """A new config with ``overrides`` deep-merged over this one (validated again)."""
+        return SpecConfig.model_validate(_deep_merge(self.model_dump(), overrides))
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key in SpecConfig.model_fields:
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,151 @@
+"""Seat outcomes: read from the trajectory (Werewolf) or re-verified from the transcript (scenarios).
+
+Why re-verify scenarios: the verifier is a pure function of (scenario, transcript), so the reward does
+not have to trust whoever wrote ``trajectory.outcomes``; when the two disagree the verifier wins and the
+disagreement is reported as a note.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from wolfpack.v1 import common_pb2, trajectory_pb2
+from wolfpack_environment.games.scenarios import Scenario, VerificationResult, get_family, verify
+from wolfpack_environment.games.werewolf.models import TEAM_VILLAGE, TEAM_WOLVES, WOLF_ROLES
+from wolfpack_reward.config import OutcomeConfig
+from wolfpack_reward.result import ScoreError
+
+WIN, LOSS, DRAW, ABORTED = (
+    common_pb2.OUTCOME_KIND_WIN,
+    common_pb2.OUTCOME_KIND_LOSS,
+    common_pb2.OUTCOME_KIND_DRAW,
+    common_pb2.OUTCOME_KIND_ABORTED,
+)
+_FROM_VERDICT = {1: WIN, -1: LOSS, 0: DRAW}
+
+
+@dataclass(frozen=True)
+class SeatResult:
+    seat: int
+    role: str
+    team: str
+    outcome: int  # common_pb2.OutcomeKind
+
+
+def outcome_value(result: SeatResult, cfg: OutcomeConfig) -> float:
+    """The configured magnitude of a seat's outcome (role overrides team overrides the default)."""
+    if result.outcome == WIN:
+        return cfg.role_win.get(result.role, cfg.team_win.get(result.team, cfg.win))
+    if result.outcome == LOSS:
+        return cfg.role_loss.get(result.role, cfg.team_loss.get(result.team, cfg.loss))
+    if result.outcome == DRAW:
+        return cfg.draw
+    return cfg.aborted  # ABORTED, or UNSPECIFIED that could not be derived
+
+
+# --- Werewolf --------------------------------------------------------------------------------------------
+
+
+def werewolf_results(trajectory: trajectory_pb2.Trajectory) -> tuple[dict[int, SeatResult], dict[str, str]]:
+    """Seat results from ``trajectory.outcomes``; the team defaults from the role, and an UNSPECIFIED
+    outcome is derived from ``trajectory.winner`` (empty winner: aborted). Returns results and notes."""
+    if not trajectory.outcomes:
+        raise ScoreError("werewolf trajectory has no outcomes; the episode must be finished")
+    results: dict[int, SeatResult] = {}
+    notes: dict[str, str] = {}
+    winner = trajectory.winner
+    for o in trajectory.outcomes:
+        if o.seat in results:
+            raise ScoreError(f"seat {o.seat} appears twice in trajectory.outcomes")
+        team = o.team or (TEAM_WOLVES if o.role in WOLF_ROLES else TEAM_VILLAGE if o.role else "")
+        kind = int(o.outcome)
+        if winner and team and kind in (WIN, LOSS):
+            expected = WIN if team == winner else LOSS
+            if kind != expected:
+                notes[f"outcome_mismatch.seat{o.seat}"] = (
+                    f"outcome {common_pb2.OutcomeKind.Name(o.outcome)} but team {team!r} vs winner {winner!r}"
+                )
+        if kind == common_pb2.OUTCOME_KIND_UNSPECIFIED:
+            kind = (WIN if team == winner else LOSS) if winner and team else ABORTED
+        results[o.seat] = SeatResult(o.seat, o.role, team, kind)
+    return results, notes
+
+
+def alive_seats(trajectory: trajectory_pb2.Trajectory) -> set[int] | None:
+    """Seats listed in ``metadata["alive_seats"]`` (JSON list of ints), or None when absent."""
+    raw = trajectory.metadata.get("alive_seats")
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ScoreError(f"metadata alive_seats is not JSON: {exc}") from None
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ScoreError(f"metadata alive_seats must be a JSON list of seat numbers, got {raw!r}")
+    return set(value)
+
+
+# --- scenarios ---------------------------------------------------------------------------------------------
+
+
+def scenario_of(trajectory: trajectory_pb2.Trajectory) -> Scenario:
+    """The scenario in ``metadata["scenario"]`` (``Scenario.model_dump(mode="json")`` as JSON), checked
+    against the trajectory's game id."""
+    raw = trajectory.metadata.get("scenario")
+    if not raw:
+        raise ScoreError('scenario trajectory needs metadata["scenario"] (the scenario as JSON)')
+    try:
+        scenario = Scenario.model_validate_json(raw)
+    except (ValidationError, ValueError, KeyError) as exc:
+        first = str(exc).splitlines()[0:3]
+        raise ScoreError(f'metadata["scenario"] is not a valid scenario: {" ".join(first)}') from None
+    game_id = get_family(scenario.family).game_id
+    if trajectory.game.game_id != game_id:
+        raise ScoreError(
+            f"scenario family {scenario.family!r} is game {game_id}, but the trajectory is "
+            f"{trajectory.game.game_id!r}"
+        )
+    return scenario
+
+
+def transcript_of(trajectory: trajectory_pb2.Trajectory) -> list[tuple[int, str]]:
+    """The verifier's transcript: the messages the environment applied, in order.
+
+    * a valid turn contributes ``(seat, response_text)`` (``action.text`` if the response text is empty,
+      e.g. a structured action from an external seat);
+    * a defaulted turn contributes ``(seat, action.text)``: the default message the engine applied
+      instead of the invalid response;
+    * an invalid turn that was not defaulted (the seat was re-prompted) contributes nothing.
+    """
+    out: list[tuple[int, str]] = []
+    for turn in trajectory.turns:
+        if turn.defaulted:
+            out.append((turn.seat, turn.action.text))
+        elif turn.valid:
+            out.append((turn.seat, turn.response_text or turn.action.text))
+    return out
+
+
+def scenario_results(
+    trajectory: trajectory_pb2.Trajectory, scenario: Scenario
+) -> tuple[dict[int, SeatResult], VerificationResult, dict[str, str]]:
+    """Verifier outcomes for every scenario seat, plus notes where ``trajectory.outcomes`` disagrees."""
+    verdict = verify(scenario, transcript_of(trajectory))
+    results = {
+        p.seat: SeatResult(p.seat, p.role, p.role, _FROM_VERDICT[verdict.outcomes.get(p.seat, 0)])
+        for p in scenario.players
+    }
+    notes = {"verifier": verdict.reason}
+    claimed = {o.seat: int(o.outcome) for o in trajectory.outcomes}
+    diffs = [
+        f"seat {seat}: trajectory {common_pb2.OutcomeKind.Name(kind)}, "  # type: ignore[arg-type]
+        f"verifier {common_pb2.OutcomeKind.Name(results[seat].outcome)}"  # type: ignore[arg-type]
+        for seat, kind in sorted(claimed.items())
+        if kind != common_pb2.OUTCOME_KIND_UNSPECIFIED and kind != results[seat].outcome
+    ]
+    if diffs:
+        notes["verifier_mismatch"] = "; ".join(diffs)
+    return results, verdict, notes

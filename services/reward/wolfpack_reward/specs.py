@@ -1,0 +1,260 @@
+"""Named, versioned reward specs: a registry of ``score(trajectory, config) -> ScoreResult`` functions.
+
+Every spec has the same signature and the same ``SpecConfig`` shape; a spec is a score function plus its
+default config, registered as ``name@version``. Changing what a spec rewards means a new version, never an
+edit of an existing one, so ``trajectory.reward_spec`` always says exactly how its rewards were made.
+
+Per turn the components are ``outcome`` (credit-assigned), ``invalid_penalty``, ``format_penalty``,
+``length_penalty`` and ``prediction``; per seat the terminal-only components are ``outcome`` (a seat with
+no turns) and ``survival``. See result.py for the invariant that ties them together.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from wolfpack.v1 import trajectory_pb2
+from wolfpack_environment.games.scenarios import available_families, get_family
+from wolfpack_environment.games.werewolf import GAME_ID as WEREWOLF_GAME_ID
+from wolfpack_reward import credit, outcome, shaping
+from wolfpack_reward.config import (
+    OutcomeConfig,
+    PenaltyConfig,
+    PredictionConfig,
+    SpecConfig,
+)
+from wolfpack_reward.result import ScoreError, ScoreResult, SeatScore, TurnScore
+
+ScoreFn = Callable[[trajectory_pb2.Trajectory, SpecConfig], ScoreResult]
+
+WEREWOLF_GAMES: tuple[str, ...] = (WEREWOLF_GAME_ID,)
+SCENARIO_GAMES: tuple[str, ...] = tuple(get_family(name).game_id for name in available_families())
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    name: str
+    version: int
+    description: str
+    game_ids: tuple[str, ...]
+    config: SpecConfig
+    fn: ScoreFn = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def score(self, trajectory: trajectory_pb2.Trajectory, config: SpecConfig | None = None) -> ScoreResult:
+        """Check the trajectory fits this spec, score it, and stamp the result with ``name@version``."""
+        if not trajectory.turns:
+            raise ScoreError("trajectory has no turns; nothing to score")
+        game = trajectory.game.game_id
+        if game not in self.game_ids:
+            raise ScoreError(f"spec {self.key} scores {', '.join(self.game_ids)}, not game {game!r}")
+        result = self.fn(trajectory, config or self.config)
+        return ScoreResult(result.turns, result.seats, result.notes, self.key)
+
+
+SPECS: dict[str, RewardSpec] = {}
+
+
+def register_spec(
+    name: str,
+    version: int,
+    description: str,
+    game_ids: Iterable[str],
+    config: SpecConfig | None = None,
+) -> Callable[[ScoreFn], ScoreFn]:
+    """Decorator registering ``fn`` as ``name@version``; stack it to register one function under
+    several configs (``werewolf_outcome@1`` and ``werewolf_shaped@1`` share one function)."""
+
+    def deco(fn: ScoreFn) -> ScoreFn:
+        add_spec(RewardSpec(name, version, description, tuple(game_ids), config or SpecConfig(), fn))
+        return fn
+
+    return deco
+
+
+def add_spec(spec: RewardSpec) -> RewardSpec:
+    if "@" in spec.name or not spec.name or spec.version < 1:
+        raise ValueError(f"bad spec name/version {spec.name!r}@{spec.version}")
+    if spec.key in SPECS:
+        raise ValueError(f"reward spec {spec.key} is already registered")
+    SPECS[spec.key] = spec
+    return spec
+
+
+def get_spec(name: str) -> RewardSpec:
+    """``name@version``, or ``name`` for its latest version; a miss lists the valid names."""
+    if name in SPECS:
+        return SPECS[name]
+    versions = [s for s in SPECS.values() if s.name == name]
+    if "@" not in name and versions:
+        return max(versions, key=lambda s: s.version)
+    raise ScoreError(f"unknown reward spec {name!r}; specs: {', '.join(sorted(SPECS))}")
+
+
+DEFAULT_SPECS: dict[str, str] = {
+    **dict.fromkeys(WEREWOLF_GAMES, "werewolf_shaped@1"),
+    **dict.fromkeys(SCENARIO_GAMES, "scenario_shaped@1"),
+}
+
+
+def resolve_spec(name: str, game_id: str) -> RewardSpec:
+    """The named spec, or the game's default when ``name`` is empty."""
+    if name:
+        return get_spec(name)
+    if game_id not in DEFAULT_SPECS:
+        raise ScoreError(
+            f"no default reward spec for game {game_id!r}; games: {', '.join(sorted(DEFAULT_SPECS))}"
+        )
+    return get_spec(DEFAULT_SPECS[game_id])
+
+
+def load_specs(source: str | Path | Mapping[str, Any]) -> list[RewardSpec]:
+    """Register variants from YAML (a path or a parsed dict) of the form::
+
+        specs:
+          - {name: werewolf_wolfbonus, version: 1, base: werewolf_outcome@1,
+             description: "...", config: {outcome: {team_win: {wolves: 1.5}}}}
+
+    A variant reuses its base's score function and game ids, with ``config`` deep-merged over the base's.
+    """
+    data = source if isinstance(source, Mapping) else yaml.safe_load(Path(source).read_text())
+    added = []
+    for entry in (data or {}).get("specs", []):
+        extra = set(entry) - {"name", "version", "base", "description", "config"}
+        if extra:
+            raise ValueError(f"unknown keys in spec entry: {', '.join(sorted(extra))}")
+        base = get_spec(entry["base"])
+        try:
+            config = base.config.merged(entry.get("config") or {})
+        except ValidationError as exc:
+            raise ValueError(f"spec {entry['name']}: {exc}") from None
+        description = entry.get("description") or f"{base.description} (variant of {base.key})"
+        added.append(
+            add_spec(
+                RewardSpec(entry["name"], int(entry["version"]), description, base.game_ids, config, base.fn)
+            )
+        )
+    return added
+
+
+# --- shared scoring ------------------------------------------------------------------------------------
+
+
+def _check_seats(trajectory: trajectory_pb2.Trajectory, known: set[int], where: str) -> None:
+    bound = {b.seat for b in trajectory.seats}
+    for position, turn in enumerate(trajectory.turns):
+        if turn.seat not in known:
+            raise ScoreError(f"turn {position} is by seat {turn.seat}, which is not in {where}")
+        if bound and turn.seat not in bound:
+            raise ScoreError(f"turn {position} is by seat {turn.seat}, which is not in trajectory.seats")
+
+
+def compose(
+    trajectory: trajectory_pb2.Trajectory,
+    results: Mapping[int, outcome.SeatResult],
+    config: SpecConfig,
+    terminal: Mapping[int, dict[str, float]] | None = None,
+    notes: Mapping[str, str] | None = None,
+) -> ScoreResult:
+    """Outcome credit + penalties + prediction per turn; ``terminal`` adds seat-level components.
+
+    A seat without turns gets its outcome as a terminal-only ``outcome`` component, so no seat's result
+    is lost whatever the credit mode.
+    """
+    turns = list(trajectory.turns)
+    components: list[dict[str, float]] = [{} for _ in turns]
+    seat_terminal: dict[int, dict[str, float]] = {s: dict((terminal or {}).get(s, {})) for s in results}
+    for seat, res in results.items():
+        value = outcome.outcome_value(res, config.outcome)
+        positions = [p for p, t in enumerate(turns) if t.seat == seat]
+        if not positions:
+            seat_terminal[seat]["outcome"] = seat_terminal[seat].get("outcome", 0.0) + value
+        for p, amount in credit.assign(positions, value, config.credit.mode, config.credit.gamma).items():
+            components[p]["outcome"] = amount
+    for p, turn in enumerate(turns):
+        components[p].update(shaping.penalty_components(turn, config.penalties))
+    for p, bonus in shaping.prediction_components(turns, config.prediction).items():
+        components[p]["prediction"] = bonus
+    scored = [TurnScore(p, t.seat, components[p]) for p, t in enumerate(turns)]
+    seats = {
+        s: SeatScore(s, r.role, r.team, r.outcome, {k: v for k, v in seat_terminal[s].items() if v})
+        for s, r in results.items()
+    }
+    return ScoreResult(scored, seats, dict(notes or {}))
+
+
+# --- Werewolf ---------------------------------------------------------------------------------------------
+
+_SHAPED_PENALTIES = PenaltyConfig(invalid=0.1, max_tokens=1024, max_chars=6000, over_length=0.1)
+_SHAPED_PREDICTION = PredictionConfig(weight=0.2, metric="char_ratio")
+
+
+@register_spec(
+    "werewolf_shaped",
+    1,
+    "Werewolf team win/loss (+1/-1) on each seat's last turn, minus 0.1 per invalid or defaulted turn and "
+    "0.1 per over-length response (>1024 tokens or >6000 chars), plus 0.2 x char-similarity of "
+    "<predict_next> to the seat's next observation",
+    WEREWOLF_GAMES,
+    SpecConfig(penalties=_SHAPED_PENALTIES, prediction=_SHAPED_PREDICTION),
+)
+@register_spec(
+    "werewolf_outcome",
+    1,
+    "Werewolf team win/loss (+1/-1, draw/aborted 0) on each seat's last turn",
+    WEREWOLF_GAMES,
+    SpecConfig(outcome=OutcomeConfig()),
+)
+def score_werewolf(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) -> ScoreResult:
+    """Outcomes from ``trajectory.outcomes`` (every acting seat must have one)."""
+    results, notes = outcome.werewolf_results(trajectory)
+    _check_seats(trajectory, set(results), "trajectory.outcomes")
+    terminal: dict[int, dict[str, float]] = {}
+    if config.outcome.survival_bonus:
+        alive = outcome.alive_seats(trajectory)
+        if alive is None:
+            notes["survival"] = 'skipped: no metadata["alive_seats"]'
+        else:
+            terminal = {s: {"survival": config.outcome.survival_bonus} for s in results if s in alive}
+    return compose(trajectory, results, config, terminal, notes)
+
+
+# --- scenarios --------------------------------------------------------------------------------------------
+
+
+@register_spec(
+    "scenario_shaped",
+    1,
+    "Scenario verifier result (+1/-1/0) on each seat's last turn, minus 0.1 per invalid or defaulted turn "
+    "and 0.1 per over-length response, plus 0.2 x char-similarity of <predict_next> to the next observation",
+    SCENARIO_GAMES,
+    SpecConfig(penalties=_SHAPED_PENALTIES, prediction=_SHAPED_PREDICTION),
+)
+@register_spec(
+    "scenario_verified",
+    1,
+    "Scenario verifier result (+1 win, -1 loss, 0 draw) re-computed from the transcript, on each seat's "
+    "last turn",
+    SCENARIO_GAMES,
+)
+def score_scenario(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) -> ScoreResult:
+    """Outcomes re-verified from ``metadata["scenario"]`` and the applied turns (``outcome.transcript_of``)."""
+    scenario = outcome.scenario_of(trajectory)
+    seats = set(range(scenario.num_players))
+    _check_seats(trajectory, seats, f"the scenario's seats 0..{scenario.num_players - 1}")
+    for o in trajectory.outcomes:
+        if o.seat not in seats:
+            raise ScoreError(f"trajectory.outcomes has seat {o.seat}, which is not in the scenario")
+    results, verdict, notes = outcome.scenario_results(trajectory, scenario)
+    notes["verifier_details"] = json.dumps(verdict.details, sort_keys=True, default=str)
+    return compose(trajectory, results, config, None, notes)
