@@ -40,6 +40,9 @@ PRIVATE_PHRASES: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
+# Phases a seat may see while it is not acting (night sub-phases would reveal who holds a power).
+OPEN_PHASES = {"night", "last_words", "badge_pass", "shoot", "sheriff_vote", "day_discussion", "day_vote"}
+
 GARBAGE = [
     "",
     "   ",
@@ -101,6 +104,9 @@ class Oracle:
             for line, low in zip(text.splitlines(), low_lines, strict=True):
                 if pat.search(line) and name in low:
                     raise AssertionError(f"seat {seat} sees role of {t} ({name}) in: {line!r}")
+        if not obs.your_turn and not obs.done:
+            wolf_phase = env.is_wolf[seat] and obs.phase in ("night_wolf_chat", "night_wolf_vote")
+            assert obs.phase in OPEN_PHASES or wolf_phase, f"seat {seat} sees night phase {obs.phase}"
         phrases = PRIVATE_PHRASES[self.lang]
         if role != "seer":
             self._absent(seat, text, phrases["seer"])

@@ -76,6 +76,9 @@ SYSTEM = "system"
 _SPEAK_LEGAL: tuple[LegalAction, ...] = (LegalAction(K_SPEAK, (), True),)
 _PASS_LEGAL = LegalAction(K_PASS)
 
+_NIGHT_SUBPHASES = frozenset({PH_WOLF_CHAT, PH_WOLF_VOTE, PH_GUARD, PH_SEER, PH_WITCH})
+_WOLF_PHASES = frozenset({PH_WOLF_CHAT, PH_WOLF_VOTE})
+
 # Death causes (engine-internal; the public only ever sees "night", "exile" or "shot").
 CAUSE_WOLF = "wolf"
 CAUSE_POISON = "poison"
@@ -318,9 +321,14 @@ class WerewolfEnv(GameEnv):
     def observe(self, seat: int) -> Observation:
         legal = self._legal.get(seat, ())
         fb = self._feedback[seat]
+        phase = self.phase
+        if not legal and phase in _NIGHT_SUBPHASES and not (self.is_wolf[seat] and phase in _WOLF_PHASES):
+            # Like a moderator calling every role every night: whose night turn it is (and so which
+            # power roles are still alive) is hidden from everyone else.
+            phase = "night"
         return Observation(
             seat,
-            self.phase,
+            phase,
             self.day,
             bool(legal),
             self._done,
@@ -328,7 +336,7 @@ class WerewolfEnv(GameEnv):
             legal,
             self._turn,
             fb,
-            partial(self._render_obs, seat, len(self._ev), self.phase, self.day, legal, fb, self._done),
+            partial(self._render_obs, seat, len(self._ev), phase, self.day, legal, fb, self._done),
         )
 
     def _render_obs(
