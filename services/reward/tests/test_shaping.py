@@ -91,3 +91,14 @@ def test_penalty_rules() -> None:
     turn.defaulted = True
     assert shaping.penalty_components(turn, PenaltyConfig(invalid=1.0)) == {"invalid_penalty": -1.0}
     assert shaping.is_invalid(trajectory_pb2.Turn(valid=False))
+
+
+def test_prediction_compares_the_observation_tail() -> None:
+    turns = [
+        trajectory_pb2.Turn(seat=0, response_text="<predict_next>seat 2 dies</predict_next>"),
+        trajectory_pb2.Turn(seat=0, observation_text="x" * 5000 + "seat 2 dies"),
+    ]
+    tail = shaping.prediction_components(turns, PredictionConfig(weight=1.0, max_chars=11))
+    assert tail == {0: 1.0}
+    full = shaping.prediction_components(turns, PredictionConfig(weight=1.0, max_chars=None))
+    assert full[0] == pytest.approx(2 * 11 / 5022)

@@ -65,6 +65,9 @@ class PredictionConfig(_Strict):
 
     weight: float = 0.0
     metric: SimilarityMetric = "char_ratio"
+    #: Compare at most this many characters: the prediction's head and the observation's tail (where a
+    #: growing observation puts what is new). Why a cap: difflib is quadratic-ish, ~0.4 s for 1k x 10k chars.
+    max_chars: int | None = Field(default=2000, ge=1)
 
 
 class SpecConfig(_Strict):

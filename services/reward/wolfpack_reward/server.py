@@ -7,6 +7,7 @@ spec, wraps the call in a "score" span and maps ``ScoreError`` to INVALID_ARGUME
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Sequence
@@ -42,7 +43,7 @@ class RewardServicer(pb_grpc.RewardServiceServicer):
                     raise ScoreError("trajectory is required")
                 spec = resolve_spec(request.spec, traj.game.game_id)
                 span.set_attribute("wolfpack.reward_spec", spec.key)
-                result = spec.score(traj)
+                result = await asyncio.to_thread(spec.score, traj)  # keep the loop free for health
             except ScoreError as exc:
                 span.set_attribute("error.type", "invalid_argument")
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

@@ -115,5 +115,7 @@ def prediction_components(turns: Sequence[trajectory_pb2.Turn], cfg: PredictionC
         target = next_observation(turns, position)
         if target is None:
             continue
+        if cfg.max_chars is not None:
+            prediction, target = prediction[: cfg.max_chars], target[-cfg.max_chars :]
         out[position] = cfg.weight * similarity(prediction, target, cfg.metric)
     return out
