@@ -134,11 +134,21 @@ def _claimed_seers(k: Knowledge) -> list[int]:
     return [c for c in k.seer_claims if k.alive[c]]
 
 
+def _wolf_pick(k: Knowledge, targets: tuple[int, ...]) -> int:
+    """The pack's shared kill target: a claimed seer, else a choice every wolf computes identically
+    from public facts (day and who is alive), so scripted wolves coordinate without reading chat."""
+    seers = [c for c in _claimed_seers(k) if c in targets]
+    if seers:
+        return seers[0]
+    return targets[(k.day * 2654435761 + sum(k.alive) * 40503) % len(targets)]
+
+
 def _speech(env: WerewolfEnv, k: Knowledge, rng: random.Random) -> str:
     zh = env.config.language == "zh"
     if env.phase == PH_WOLF_CHAT:
-        non_wolves = [s for s, a in enumerate(k.alive) if a and s not in k.wolf_teammates and s != k.seat]
-        return _wolf_chat(env, rng, rng.choice(non_wolves) if non_wolves else k.seat)
+        mates = set(k.wolf_teammates)
+        non_wolves = tuple(s for s, a in enumerate(k.alive) if a and s not in mates and s != k.seat)
+        return _wolf_chat(env, rng, _wolf_pick(k, non_wolves) if non_wolves else k.seat)
     if k.role == SEER and k.seer_results:
         if zh:
             checks = "".join(
@@ -189,8 +199,7 @@ def heuristic_bot(env: GameEnv, seat: int, rng: random.Random) -> Action:
 
     if K_KILL in kinds:
         targets = non_wolf(kinds[K_KILL].targets) or kinds[K_KILL].targets
-        seers = [c for c in _claimed_seers(k) if c in targets]
-        return Action(K_KILL, seers[0] if seers else rng.choice(targets))
+        return Action(K_KILL, _wolf_pick(k, targets))
     if K_INSPECT in kinds:
         targets = kinds[K_INSPECT].targets
         unknown = [t for t in targets if t not in k.seer_results]

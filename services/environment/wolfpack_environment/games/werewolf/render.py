@@ -58,7 +58,7 @@ def _roles_summary(pack: dict[str, Any], csv: str) -> str:
     parts = []
     for item in csv.split(","):
         role, _, count = item.partition(":")
-        parts.append(f"{count} {_role_name(pack, role)}")
+        parts.append(str(pack["role_count"]).format(count=count, role=_role_name(pack, role)))
     return str(pack["players_sep"]).join(parts)
 
 
@@ -111,7 +111,9 @@ def rules_text(config: WerewolfConfig, pack: dict[str, Any]) -> str:
     for r in config.role_list():
         counts[r] = counts.get(r, 0) + 1
     roles = str(pack["players_sep"]).join(
-        f"{counts[r]} {_role_name(pack, r)}" for r in ALL_ROLES if r in counts
+        str(pack["role_count"]).format(count=counts[r], role=_role_name(pack, r))
+        for r in ALL_ROLES
+        if r in counts
     )
     extra = pack["extra_rules"]
     parts = [extra[f"witch_{config.witch_self_save}"]]
@@ -126,7 +128,7 @@ def rules_text(config: WerewolfConfig, pack: dict[str, Any]) -> str:
             n=config.n_players,
             roles=roles,
             win_rule=pack["win_rules"][config.win_rule],
-            extra_rules=" ".join(parts),
+            extra_rules=str(pack["rules_join"]).join(parts),
         )
         .rstrip()
     )
