@@ -164,6 +164,9 @@ class WerewolfEnv(GameEnv):
         self._events: list[Event] = []
         self.action_log: list[dict[int, Action | str]] = []
         self._done = True
+        self._setup_for: WerewolfConfig | None = None
+        self._base_roles: list[str] = []
+        self._counts_text = ""
         self.reset(seed=0)
 
     # --- setup ---------------------------------------------------------------------------------------
@@ -178,7 +181,12 @@ class WerewolfEnv(GameEnv):
         n = cfg.n_players
         self.n = n
         self.possible_agents = list(range(n))
-        roles = cfg.role_list()
+        if self._setup_for is not cfg:  # per-config constants, computed once per config object
+            self._setup_for = cfg
+            base_roles = cfg.role_list()
+            self._base_roles = base_roles
+            self._counts_text = ",".join(f"{r}:{c}" for r, c in _role_counts(base_roles))
+        roles = list(self._base_roles)
         if not cfg.seat_roles:
             self.rng.shuffle(roles)
         self.roles: list[str] = roles
@@ -224,7 +232,7 @@ class WerewolfEnv(GameEnv):
         self._has_specials = bool(self._seat_of)
 
         self._emit("setup", SYSTEM, text=",".join(roles))
-        self._emit("game_start", PUBLIC, text=",".join(f"{r}:{c}" for r, c in _role_counts(roles)))
+        self._emit("game_start", PUBLIC, text=self._counts_text)
         for seat in range(n):
             self._emit("role", f"seat:{seat}", actor=seat, text=roles[seat])
         if self.wolves:
@@ -410,21 +418,26 @@ class WerewolfEnv(GameEnv):
         self._turn += 1
         self.action_log.append(dict(actions))
         acting = self._acting
-        for seat in actions:
-            if seat not in acting:
-                infos[seat] = {"invalid_reason": "it is not your turn"}
-        for seat in tuple(acting):
-            if seat not in actions or self._done or seat not in self._acting:
+        matched = 0
+        for seat in acting[0:1] if len(acting) == 1 else tuple(acting):
+            if seat not in actions:
+                continue
+            matched += 1
+            if self._done or seat not in self._acting:
                 continue
             act = actions[seat]
             info: dict[str, Any] = {}
             infos[seat] = info
             rewards[seat] = 0.0
-            if type(act) is str:
+            parsed: Action | None
+            if type(act) is Action:
+                parsed = act
+                reason = self._check(seat, act)
+            elif type(act) is str:
                 pr = self.parse(seat, act)
                 if pr.action is None:
                     reason = pr.error
-                    parsed: Action | None = None
+                    parsed = None
                 else:
                     parsed = pr.action
                     reason = self._check(seat, parsed)
@@ -450,6 +463,10 @@ class WerewolfEnv(GameEnv):
                 self._feedback[seat] = ""
             assert parsed is not None
             self._apply(seat, parsed)
+        if matched < len(actions):
+            for seat in actions:
+                if seat not in infos:
+                    infos[seat] = {"invalid_reason": "it is not your turn"}
         return self._result(rewards, infos)
 
     def _result(self, rewards: dict[int, float], infos: dict[int, dict[str, Any]]) -> StepResult:
