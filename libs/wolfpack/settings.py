@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     grpc_max_message_mb: int = Field(default=64, ge=1, le=2047, description="Max gRPC message size, MiB.")
     grpc_grace_s: float = Field(default=10.0, ge=0, description="Drain time for in-flight calls on SIGTERM.")
     rpc_timeout_s: float = Field(default=30.0, gt=0, description="Default deadline of client calls.")
+    reward_specs: Path | None = Field(
+        default=None, description="YAML file of extra reward spec variants for the reward service."
+    )
     stream_trajectories: str = Field(default="wolfpack:trajectories", description="Trajectory stream key.")
     stream_maxlen: int = Field(default=100_000, ge=1, description="Approximate max entries kept per stream.")
     stream_claim_idle_ms: int = Field(

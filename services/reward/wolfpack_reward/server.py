@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,7 +69,6 @@ def register(server: grpc.aio.Server, servicer: RewardServicer | None = None) ->
 
 
 async def main(settings: Settings, address: str | None = None) -> None:
-    extra = os.environ.get("WOLFPACK_REWARD_SPECS")
-    if extra:
-        load_specs(extra)
+    if settings.reward_specs is not None:
+        load_specs(str(settings.reward_specs))
     await rpc.serve(SERVICE, register, settings, address)
