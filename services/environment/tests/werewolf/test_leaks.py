@@ -154,6 +154,9 @@ class Oracle:
         if role != "guard":
             assert k.last_protected == -1
         assert k.role == role and k.alive == tuple(env.alive)
+        if seat not in env.acting_seats() and not env.done:
+            wolf_phase = env.is_wolf[seat] and k.phase in ("night_wolf_chat", "night_wolf_vote")
+            assert k.phase in OPEN_PHASES or wolf_phase, f"seat {seat} knows night phase {k.phase}"
 
 
 def run_game(variant: str, seed: int, lang: str, p_garbage: float, options: dict[str, Any]) -> WerewolfEnv:

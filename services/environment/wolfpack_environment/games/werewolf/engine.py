@@ -329,11 +329,7 @@ class WerewolfEnv(GameEnv):
     def observe(self, seat: int) -> Observation:
         legal = self._legal.get(seat, ())
         fb = self._feedback[seat]
-        phase = self.phase
-        if not legal and phase in _NIGHT_SUBPHASES and not (self.is_wolf[seat] and phase in _WOLF_PHASES):
-            # Like a moderator calling every role every night: whose night turn it is (and so which
-            # power roles are still alive) is hidden from everyone else.
-            phase = "night"
+        phase = self._phase_for(seat, legal)
         return Observation(
             seat,
             phase,
@@ -346,6 +342,17 @@ class WerewolfEnv(GameEnv):
             fb,
             partial(self._render_obs, seat, len(self._ev), phase, self.day, legal, fb, self._done),
         )
+
+    def _phase_for(self, seat: int, legal: tuple[LegalAction, ...]) -> str:
+        """The phase as ``seat`` may see it.
+
+        Like a moderator calling every role every night, whose night turn it is (and so which power
+        roles are still alive) is hidden: non-acting seats see ``night`` (wolves see their own phases).
+        """
+        phase = self.phase
+        if not legal and phase in _NIGHT_SUBPHASES and not (self.is_wolf[seat] and phase in _WOLF_PHASES):
+            return "night"
+        return phase
 
     def _render_obs(
         self,
@@ -381,7 +388,7 @@ class WerewolfEnv(GameEnv):
             seat,
             role,
             team_of(role),
-            self.phase,
+            self._phase_for(seat, self._legal.get(seat, ())),
             self.day,
             tuple(self.alive),
             self.sheriff,
