@@ -168,3 +168,16 @@ def test_presets_end_by_their_win_rule(variant: str) -> None:
             assert env.truncated
         if variant == "12p":
             assert any(e.kind == "sheriff" for e in env.events)
+
+
+def test_step_never_renders_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Observation text is lazy: a whole bot game renders nothing until ``.text`` is read."""
+    import wolfpack_environment.games.werewolf.render as render_mod
+
+    def boom(*args: object, **kwargs: object) -> str:
+        raise AssertionError("rendered in the hot path")
+
+    monkeypatch.setattr(render_mod, "render_observation", boom)
+    env = WerewolfEnv("12p")
+    play(env, random_bot, seed=1)
+    assert env.done
