@@ -1,0 +1,255 @@
+"""vLLM (v1 engine, ``AsyncLLM``) backend for GPUs, written against vLLM 0.24.
+
+vLLM is imported lazily (inside methods), so this module imports where vLLM is absent; constructing the
+backend there raises FAILED_PRECONDITION. It is exercised by ``services/inference/gpu_check.py`` on the
+GPU machine, not by the CPU test suite.
+
+- Prompts go in as token ids (``{"prompt_token_ids": [...]}``) and come out as token ids: the policy layer
+  renders chat templates with the same HF tokenizer, so the ids are what RL trains on.
+- Logprobs: ``logprobs=0`` asks for the sampled token's logprob only, and the engine runs with
+  ``logprobs_mode="raw_logprobs"``: log_softmax of the raw logits, before temperature/top-k/top-p —
+  the same temperature-1 policy convention as the transformers backend.
+- Versions, two kinds:
+  * LoRA (``adapter_path``): each version is a new ``LoRARequest`` (fresh ``lora_int_id``); a request
+    carries the LoRARequest current at admission, so in-flight requests finish on the old adapter with
+    no pause at all.
+  * Full weights (``model_path`` or PushWeights): the engine holds one set of weights, so the update
+    closes an admission gate, waits for requests in flight to finish (they finish on the old version),
+    loads the new tensors into the running workers through ``collective_rpc`` (methods of
+    ``WolfpackWorkerExtension``), resets the prefix cache (its KV was computed by the old weights), bumps
+    the version and reopens the gate. New requests wait during the swap instead of failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from wolfpack_inference.backends.base import (
+    Backend,
+    Completion,
+    ErrorCode,
+    Finish,
+    InferenceError,
+    Request,
+    Result,
+    Sampling,
+    StreamChunk,
+    check_prompt_length,
+)
+from wolfpack_inference.config import PolicyConfig
+from wolfpack_inference.prompts import strip_think
+
+log = logging.getLogger(__name__)
+_FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH, "abort": Finish.ABORT}
+_lora_ids = itertools.count(1)
+EXTENSION = "wolfpack_inference.backends.vllm_worker.WolfpackWorkerExtension"
+
+
+def _vllm() -> Any:
+    try:
+        import vllm  # type: ignore[import-not-found]  # GPU-only dependency
+    except ImportError:
+        raise InferenceError(
+            ErrorCode.FAILED_PRECONDITION, "the vllm backend needs the `vllm` package (GPU machines only)"
+        ) from None
+    return vllm
+
+
+def _has_tokenizer(path: str) -> bool:
+    p = Path(path)
+    return not p.is_dir() or any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
+
+
+class VLLMBackend(Backend):
+    name = "vllm"
+
+    def __init__(self, model_path: str, cfg: PolicyConfig) -> None:
+        vllm = _vllm()
+        from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
+        from vllm.v1.engine.async_llm import AsyncLLM  # type: ignore[import-not-found]
+
+        self.cfg = cfg
+        self.model = model_path
+        self.adapter = ""
+        self.version = cfg.version
+        self.ignore_eos = cfg.ignore_eos
+        with_tokenizer = _has_tokenizer(model_path)
+        args = AsyncEngineArgs(
+            model=model_path,
+            dtype="auto" if cfg.dtype == "auto" else cfg.dtype,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            enforce_eager=cfg.enforce_eager,
+            enable_lora=True,
+            max_loras=cfg.max_loras,
+            max_lora_rank=64,
+            max_num_seqs=max(cfg.max_batch, 1),
+            skip_tokenizer_init=not with_tokenizer,
+            logprobs_mode="raw_logprobs",
+            worker_extension_cls=EXTENSION,
+            disable_log_stats=True,
+        )
+        self.engine = AsyncLLM.from_engine_args(args)
+        self.max_positions = int(self.engine.model_config.max_model_len)
+        self._tokenizer: Any = None
+        if with_tokenizer:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self._lora: Any = None
+        if cfg.adapter:
+            self._lora = self._lora_request(cfg.adapter, self.version)
+            self.adapter = cfg.adapter
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        log.info("vllm engine ready", extra={"model": model_path, "vllm": vllm.__version__})
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def _lora_request(self, path: str, version: int) -> Any:
+        from vllm.lora.request import LoRARequest  # type: ignore[import-not-found]
+
+        return LoRARequest(f"{self.cfg.policy_id}-v{version}", next(_lora_ids), path)
+
+    def _params(self, s: Sampling, streaming: bool) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind  # type: ignore[import-not-found]
+
+        return SamplingParams(
+            n=s.n,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k if s.top_k > 0 else -1,
+            seed=s.seed,
+            stop=list(s.stop) or None,
+            logprobs=0 if s.logprobs else None,
+            ignore_eos=self.ignore_eos,
+            detokenize=self._tokenizer is not None,
+            skip_special_tokens=True,
+            output_kind=RequestOutputKind.DELTA if streaming else RequestOutputKind.FINAL_ONLY,
+        )
+
+    async def _admit(self) -> tuple[int, Any]:
+        """Wait for an open gate, then count the request in flight and bind it to the current version."""
+        await self._gate.wait()
+        self._inflight += 1
+        self._idle.clear()
+        return self.version, self._lora
+
+    def _release(self) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
+
+    @staticmethod
+    def _logprobs(token_ids: list[int], entries: Any) -> list[float]:
+        if not entries:
+            return []
+        return [float(entries[i][t].logprob) for i, t in enumerate(token_ids)]
+
+    async def _run(self, request: Request, streaming: bool) -> AsyncIterator[tuple[int, Any]]:
+        s = request.sampling
+        check_prompt_length(len(request.prompt_ids), s.max_tokens, self.max_positions)
+        version, lora = await self._admit()
+        try:
+            rid = request.request_id or uuid.uuid4().hex
+            async for out in self.engine.generate(
+                {"prompt_token_ids": list(request.prompt_ids)},
+                self._params(s, streaming),
+                f"{rid}-{uuid.uuid4().hex[:8]}",
+                lora_request=lora,
+            ):
+                yield version, out
+        except InferenceError:
+            raise
+        except Exception as exc:  # vLLM validation errors are ValueError subclasses
+            code = ErrorCode.INVALID_ARGUMENT if isinstance(exc, ValueError) else ErrorCode.INTERNAL
+            raise InferenceError(code, f"vllm: {exc}") from exc
+        finally:
+            self._release()
+
+    async def generate(self, request: Request) -> Result:
+        version, final = 0, None
+        async for bound, out in self._run(request, streaming=False):
+            version, final = bound, out
+        if final is None:
+            raise InferenceError(ErrorCode.INTERNAL, "vllm returned no output")
+        completions = []
+        for o in sorted(final.outputs, key=lambda o: o.index):
+            ids = list(o.token_ids)
+            text = o.text or ""
+            completions.append(
+                Completion(
+                    token_ids=ids,
+                    logprobs=self._logprobs(ids, o.logprobs) if request.sampling.logprobs else [],
+                    text=strip_think(text) if request.strip_think else text,
+                    finish=_FINISH.get(o.finish_reason or "", Finish.ABORT),
+                )
+            )
+        return Result(completions, version, list(request.prompt_ids), len(request.prompt_ids))
+
+    async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
+        if request.sampling.n != 1:
+            raise InferenceError(ErrorCode.INVALID_ARGUMENT, "streaming supports n == 1 only")
+        async for version, out in self._run(request, streaming=True):
+            o = out.outputs[0]
+            ids = list(o.token_ids)
+            finish = _FINISH.get(o.finish_reason or "", Finish.ABORT) if out.finished else None
+            yield StreamChunk(
+                ids,
+                self._logprobs(ids, o.logprobs) if request.sampling.logprobs else [],
+                o.text or "",
+                version,
+                finish,
+            )
+
+    async def load(self, version: int, model_path: str = "", adapter_path: str = "") -> None:
+        if adapter_path:
+            lora = self._lora_request(adapter_path, version)
+            await self.engine.add_lora(lora)  # load before switching, so admission never waits on disk
+            self._lora, self.adapter, self.version = lora, adapter_path, version
+            return
+        await self._swap_weights(version, model_path or self.model)
+        self.model = model_path or self.model
+
+    async def update_weights(self, version: int, tensors: Mapping[str, Any], is_adapter: bool) -> None:
+        if is_adapter:
+            raise InferenceError(
+                ErrorCode.UNIMPLEMENTED, "push LoRA adapters as a directory through LoadPolicy"
+            )
+        from safetensors.torch import save_file
+
+        with tempfile.TemporaryDirectory(prefix="wolfpack-push-") as tmp:
+            flat = {k: v.contiguous() for k, v in tensors.items()}
+            await asyncio.to_thread(save_file, flat, str(Path(tmp) / "model.safetensors"))
+            await self._swap_weights(version, tmp)
+
+    async def _swap_weights(self, version: int, path: str) -> None:
+        """Gate closed → drain → load into workers → reset prefix cache → new version → gate open."""
+        self._gate.clear()
+        try:
+            await self._idle.wait()
+            await self.engine.collective_rpc("wolfpack_load_safetensors", args=(path,))
+            await self.engine.reset_prefix_cache()
+            self.version = version
+        finally:
+            self._gate.set()
+
+    async def weight_checksum(self) -> float:
+        sums = await self.engine.collective_rpc("wolfpack_weight_checksum")
+        return float(sum(sums))
+
+    async def close(self) -> None:
+        self.engine.shutdown()

@@ -1,0 +1,302 @@
+"""The policy registry: policy id → backend + versioned weights, and the request path that does not
+depend on the backend (prompt templating, context budget, validation).
+
+Versions: every policy has a monotonic version; ``load``/``push`` must name a larger one, checked under a
+per-policy lock so two concurrent updates cannot both win. The backend binds each request to the weights
+current at admission, so a response's version is the one that produced all its tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wolfpack_inference import prompts
+from wolfpack_inference.backends.base import Backend, ErrorCode, InferenceError, Request, Sampling
+from wolfpack_inference.config import PolicyConfig
+
+log = logging.getLogger(__name__)
+
+
+def build_backend(cfg: PolicyConfig, cache_dir: Path) -> Backend:
+    """Construct the backend named by ``cfg.backend`` (imports its heavy dependencies only then)."""
+    from wolfpack_inference.models import resolve_model
+
+    if cfg.backend == "openai":
+        from wolfpack_inference.backends.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(cfg)
+    path = resolve_model(cfg.model, cache_dir)
+    if cfg.backend == "vllm":
+        from wolfpack_inference.backends.vllm_backend import VLLMBackend
+
+        return VLLMBackend(path, cfg)
+    from wolfpack_inference.backends.transformers_backend import TransformersBackend
+
+    return TransformersBackend(
+        path,
+        version=cfg.version,
+        adapter=cfg.adapter,
+        device=cfg.device,
+        dtype=cfg.dtype,
+        max_batch=cfg.max_batch,
+        batch_wait_ms=cfg.batch_wait_ms,
+    )
+
+
+@dataclass
+class Prepared:
+    request: Request
+    compressed: bool
+
+
+class Policy:
+    """A served policy: its config, its backend, and the prompt path in front of it."""
+
+    def __init__(self, cfg: PolicyConfig, backend: Backend) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        self.lock = asyncio.Lock()
+
+    @property
+    def policy_id(self) -> str:
+        return self.cfg.policy_id
+
+    @property
+    def version(self) -> int:
+        return self.backend.version
+
+    @property
+    def context_budget(self) -> int:
+        """Prompt + completion tokens allowed: the configured budget, capped by the model's positions."""
+        limit = self.backend.max_positions
+        if self.cfg.context_budget and limit:
+            return min(self.cfg.context_budget, limit)
+        return self.cfg.context_budget or limit
+
+    def prepare(
+        self,
+        sampling: Sampling,
+        *,
+        messages: Sequence[Mapping[str, str]] | None = None,
+        token_ids: Sequence[int] | None = None,
+        add_generation_prompt: bool = True,
+        request_id: str = "",
+    ) -> Prepared:
+        """Validate and turn a prompt into a backend request, compressing chat prompts over budget."""
+        tok = self.backend.tokenizer
+        if messages is not None:
+            msgs = [{k: v for k, v in m.items() if v or k == "content"} for m in messages]
+            if not msgs or all(not m.get("content") for m in msgs):
+                raise InferenceError(ErrorCode.INVALID_ARGUMENT, "prompt is empty")
+            for m in msgs:
+                if m.get("role") not in ("system", "user", "assistant"):
+                    raise InferenceError(ErrorCode.INVALID_ARGUMENT, f"bad message role {m.get('role')!r}")
+            if self.backend.chat_only:  # remote chat backend: it templates and truncates itself
+                return Prepared(Request(sampling, [], msgs, request_id, self.cfg.strip_think), False)
+            if tok is None:
+                raise InferenceError(
+                    ErrorCode.INVALID_ARGUMENT, f"policy {self.policy_id} has no tokenizer: send token ids"
+                )
+            ids, compressed = self._render(msgs, add_generation_prompt, sampling.max_tokens)
+            return Prepared(Request(sampling, ids, msgs, request_id, self.cfg.strip_think), compressed)
+        ids = list(token_ids or [])
+        if not ids:
+            raise InferenceError(ErrorCode.INVALID_ARGUMENT, "prompt is empty")
+        if self.backend.chat_only:
+            raise InferenceError(
+                ErrorCode.INVALID_ARGUMENT, f"policy {self.policy_id} takes chat prompts, not token ids"
+            )
+        return Prepared(Request(sampling, ids, None, request_id, self.cfg.strip_think), False)
+
+    def _render(self, msgs: list[dict[str, str]], add_gen: bool, max_tokens: int) -> tuple[list[int], bool]:
+        tok = self.backend.tokenizer
+        budget = self.context_budget
+        ids = prompts.render_chat(tok, msgs, add_gen)
+        if not budget or len(ids) + max_tokens <= budget or not self.cfg.compress:
+            return ids, False  # the backend rejects what does not fit its positions
+        room = budget - max_tokens
+        if room <= 0:
+            raise InferenceError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"max_tokens ({max_tokens}) leaves no room for a prompt in the context budget ({budget})",
+            )
+        try:
+            kept, _ = prompts.compress_messages(
+                msgs, lambda m: len(prompts.render_chat(tok, m, add_gen)), room
+            )
+        except prompts.PromptTooLong as exc:
+            raise InferenceError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
+        return prompts.render_chat(tok, kept, add_gen), True
+
+
+class PolicyRegistry:
+    """Policies by id. ``load`` creates a policy or moves it to new weights."""
+
+    def __init__(self, cache_dir: Path, policies: Iterable[Policy] = ()) -> None:
+        self.cache_dir = cache_dir
+        self._policies: dict[str, Policy] = {p.policy_id: p for p in policies}
+        self._create_lock = asyncio.Lock()
+
+    @classmethod
+    def from_configs(cls, configs: Iterable[PolicyConfig], cache_dir: Path) -> PolicyRegistry:
+        return cls(cache_dir, [Policy(c, build_backend(c, cache_dir)) for c in configs])
+
+    def get(self, policy_id: str) -> Policy:
+        if not policy_id:
+            raise InferenceError(ErrorCode.INVALID_ARGUMENT, "policy_id is required")
+        try:
+            return self._policies[policy_id]
+        except KeyError:
+            known = ", ".join(sorted(self._policies)) or "none"
+            raise InferenceError(
+                ErrorCode.NOT_FOUND, f"unknown policy {policy_id!r}; served: {known}"
+            ) from None
+
+    def list(self) -> list[Policy]:
+        return [self._policies[k] for k in sorted(self._policies)]
+
+    async def load(
+        self, policy_id: str, version: int, model_path: str = "", adapter_path: str = ""
+    ) -> Policy:
+        """Create ``policy_id`` from ``model_path`` (like the first served policy) or move it to new
+        weights as ``version``, which must exceed the current version."""
+        if not policy_id:
+            raise InferenceError(ErrorCode.INVALID_ARGUMENT, "policy_id is required")
+        async with self._create_lock:
+            policy = self._policies.get(policy_id)
+            if policy is None:
+                if not model_path:
+                    raise InferenceError(
+                        ErrorCode.INVALID_ARGUMENT, f"new policy {policy_id!r} needs a model_path"
+                    )
+                template = next(iter(self._policies.values()), None)
+                base = template.cfg if template is not None else PolicyConfig()
+                cfg = base.model_copy(
+                    update=dict(policy_id=policy_id, model=model_path, adapter=adapter_path, version=version)
+                )
+                if cfg.backend == "openai":
+                    cfg = cfg.model_copy(update=dict(backend="transformers"))
+                backend = await asyncio.to_thread(build_backend, cfg, self.cache_dir)
+                policy = Policy(cfg, backend)
+                self._policies[policy_id] = policy
+                return policy
+        async with policy.lock:
+            self._check_version(policy, version)
+            await policy.backend.load(version, model_path, adapter_path)
+        return policy
+
+    async def push(
+        self, policy_id: str, version: int, tensors: Mapping[str, Any], is_adapter: bool
+    ) -> Policy:
+        policy = self.get(policy_id)
+        async with policy.lock:
+            self._check_version(policy, version)
+            await policy.backend.update_weights(version, tensors, is_adapter)
+        return policy
+
+    @staticmethod
+    def _check_version(policy: Policy, version: int) -> None:
+        if version <= policy.version:
+            raise InferenceError(
+                ErrorCode.FAILED_PRECONDITION,
+                f"policy {policy.policy_id}: version {version} must be greater than the current "
+                f"{policy.version}",
+            )
+
+    async def close(self) -> None:
+        for p in self._policies.values():
+            await p.backend.close()
+
+
+class TensorAssembler:
+    """Rebuilds tensors from PushWeights chunks (``name``, ``dtype``, ``shape``, ``data`` at ``offset``).
+
+    Chunks of one tensor may arrive in any order; each tensor is complete when all its bytes arrived.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, tuple[bytearray, str, tuple[int, ...], list[tuple[int, int]]]] = {}
+
+    def add(self, name: str, dtype: str, shape: Sequence[int], data: bytes, offset: int) -> None:
+        import torch
+
+        if not name:
+            raise InferenceError(ErrorCode.INVALID_ARGUMENT, "chunk without a tensor name")
+        entry = self._buffers.get(name)
+        if entry is None:
+            dt = getattr(torch, dtype, None)
+            if not isinstance(dt, torch.dtype):
+                raise InferenceError(ErrorCode.INVALID_ARGUMENT, f"{name}: unknown dtype {dtype!r}")
+            numel = 1
+            for d in shape:
+                numel *= int(d)
+            size = numel * torch.empty((), dtype=dt).element_size()
+            entry = (bytearray(size), dtype, tuple(int(d) for d in shape), [])
+            self._buffers[name] = entry
+        buf, _, _, spans = entry
+        if offset < 0 or offset + len(data) > len(buf):
+            raise InferenceError(ErrorCode.INVALID_ARGUMENT, f"{name}: chunk beyond the tensor's bytes")
+        buf[offset : offset + len(data)] = data
+        spans.append((offset, offset + len(data)))
+
+    def tensors(self) -> dict[str, Any]:
+        import torch
+
+        out = {}
+        for name, (buf, dtype, shape, spans) in self._buffers.items():
+            covered, end = 0, 0
+            for a, b in sorted(spans):
+                covered += max(0, b - max(a, end))
+                end = max(end, b)
+            if covered != len(buf):
+                raise InferenceError(ErrorCode.INVALID_ARGUMENT, f"{name}: got {covered} of {len(buf)} bytes")
+            dt = getattr(torch, dtype)
+            flat = torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)
+            out[name] = flat.reshape(shape).clone()
+        return out
+
+
+MAX_N = 64
+
+
+def make_sampling(
+    *,
+    max_tokens: int,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    stop: Sequence[str],
+    seed: int | None,
+    n: int,
+    logprobs: bool,
+) -> Sampling:
+    """Validated ``Sampling`` from wire values (proto defaults: ``top_p == 0`` and ``n == 0`` mean 1)."""
+
+    def bad(msg: str) -> InferenceError:
+        return InferenceError(ErrorCode.INVALID_ARGUMENT, msg)
+
+    if max_tokens <= 0:
+        raise bad(f"sampling.max_tokens must be > 0, got {max_tokens}")
+    if not temperature >= 0:  # also rejects NaN
+        raise bad(f"sampling.temperature must be >= 0, got {temperature}")
+    if not 0 <= top_p <= 1:
+        raise bad(f"sampling.top_p must be in [0, 1], got {top_p}")
+    if top_k < 0:
+        raise bad(f"sampling.top_k must be >= 0, got {top_k}")
+    if not 0 <= n <= MAX_N:
+        raise bad(f"sampling.n must be in [0, {MAX_N}], got {n}")
+    return Sampling(
+        max_tokens=max_tokens,
+        temperature=float(temperature),
+        top_p=float(top_p) or 1.0,
+        top_k=top_k,
+        stop=tuple(s for s in stop if s),
+        seed=seed,
+        n=n or 1,
+        logprobs=logprobs,
+    )

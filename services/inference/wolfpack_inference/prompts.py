@@ -1,0 +1,150 @@
+"""Prompt rendering and text post-processing, independent of any backend.
+
+- Chat prompts are rendered with the tokenizer's own chat template (``apply_chat_template``), so the
+  policy sees exactly the format it was trained with.
+- Context budget: a chat prompt that does not fit is *compressed* instead of rejected, because game
+  transcripts grow every round and a seat must still be able to act. The documented rule
+  (``compress_messages``): drop the oldest non-system messages first, always keeping every system message
+  and the latest user message; if that is still too long, cut the middle out of the longest remaining
+  message, replacing it with ``TRUNCATION_MARKER``. Token prompts are never compressed (the caller chose
+  those exact ids).
+- ``<think>`` handling: ``strip_think`` removes reasoning blocks from the *text* only; token ids and
+  logprobs stay exactly as sampled, since RL needs the whole trajectory.
+- ``TextTracker`` turns a growing list of token ids into visible text, stop-string matches and
+  stream-safe text deltas.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+TRUNCATION_MARKER = "\n[... truncated ...]\n"
+
+Message = dict[str, str]
+
+
+class PromptTooLong(ValueError):
+    """The prompt cannot fit even after compression (or compression is disabled)."""
+
+
+def render_chat(tokenizer: Any, messages: Sequence[Message], add_generation_prompt: bool = True) -> list[int]:
+    """Token ids of ``messages`` under the tokenizer's chat template."""
+    out = tokenizer.apply_chat_template(
+        list(messages), add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False
+    )
+    if isinstance(out, dict) or hasattr(out, "keys"):  # some tokenizers return a BatchEncoding anyway
+        out = out["input_ids"]
+    return [int(t) for t in out]
+
+
+def compress_messages(
+    messages: Sequence[Message], count: Callable[[Sequence[Message]], int], budget: int
+) -> tuple[list[Message], bool]:
+    """Messages that render to at most ``budget`` tokens (as measured by ``count``), and whether they
+    changed. Raises ``PromptTooLong`` when even the system and latest user messages, truncated, do not fit.
+
+    Order of cuts (documented contract, tested):
+      1. drop the oldest message that is neither a system message nor the latest user message, repeat;
+      2. then cut the middle of the longest remaining message (binary search on kept characters), marking
+         the cut with ``TRUNCATION_MARKER``; repeat on the next longest if needed.
+    """
+    msgs = [dict(m) for m in messages]
+    if count(msgs) <= budget:
+        return msgs, False
+    last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=len(msgs) - 1)
+    keep = {i for i, m in enumerate(msgs) if m.get("role") == "system"} | {last_user}
+    droppable = [i for i in range(len(msgs)) if i not in keep]
+    alive = list(range(len(msgs)))
+    for i in droppable:  # oldest first
+        alive.remove(i)
+        if count([msgs[j] for j in alive]) <= budget:
+            return [msgs[j] for j in alive], True
+    kept = [msgs[j] for j in alive]
+    tried: set[int] = set()
+    while count(kept) > budget:
+        candidates = [i for i in range(len(kept)) if i not in tried and len(kept[i]["content"]) > 0]
+        if not candidates:
+            raise PromptTooLong(f"prompt does not fit the context budget of {budget} tokens")
+        i = max(candidates, key=lambda k: len(kept[k]["content"]))
+        tried.add(i)
+        text = kept[i]["content"]
+        lo, hi = 0, len(text)  # characters kept
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            trial = [*kept[:i], {**kept[i], "content": _cut_middle(text, mid)}, *kept[i + 1 :]]
+            if count(trial) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        kept[i] = {**kept[i], "content": _cut_middle(text, lo)}
+    return kept, True
+
+
+def _cut_middle(text: str, keep: int) -> str:
+    if keep >= len(text):
+        return text
+    head = (keep + 1) // 2
+    tail = keep - head
+    return text[:head] + TRUNCATION_MARKER + (text[len(text) - tail :] if tail else "")
+
+
+_THINK_BLOCK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+
+
+def strip_think(text: str) -> str:
+    """Text without reasoning: ``<think>…</think>`` blocks (and an unclosed trailing ``<think>…``) are
+    removed, as is everything up to a leading ``</think>`` when the template opened the block in the
+    prompt (Qwen3-style)."""
+    close = text.find("</think>")
+    if close >= 0 and "<think>" not in text[:close]:
+        text = text[close + len("</think>") :]
+    return _THINK_BLOCK.sub("", text).lstrip()
+
+
+@dataclass
+class TextTracker:
+    """Incremental detokenizer for one completion: visible text, stop-string detection, stream deltas.
+
+    ``decode`` maps token ids to text (``skip_special_tokens=True``). The visible text is the decoded text
+    cut at the first stop string, then passed through ``strip_think`` when asked. Stream deltas hold back
+    the last few characters that could still grow into a stop string or a ``<think>`` tag, and any
+    incomplete UTF-8 sequence (decoded as U+FFFD), so streamed text never has to be retracted.
+    """
+
+    decode: Callable[[list[int]], str]
+    stop: Sequence[str] = ()
+    think: bool = False
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    stopped: bool = False
+    emitted: int = 0
+
+    def add(self, token_id: int) -> bool:
+        """Append one token; return True when a stop string now matches (the text is cut before it)."""
+        self.token_ids.append(token_id)
+        raw = self.decode(self.token_ids)
+        cut = min((k for k in (raw.find(s) for s in self.stop if s) if k >= 0), default=-1)
+        if cut >= 0:
+            raw, self.stopped = raw[:cut], True
+        self.text = raw
+        return self.stopped
+
+    @property
+    def visible(self) -> str:
+        return strip_think(self.text) if self.think else self.text
+
+    def delta(self, final: bool = False) -> str:
+        """Visible text not yet streamed; unless ``final``, minus a hold-back tail."""
+        vis = self.visible
+        end = len(vis)
+        if not final:
+            hold = max([len(s) - 1 for s in self.stop if s] + [len("</think>") if self.think else 0, 0])
+            end = max(self.emitted, end - hold)
+            while end > self.emitted and vis[end - 1] == "\ufffd":
+                end -= 1
+        out = vis[self.emitted : end]
+        self.emitted = max(self.emitted, end)
+        return out
