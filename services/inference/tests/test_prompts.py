@@ -1,0 +1,117 @@
+"""Context-budget compression, <think> stripping and incremental text, on the real tiny tokenizer and
+over gRPC."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from wolfpack.v1 import common_pb2
+from wolfpack.v1 import inference_service_pb2 as pb
+from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+from wolfpack_inference.prompts import (
+    TRUNCATION_MARKER,
+    PromptTooLong,
+    TextTracker,
+    compress_messages,
+    render_chat,
+    strip_think,
+)
+
+
+def chat_request(messages: list[tuple[str, str]], max_tokens: int = 8) -> pb.GenerateRequest:
+    return pb.GenerateRequest(
+        policy_id="tiny",
+        chat=pb.ChatPrompt(
+            messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in messages],
+            add_generation_prompt=True,
+        ),
+        sampling=pb.SamplingParams(max_tokens=max_tokens),
+    )
+
+
+async def test_history_is_dropped_oldest_first(stub: pb_grpc.InferenceServiceStub, tiny_dir: Path) -> None:
+    """Budget 200 tokens: old turns go, the system message and the latest user message stay."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    history = [("system", "You are player 3, a villager.")]
+    for i in range(12):
+        history += [
+            ("user", f"Round {i}: Alice accuses Bob of lying again."),
+            ("assistant", f"I vote {i % 5}."),
+        ]
+    history.append(("user", "Final vote now. Who is the wolf?"))
+    resp = await stub.Generate(chat_request(history, max_tokens=8))
+    assert resp.prompt_compressed
+    assert len(resp.prompt_token_ids) + 8 <= 200
+    text = tok.decode(list(resp.prompt_token_ids))
+    assert text.startswith("<|im_start|>system\nYou are player 3, a villager.")
+    assert "Final vote now. Who is the wolf?" in text
+    assert "Round 0:" not in text and "Round 11:" in text  # newest history kept
+    small = await stub.Generate(chat_request(history[:3], max_tokens=8))
+    assert not small.prompt_compressed
+
+
+async def test_long_message_is_cut_in_the_middle(stub: pb_grpc.InferenceServiceStub, tiny_dir: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    body = "START " + "the seer inspects Carol, " * 200 + " END"
+    resp = await stub.Generate(chat_request([("system", "Be brief."), ("user", body)], max_tokens=8))
+    assert resp.prompt_compressed and len(resp.prompt_token_ids) + 8 <= 200
+    text = tok.decode(list(resp.prompt_token_ids))
+    assert "Be brief." in text and "START" in text and "END" in text and TRUNCATION_MARKER in text
+
+
+def test_compression_rule_on_real_tokenizer(tiny_dir: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+
+    def count(m: object) -> int:
+        return len(render_chat(tok, m))  # type: ignore[arg-type]
+
+    msgs = [
+        {"role": "system", "content": "rules " * 5},
+        {"role": "user", "content": "old question " * 10},
+        {"role": "assistant", "content": "old answer " * 10},
+        {"role": "user", "content": "latest question"},
+    ]
+    kept, changed = compress_messages(msgs, count, count(msgs) - 5)
+    assert changed and [m["content"] for m in kept] == [
+        msgs[0]["content"],
+        msgs[2]["content"],
+        msgs[3]["content"],
+    ]
+    kept, _ = compress_messages(msgs, count, count([msgs[0], msgs[3]]))
+    assert kept == [msgs[0], msgs[3]]
+    with pytest.raises(PromptTooLong):
+        compress_messages(msgs, count, 3)
+
+
+def test_strip_think() -> None:
+    assert strip_think("<think>plan: vote 2</think> I vote for Bob.") == "I vote for Bob."
+    assert strip_think("reasoning...</think>Answer") == "Answer"  # template opened <think> in the prompt
+    assert strip_think("Sure. <think>unfinished") == "Sure. "
+    assert strip_think("no tags") == "no tags"
+
+
+def test_text_tracker_streams_without_retracting(tiny_dir: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    ids = tok.encode("I vote for Carol. STOP and more")
+    tracker = TextTracker(lambda t: tok.decode(t, skip_special_tokens=True), stop=("STOP",))
+    streamed = ""
+    for t in ids:
+        stopped = tracker.add(t)
+        streamed += tracker.delta(final=stopped)
+        if stopped:
+            break
+    assert tracker.stopped and streamed == tracker.text == "I vote for Carol. "
+
+
+async def test_thinker_policy_keeps_ids(stub: pb_grpc.InferenceServiceStub) -> None:
+    """strip_think changes text only: ids and logprobs are the same as without it."""
+    req = chat_request([("user", "Think, then vote.")], max_tokens=10)
+    req.sampling.logprobs = True
+    plain = await stub.Generate(req)
+    req.policy_id = "thinker"
+    thinker = await stub.Generate(req)
+    assert list(plain.completions[0].token_ids) == list(thinker.completions[0].token_ids)
+    assert thinker.completions[0].text == strip_think(plain.completions[0].text)
