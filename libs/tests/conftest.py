@@ -1,29 +1,15 @@
-"""Fixtures for the shared-library tests: a real Redis (never a mock) and an in-memory span exporter."""
+"""Fixtures for the shared-library tests (``redis_url`` comes from the root conftest)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from wolfpack import telemetry
-from wolfpack.redis_server import EmbeddedRedis
-
-
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``WOLFPACK_TEST_REDIS_URL`` if set, else an embedded real server for the session."""
-    url = os.environ.get("WOLFPACK_TEST_REDIS_URL")
-    if url:
-        yield url
-        return
-    with EmbeddedRedis(Path(tmp_path_factory.mktemp("redis"))) as server:
-        yield server.url
 
 
 @pytest.fixture

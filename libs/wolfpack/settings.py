@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     grpc_max_message_mb: int = Field(default=64, ge=1, le=2047, description="Max gRPC message size, MiB.")
     grpc_grace_s: float = Field(default=10.0, ge=0, description="Drain time for in-flight calls on SIGTERM.")
     rpc_timeout_s: float = Field(default=30.0, gt=0, description="Default deadline of client calls.")
+    scenario_store: str | None = Field(
+        default=None,
+        description="Scenario store: a path, sqlite:///path or redis:// URL (default <run_dir>/scenarios.sqlite3).",
+    )
     reward_specs: Path | None = Field(
         default=None, description="YAML file of extra reward spec variants for the reward service."
     )
@@ -81,6 +85,9 @@ class Settings(BaseSettings):
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError("must be host:port with a port between 1 and 65535")
         return v
+
+    def scenario_store_url(self) -> str:
+        return self.scenario_store or str(self.run_dir / "scenarios.sqlite3")
 
     def service_addr(self, service: str) -> str:
         """Address of ``service``: its ``WOLFPACK_<SERVICE>_ADDR`` or ``host:base_port+index``."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +20,13 @@ def limits() -> Limits:
 
 
 @pytest.fixture
-async def servicer(limits: Limits) -> EnvironmentServicer:
-    return EnvironmentServicer(EpisodeManager(limits))
+def scenario_store(tmp_path: Path) -> str:
+    return str(tmp_path / "scenarios.sqlite3")
+
+
+@pytest.fixture
+async def servicer(limits: Limits, scenario_store: str) -> EnvironmentServicer:
+    return EnvironmentServicer(EpisodeManager(limits), scenario_store=scenario_store)
 
 
 @pytest.fixture

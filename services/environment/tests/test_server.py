@@ -169,3 +169,22 @@ async def test_one_trace_per_episode_with_a_span_per_turn(env_client: Environmen
         assert t.attributes["wolfpack.seat"] == 1 and t.attributes["wolfpack.action.kind"]
         assert "wolfpack.phase" in t.attributes and "wolfpack.action.valid" in t.attributes
     assert trace.get_current_span().get_span_context().is_valid is False
+
+
+async def test_episodes_from_the_scenario_store(env_client: EnvironmentClient, scenario_store: str) -> None:
+    from wolfpack_environment.games.scenarios import generate_scenario, open_store
+
+    scenario = generate_scenario("bargaining", seed=9, difficulty="hard")
+    db = open_store(scenario_store)
+    db.insert(scenario)
+    db.close()
+    req = pb.CreateEpisodeRequest(
+        game=common_pb2.GameRef(game_id="bargaining_v1", variant="hard"), scenario_id=scenario.id
+    )
+    resp = await env_client.stub.CreateEpisode(req)
+    state = await env_client.get_episode(resp.episode_id, resp.admin_token)
+    assert state.done and scenario.id in state.events[0].text
+    req.scenario_id = "bargaining-0000000000000000"
+    assert await code_of(env_client.stub.CreateEpisode(req)) == grpc.StatusCode.NOT_FOUND
+    req.scenario_id, req.game.game_id = scenario.id, "trust_v1"
+    assert await code_of(env_client.stub.CreateEpisode(req)) == grpc.StatusCode.INVALID_ARGUMENT

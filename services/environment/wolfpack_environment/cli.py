@@ -132,8 +132,18 @@ def play(
 scenarios_app = typer.Typer(
     help="Generate, list, show and verify verifiable social scenarios.", no_args_is_help=True
 )
-StoreOpt = Annotated[Path, typer.Option(help="Scenario store (SQLite file).")]
-DEFAULT_STORE = Path(".wolfpack/scenarios.sqlite3")
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Scenario store: path, sqlite:///path or redis:// URL. Default: WOLFPACK_SCENARIO_STORE."
+    ),
+]
+
+
+def _store_url(store: str | None) -> str:
+    from wolfpack.settings import load_settings
+
+    return store or load_settings().scenario_store_url()
 
 
 @scenarios_app.command("generate")
@@ -142,7 +152,7 @@ def scenarios_generate(
     seed: Annotated[int, typer.Option(help="Generator seed.")] = 0,
     family: Annotated[list[str] | None, typer.Option(help="Families (repeatable); default all.")] = None,
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard; default all.")] = None,
-    store: StoreOpt = DEFAULT_STORE,
+    store: StoreOpt = None,
 ) -> None:
     """Generate N distinct, valid, solvable scenarios into the store and summarise them."""
     from rich.progress import track
@@ -154,14 +164,16 @@ def scenarios_generate(
     except (KeyError, ValueError) as exc:
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
-    store.parent.mkdir(parents=True, exist_ok=True)
-    db = open_store(store)
+    url = _store_url(store)
+    if "://" not in url:
+        Path(url).parent.mkdir(parents=True, exist_ok=True)
+    db = open_store(url)
     new = 0
     for i in track(
         range(0, len(scenarios), 200), description="storing", console=err, disable=not err.is_terminal
     ):
         new += db.insert(scenarios[i : i + 200])
-    table = Table(title=f"{len(scenarios)} scenarios (seed {seed}) → {store}")
+    table = Table(title=f"{len(scenarios)} scenarios (seed {seed}) → {url}")
     for col in ("family", "easy", "medium", "hard", "train", "eval"):
         table.add_column(col)
     by_family: dict[str, Counter[str]] = {}
@@ -184,15 +196,15 @@ def scenarios_list(
     tag: Annotated[str | None, typer.Option(help="Filter by tag.")] = None,
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard.")] = None,
     limit: Annotated[int, typer.Option(help="At most this many rows.")] = 20,
-    store: StoreOpt = DEFAULT_STORE,
+    store: StoreOpt = None,
 ) -> None:
     """List stored scenarios."""
     from wolfpack_environment.games.scenarios import open_store
 
-    db = open_store(store)
+    db = open_store(_store_url(store))
     rows = db.list(family=family, split=split, tag=tag, difficulty=difficulty, limit=limit)
     total = db.count(family=family, split=split, tag=tag, difficulty=difficulty)
-    table = Table(title=f"{len(rows)} of {total} scenarios in {store}")
+    table = Table(title=f"{len(rows)} of {total} scenarios in {_store_url(store)}")
     for col in ("id", "family", "difficulty", "split", "tags"):
         table.add_column(col)
     for sc in rows:
@@ -202,15 +214,15 @@ def scenarios_list(
 
 
 @scenarios_app.command("show")
-def scenarios_show(scenario_id: str, store: StoreOpt = DEFAULT_STORE) -> None:
+def scenarios_show(scenario_id: str, store: StoreOpt = None) -> None:
     """Print one scenario as JSON."""
     from wolfpack_environment.games.scenarios import open_store
 
-    db = open_store(store)
+    db = open_store(_store_url(store))
     sc = db.get(scenario_id)
     db.close()
     if sc is None:
-        err.print(f"[red]no scenario {scenario_id!r} in {store}[/]")
+        err.print(f"[red]no scenario {scenario_id!r} in {_store_url(store)}[/]")
         raise typer.Exit(1)
     sys.stdout.write(json.dumps(sc.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n")
 
@@ -219,16 +231,16 @@ def scenarios_show(scenario_id: str, store: StoreOpt = DEFAULT_STORE) -> None:
 def scenarios_verify(
     scenario_id: str,
     transcript_file: Annotated[Path, typer.Argument(help='JSON lines of {"seat": N, "text": "..."}.')],
-    store: StoreOpt = DEFAULT_STORE,
+    store: StoreOpt = None,
 ) -> None:
     """Verify a transcript against a stored scenario and print the per-seat outcome."""
     from wolfpack_environment.games.scenarios import open_store, verify_transcript
 
-    db = open_store(store)
+    db = open_store(_store_url(store))
     sc = db.get(scenario_id)
     db.close()
     if sc is None:
-        err.print(f"[red]no scenario {scenario_id!r} in {store}[/]")
+        err.print(f"[red]no scenario {scenario_id!r} in {_store_url(store)}[/]")
         raise typer.Exit(1)
     try:
         lines = [json.loads(ln) for ln in transcript_file.read_text().splitlines() if ln.strip()]

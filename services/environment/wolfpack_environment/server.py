@@ -15,7 +15,7 @@ from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
 from wolfpack.v1 import environment_service_pb2_grpc as pb_grpc
 from wolfpack_environment.games import Action, Event, Observation, list_games
-from wolfpack_environment.sessions import Episode, EpisodeManager, SeatPlan, SessionError
+from wolfpack_environment.sessions import Episode, EpisodeManager, NotFoundError, SeatPlan, SessionError
 
 SERVICE = "environment"
 _CONTROLLERS = {
@@ -57,8 +57,25 @@ def event_to_pb(e: Event) -> pb.GameEvent:
 
 
 class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
-    def __init__(self, manager: EpisodeManager | None = None) -> None:
+    def __init__(self, manager: EpisodeManager | None = None, scenario_store: str | None = None) -> None:
         self.manager = manager or EpisodeManager()
+        self.scenario_store_url = scenario_store
+        self._store: Any = None
+
+    def _scenario(self, scenario_id: str, game_id: str) -> Any:
+        """Look a scenario up in the store (opened on first use) and check it belongs to ``game_id``."""
+        if self.scenario_store_url is None:
+            raise SessionError("scenario_id needs a scenario store (WOLFPACK_SCENARIO_STORE)")
+        from wolfpack_environment.games.scenarios import open_store
+
+        if self._store is None:
+            self._store = open_store(self.scenario_store_url)
+        scenario = self._store.get(scenario_id)
+        if scenario is None:
+            raise NotFoundError(f"no scenario {scenario_id!r} in {self.scenario_store_url}")
+        if f"{scenario.family}_v1" != game_id:
+            raise SessionError(f"scenario {scenario_id} is a {scenario.family} scenario, not {game_id}")
+        return scenario
 
     def _observation(self, ep: Episode, seat: int, obs: Observation | None = None) -> pb.Observation:
         o = obs or self.manager.observe(ep, seat)
@@ -112,7 +129,7 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
             # Option values are YAML scalars/collections sent as strings ("true", "[1, 2]", "revote").
             options: dict[str, Any] = {k: yaml.safe_load(v) for k, v in request.options.items()}
             if request.scenario_id:
-                raise SessionError("scenario_id lookup needs the scenario store, which this server lacks yet")
+                options["scenario"] = self._scenario(request.scenario_id, request.game.game_id)
             ep = self.manager.create(
                 request.game.game_id,
                 request.game.variant,
@@ -218,7 +235,7 @@ def register(server: grpc.aio.Server, servicer: EnvironmentServicer | None = Non
 
 
 async def main(settings: Settings, address: str | None = None) -> None:
-    servicer = EnvironmentServicer()
+    servicer = EnvironmentServicer(scenario_store=settings.scenario_store_url())
 
     async def on_stop() -> None:
         servicer.manager.close_all()

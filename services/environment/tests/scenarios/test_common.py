@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,9 +13,9 @@ import pytest
 from wolfpack_environment.games import get_game, make_game
 from wolfpack_environment.games.conformance import api_test, malformed_action_test, play, seed_test
 from wolfpack_environment.games.scenarios import (
+    RedisScenarioStore,
     Scenario,
     ScenarioStore,
-    SQLiteScenarioStore,
     available_families,
     generate_scenario,
     generate_scenarios,
@@ -128,10 +130,20 @@ def test_scenario_rejects_tampering() -> None:
     assert Scenario.model_validate(data) == sc
 
 
-def test_store_round_trip(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "redis"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], ScenarioStore]:
+    """Opens the same store each call: a SQLite file, or Redis under a key prefix unique to the test
+    (never flushing a database that may be shared)."""
+    if request.param == "sqlite":
+        return lambda: open_store(f"sqlite:///{tmp_path / 's.sqlite3'}")
+    url: str = request.getfixturevalue("redis_url")
+    prefix = f"test:{uuid.uuid4().hex}"
+    return lambda: RedisScenarioStore(url, prefix=prefix)
+
+
+def test_store_round_trip(make_store: Callable[[], ScenarioStore]) -> None:
     scenarios = generate_scenarios(60, seed=2)
-    path = tmp_path / "s.sqlite3"
-    store = SQLiteScenarioStore(path)
+    store = make_store()
     assert isinstance(store, ScenarioStore)
     assert store.insert(scenarios) == 60
     assert store.insert(scenarios[:10]) == 0  # idempotent by id
@@ -140,23 +152,27 @@ def test_store_round_trip(tmp_path: Path) -> None:
         assert store.get(sc.id) == sc
     assert store.get("nope") is None
     store.close()
-    with open_store(f"sqlite:///{path}") as reopened:  # type: ignore[attr-defined]
-        fam = scenarios[0].family
-        assert reopened.count(family=fam) == sum(s.family == fam for s in scenarios)
-        listed = reopened.list(family=fam)
-        assert [s.id for s in listed] == sorted(s.id for s in scenarios if s.family == fam)
-        for split in ("train", "eval"):
-            assert reopened.count(split=split) == sum(s.split == split for s in scenarios)
-        assert reopened.count(difficulty="hard") == sum(s.difficulty == "hard" for s in scenarios)
-        tag = scenarios[0].tags[0]
-        assert reopened.count(tag=tag) == sum(tag in s.tags for s in scenarios)
-        assert reopened.count(tag=tag, family=fam, difficulty="easy") == sum(
-            tag in s.tags and s.family == fam and s.difficulty == "easy" for s in scenarios
-        )
-        page = reopened.list(limit=7, offset=3)
-        assert [s.id for s in page] == sorted(s.id for s in scenarios)[3:10]
-    with pytest.raises(ValueError):
-        open_store("redis://localhost")
+    reopened = make_store()
+    fam = scenarios[0].family
+    assert reopened.count(family=fam) == sum(s.family == fam for s in scenarios)
+    listed = reopened.list(family=fam)
+    assert [s.id for s in listed] == sorted(s.id for s in scenarios if s.family == fam)
+    for split in ("train", "eval"):
+        assert reopened.count(split=split) == sum(s.split == split for s in scenarios)
+    assert reopened.count(difficulty="hard") == sum(s.difficulty == "hard" for s in scenarios)
+    tag = scenarios[0].tags[0]
+    assert reopened.count(tag=tag) == sum(tag in s.tags for s in scenarios)
+    assert reopened.count(tag=tag, family=fam, difficulty="easy") == sum(
+        tag in s.tags and s.family == fam and s.difficulty == "easy" for s in scenarios
+    )
+    page = reopened.list(limit=7, offset=3)
+    assert [s.id for s in page] == sorted(s.id for s in scenarios)[3:10]
+    reopened.close()
+
+
+def test_unknown_store_scheme_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unsupported scenario store URL"):
+        open_store("mongodb://localhost")
 
 
 def test_random_vs_heuristic_never_crashes() -> None:

@@ -18,7 +18,12 @@ from wolfpack_environment.games.scenarios.families import FAMILY_NAMES, availabl
 from wolfpack_environment.games.scenarios.generator import generate_scenario, generate_scenarios
 from wolfpack_environment.games.scenarios.models import Scenario, VerificationResult
 from wolfpack_environment.games.scenarios.policies import BOTS, heuristic_bot, random_bot
-from wolfpack_environment.games.scenarios.store import ScenarioStore, SQLiteScenarioStore, open_store
+from wolfpack_environment.games.scenarios.store import (
+    RedisScenarioStore,
+    ScenarioStore,
+    SQLiteScenarioStore,
+    open_store,
+)
 from wolfpack_environment.games.scenarios.verifiers import verify, verify_transcript
 
 GAME_CLASSES: dict[str, type[ScenarioGame]] = {}
@@ -51,6 +56,7 @@ __all__ = [
     "BOTS",
     "FAMILY_NAMES",
     "GAME_CLASSES",
+    "RedisScenarioStore",
     "SQLiteScenarioStore",
     "Scenario",
     "ScenarioGame",

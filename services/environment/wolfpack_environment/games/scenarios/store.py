@@ -161,11 +161,93 @@ class SQLiteScenarioStore:
         self.close()
 
 
+class RedisScenarioStore:
+    """``ScenarioStore`` on Redis, for deployments where several services share one scenario pool.
+
+    Layout under ``prefix``: ``<prefix>:sc:<id>`` holds the JSON body; sets ``<prefix>:idx:all``,
+    ``<prefix>:idx:family:<f>``, ``:split:<s>``, ``:difficulty:<d>`` and ``:tag:<t>`` index the ids, so a
+    filtered listing is one SINTER plus one MGET. Inserts are idempotent by id (``SET NX``).
+    """
+
+    def __init__(self, url: str, prefix: str = "wolfpack:scenarios") -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(url)
+        self.prefix = prefix
+
+    def _key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    def insert(self, scenarios: Scenario | Iterable[Scenario]) -> int:
+        items = [scenarios] if isinstance(scenarios, Scenario) else list(scenarios)
+        new = 0
+        for sc in items:
+            body = json.dumps(sc.model_dump(mode="json"), sort_keys=True, ensure_ascii=False)
+            if not self.client.set(self._key("sc", sc.id), body, nx=True):
+                continue
+            new += 1
+            pipe = self.client.pipeline(transaction=True)
+            pipe.sadd(self._key("idx", "all"), sc.id)
+            pipe.sadd(self._key("idx", "family", sc.family), sc.id)
+            pipe.sadd(self._key("idx", "difficulty", sc.difficulty), sc.id)
+            pipe.sadd(self._key("idx", "split", sc.split or ""), sc.id)
+            for tag in sc.tags:
+                pipe.sadd(self._key("idx", "tag", tag), sc.id)
+            pipe.execute()
+        return new
+
+    def get(self, scenario_id: str) -> Scenario | None:
+        body = self.client.get(self._key("sc", scenario_id))
+        return None if body is None else Scenario.model_validate_json(body)
+
+    def _ids(
+        self, family: str | None, split: str | None, tag: str | None, difficulty: str | None
+    ) -> list[str]:
+        keys = [self._key("idx", "all")]
+        for kind, value in (("family", family), ("split", split), ("tag", tag), ("difficulty", difficulty)):
+            if value is not None:
+                keys.append(self._key("idx", kind, value))
+        ids = self.client.sinter(keys)
+        return sorted(i.decode() if isinstance(i, bytes) else str(i) for i in ids)
+
+    def list(
+        self,
+        *,
+        family: str | None = None,
+        split: str | None = None,
+        tag: str | None = None,
+        difficulty: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Scenario]:
+        ids = self._ids(family, split, tag, difficulty)
+        page = ids[offset:] if limit is None else ids[offset : offset + limit]
+        if not page:
+            return []
+        bodies = self.client.mget([self._key("sc", i) for i in page])
+        return [Scenario.model_validate_json(b) for b in bodies if b is not None]
+
+    def count(
+        self,
+        *,
+        family: str | None = None,
+        split: str | None = None,
+        tag: str | None = None,
+        difficulty: str | None = None,
+    ) -> int:
+        return len(self._ids(family, split, tag, difficulty))
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def open_store(url: str | Path = DEFAULT_PATH) -> ScenarioStore:
-    """Open a store from a path or ``sqlite:///path`` URL (other schemes are for future backends)."""
+    """Open a store from a path, a ``sqlite:///path`` URL, or a ``redis://`` / ``rediss://`` URL."""
     text = str(url)
+    if text.startswith(("redis://", "rediss://", "unix://")):
+        return RedisScenarioStore(text)
     if text.startswith("sqlite:///"):
         text = text[len("sqlite:///") :]
     elif "://" in text:
-        raise ValueError(f"unsupported scenario store URL {text!r} (only sqlite:/// is built in)")
+        raise ValueError(f"unsupported scenario store URL {text!r} (use a path, sqlite:///path or redis://)")
     return SQLiteScenarioStore(text)
