@@ -329,18 +329,22 @@ class WerewolfEnv(GameEnv):
     def observe(self, seat: int) -> Observation:
         legal = self._legal.get(seat, ())
         fb = self._feedback[seat]
-        phase = self._phase_for(seat, legal)
+        phase = self.phase
+        if not legal and phase in _NIGHT_SUBPHASES:
+            phase = self._phase_for(seat, legal)
+        day = self.day
+        done = self._done
         return Observation(
             seat,
             phase,
-            self.day,
+            day,
             bool(legal),
-            self._done,
+            done,
             self.roles[seat],
             legal,
             self._turn,
             fb,
-            partial(self._render_obs, seat, len(self._ev), phase, self.day, legal, fb, self._done),
+            partial(self._render_obs, seat, len(self._ev), phase, day, legal, fb, done),
         )
 
     def _phase_for(self, seat: int, legal: tuple[LegalAction, ...]) -> str:
@@ -560,8 +564,10 @@ class WerewolfEnv(GameEnv):
                         self._seer_claims = claims
             q = self._queue
             q.pop(0)
-            while q and not self._can_speak(q[0]):
-                q.pop(0)
+            if phase != PH_LAST_WORDS:
+                alive = self.alive
+                while q and not alive[q[0]]:
+                    q.pop(0)
             if q:
                 nxt = q[0]
                 self._acting = [nxt]
@@ -592,9 +598,6 @@ class WerewolfEnv(GameEnv):
             self._act_shoot(seat, action)
         elif phase == PH_BADGE:
             self._act_badge(seat, action)
-
-    def _can_speak(self, seat: int) -> bool:
-        return self.phase == PH_LAST_WORDS or self.alive[seat]
 
     def _alive_seats(self) -> list[int]:
         alive = self.alive
