@@ -153,6 +153,13 @@ def scenarios_generate(
     family: Annotated[list[str] | None, typer.Option(help="Families (repeatable); default all.")] = None,
     difficulty: Annotated[str | None, typer.Option(help="easy, medium or hard; default all.")] = None,
     store: StoreOpt = None,
+    llm_base_url: Annotated[
+        str | None, typer.Option(help="Optional: paraphrase wording with an OpenAI-compatible endpoint.")
+    ] = None,
+    llm_model: Annotated[str, typer.Option(help="Model name for --llm-base-url.")] = "",
+    llm_api_key_env: Annotated[
+        str, typer.Option(help="Environment variable holding the API key.")
+    ] = "OPENAI_API_KEY",
 ) -> None:
     """Generate N distinct, valid, solvable scenarios into the store and summarise them."""
     from rich.progress import track
@@ -164,6 +171,18 @@ def scenarios_generate(
     except (KeyError, ValueError) as exc:
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
+    if llm_base_url:
+        import os
+
+        from wolfpack_environment.games.scenarios.variation import openai_chat, vary
+
+        chat = openai_chat(llm_base_url, llm_model, os.environ.get(llm_api_key_env, ""))
+        varied = [vary(sc, chat) for sc in track(scenarios, description="LLM variation", console=err)]
+        kept = sum(not v.accepted for v in varied)
+        scenarios = [v.scenario for v in varied]
+        err.print(
+            f"LLM variation: {len(varied) - kept} paraphrased, {kept} kept as generated (failed checks)."
+        )
     url = _store_url(store)
     if "://" not in url:
         Path(url).parent.mkdir(parents=True, exist_ok=True)
