@@ -217,3 +217,11 @@ def test_structured_actions_need_matching_kind() -> None:
     assert not r.infos[0].get("invalid_reason")
     r = env.step({1: Action("final", text="ACCEPT")})
     assert env.done and env.outcome() == WIN_WIN and r.rewards == {0: 1.0, 1: 1.0}
+
+
+def test_statements_inside_predict_next_blocks_do_not_count() -> None:
+    from wolfpack_environment.games.scenarios.parsing import strip_think, visible_text
+
+    text = "Let me think.<predict_next>They will say ACCEPT and FINAL_BID: 10</predict_next>\nFINAL_BID: 500"
+    assert "ACCEPT" not in strip_think(text) and "FINAL_BID: 500" in strip_think(text)
+    assert visible_text("Hello <predict_next>ACCEPT") == "Hello"

@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.S | re.I)
+# A <predict_next> block is the author's private guess of what comes next (scored by the reward
+# service); statements inside it must not count, and other seats must not read it.
+_PREDICT_BLOCK = re.compile(r"<predict_next>.*?(?:</predict_next>|$)", re.S | re.I)
 _MEANINGFUL = re.compile(r"[A-Za-z0-9\u4e00-\u9fff]")
 _QUOTES = (
     re.compile(r'"[^"\n]*"'),
@@ -50,8 +53,8 @@ class StatementError(ValueError):
 
 
 def strip_think(text: str) -> str:
-    """Remove reasoning blocks so that statements inside them never count."""
-    text = _THINK_BLOCK.sub("", text)
+    """Remove reasoning and prediction blocks so that statements inside them never count."""
+    text = _PREDICT_BLOCK.sub("", _THINK_BLOCK.sub("", text))
     low = text.lower()
     opened = low.find("<think>")
     if opened >= 0:
