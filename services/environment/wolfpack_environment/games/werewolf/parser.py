@@ -19,7 +19,8 @@ Rules (also in the README):
 * Several explicit actions in one answer: the **last** one wins ("vote 3 … actually vote 5" -> 5).
   Negations ("don't save", "不救") count as ``pass``.
 * A verb of another targeted kind (vote/kill/elect/choose) is read as the phase's only targeted
-  action (a wolf writing "I vote for player 3" at night means kill 3).
+  action (a wolf writing "I vote for player 3" at night means kill 3) — never for the witch, who
+  must say ``save`` or ``poison``.
 """
 
 from __future__ import annotations
