@@ -45,6 +45,8 @@ def build_backend(cfg: PolicyConfig, cache_dir: Path) -> Backend:
         dtype=cfg.dtype,
         max_batch=cfg.max_batch,
         batch_wait_ms=cfg.batch_wait_ms,
+        ignore_eos=cfg.ignore_eos,
+        torch_threads=cfg.torch_threads,
     )
 
 

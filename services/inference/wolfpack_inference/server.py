@@ -16,8 +16,8 @@ from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 from wolfpack_inference.backends.base import ErrorCode, Finish, InferenceError, Result
-from wolfpack_inference.config import InferenceSettings
 from wolfpack_inference.policies import Policy, PolicyRegistry, Prepared, TensorAssembler, make_sampling
+from wolfpack_inference.settings import InferenceSettings
 
 SERVICE = "inference"
 _FINISH = {Finish.LENGTH: pb.FINISH_REASON_LENGTH, Finish.STOP: pb.FINISH_REASON_STOP, Finish.ABORT: pb.FINISH_REASON_ABORT}  # fmt: skip

