@@ -1,0 +1,719 @@
+"""HTTP + WebSocket gateway in front of the environment gRPC service, for agents that do not speak gRPC.
+
+Why a gateway and not a second server inside the environment service: the environment service stays
+one gRPC adapter over ``EpisodeManager`` (one source of truth for tokens, turn ids, timeouts and rate
+limits), while this process only translates. Every rule an agent can break is still enforced by the
+service, and its gRPC status codes are mapped to HTTP statuses one to one, so an HTTP agent and a gRPC
+agent see the same errors for the same mistakes.
+
+Why reset/step: most agent code (gym loops, LLM harnesses in any language) is written as
+``obs = reset(); while not done: obs = step(action)``. The environment service is push-based instead
+(an ``Observe`` stream), so ``reset`` and ``step`` here *wait* (long-poll, bounded by ``wait_s``) until
+the seat must act or the game ends; an agent written as a plain loop never has to poll. The WebSocket
+endpoint exposes the push model directly for agents that prefer it.
+
+The protocol is documented in ``gateway_protocol.md`` next to this file. Run it with
+``python -m wolfpack_environment.gateway --port 8080 --env 127.0.0.1:50051`` (intended CLI:
+``wolfpack gateway --port 8080``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+from aiohttp import WSMsgType, web
+
+from wolfpack.settings import Settings, load_settings
+from wolfpack.v1 import common_pb2
+from wolfpack.v1 import environment_service_pb2 as pb
+from wolfpack_environment.client import EnvironmentClient
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8080
+DEFAULT_MAX_BODY_BYTES = 256 * 1024
+DEFAULT_WAIT_S = 20.0
+MAX_WAIT_S = 60.0
+
+HTTP_STATUS: Mapping[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.FAILED_PRECONDITION: 409,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+}
+"""gRPC status -> HTTP status; anything else (INTERNAL, UNKNOWN, ...) is a 502: the upstream failed."""
+
+_OUTCOMES: Mapping[int, str | None] = {
+    common_pb2.OUTCOME_KIND_UNSPECIFIED: None,
+    common_pb2.OUTCOME_KIND_WIN: "win",
+    common_pb2.OUTCOME_KIND_LOSS: "loss",
+    common_pb2.OUTCOME_KIND_DRAW: "draw",
+    common_pb2.OUTCOME_KIND_ABORTED: "aborted",
+}
+_CONTROLLERS: Mapping[int, str] = {
+    common_pb2.SEAT_CONTROLLER_UNSPECIFIED: "",
+    common_pb2.SEAT_CONTROLLER_POLICY: "policy",
+    common_pb2.SEAT_CONTROLLER_EXTERNAL: "external",
+    common_pb2.SEAT_CONTROLLER_SCRIPTED: "scripted",
+}
+
+
+class ApiError(Exception):
+    """An error answered as ``{"error": {"code", "message"}}`` with an HTTP status (or a WS error)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _bad(message: str) -> NoReturn:
+    raise ApiError(400, "INVALID_ARGUMENT", message)
+
+
+def from_rpc_error(exc: grpc.aio.AioRpcError) -> ApiError:
+    code = exc.code()
+    return ApiError(HTTP_STATUS.get(code, 502), code.name, exc.details() or code.name)
+
+
+def error_response(err: ApiError) -> web.Response:
+    return web.json_response({"error": {"code": err.code, "message": err.message}}, status=err.status)
+
+
+# --------------------------------------------------------------------------- proto -> JSON
+
+
+def outcome_name(kind: int) -> str | None:
+    return _OUTCOMES.get(kind)
+
+
+def observation_json(obs: pb.Observation) -> dict[str, Any]:
+    """The observation as JSON. ``legal_actions[].targets`` are 0-based seat indices (as ``action.target``);
+    texts (``text``, ``messages``) speak of 1-based player numbers, exactly as the game renders them."""
+    return {
+        "episode_id": obs.episode_id,
+        "seat": obs.seat,
+        "turn_id": obs.turn_id,
+        "phase": obs.phase,
+        "round": obs.round,
+        "role": obs.role,
+        "your_turn": obs.your_turn,
+        "done": obs.done,
+        "outcome": outcome_name(obs.outcome),
+        "feedback": obs.feedback,
+        "legal_actions": [
+            {"kind": la.kind, "targets": list(la.targets), "needs_text": la.needs_text}
+            for la in obs.legal_actions
+        ],
+        "text": obs.text,
+        "messages": [{"role": m.role, "content": m.content} for m in obs.messages],
+    }
+
+
+def action_json(action: common_pb2.Action) -> dict[str, Any] | None:
+    if not action.kind:
+        return None
+    return {
+        "kind": action.kind,
+        "target": action.target if action.HasField("target") else None,
+        "text": action.text,
+    }
+
+
+def act_result_json(resp: pb.ActResponse) -> dict[str, Any]:
+    return {
+        "accepted": resp.accepted,
+        "reason": resp.reason,
+        "action": action_json(resp.action),
+        "defaulted": resp.defaulted,
+        "duplicate": resp.duplicate,
+        "done": resp.observation.done,
+        "outcome": outcome_name(resp.observation.outcome),
+        "observation": observation_json(resp.observation),
+    }
+
+
+def episode_json(resp: pb.GetEpisodeResponse) -> dict[str, Any]:
+    return {
+        "episode_id": resp.episode_id,
+        "game": {"game_id": resp.game.game_id, "variant": resp.game.variant},
+        "seed": resp.seed,
+        "phase": resp.phase,
+        "round": resp.round,
+        "done": resp.done,
+        "winner": resp.winner,
+        "seats": [
+            {
+                "seat": s.seat,
+                "alive": s.alive,
+                "role": s.role,
+                "controller": _CONTROLLERS.get(s.controller, ""),
+                "outcome": outcome_name(s.outcome),
+            }
+            for s in resp.seats
+        ],
+        "events": [
+            {
+                "index": e.index, "kind": e.kind, "channel": e.channel, "actor": e.actor, "target": e.target,
+                "text": e.text, "phase": e.phase, "round": e.round,
+            }
+            for e in resp.events
+        ],
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- JSON -> proto (validated)
+
+
+def parse_json_object(raw: str | bytes) -> dict[str, Any]:
+    """A JSON object or a 400 that says what is wrong (never a 500 on bad input)."""
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        _bad(f"malformed JSON: {exc}")
+    if not isinstance(value, dict):
+        _bad(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _int(body: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    value = body.get(key, default)
+    if value is None:
+        _bad(f"{key!r} is required")
+    if isinstance(value, bool) or not isinstance(value, int):
+        _bad(f"{key!r} must be an integer")
+    return value
+
+
+def _str(body: Mapping[str, Any], key: str, default: str = "") -> str:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        _bad(f"{key!r} must be a string")
+    return value
+
+
+def _number(body: Mapping[str, Any], key: str, default: float) -> float:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _bad(f"{key!r} must be a number")
+    return float(value)
+
+
+def _seat_key(key: object, what: str) -> int:
+    try:
+        return int(str(key))
+    except ValueError:
+        _bad(f"{what}: seat keys must be integers, got {key!r}")
+
+
+def create_request(body: Mapping[str, Any]) -> pb.CreateEpisodeRequest:
+    """``POST /v1/episodes`` body -> ``CreateEpisodeRequest``; the service validates the game itself."""
+    game = _str(body, "game") or _str(body, "game_id")
+    if not game:
+        _bad("'game' is required, e.g. \"werewolf_v1\" (see GET /v1/games)")
+    seed = _int(body, "seed", 0)
+    if seed < 0:
+        _bad("'seed' must be >= 0")
+    req = pb.CreateEpisodeRequest(
+        game=common_pb2.GameRef(game_id=game, variant=_str(body, "variant")),
+        seed=seed,
+        default_bot=_str(body, "default_bot"),
+        language=_str(body, "language", "en"),
+        turn_timeout_s=_number(body, "turn_timeout_s", 0.0),
+        request_id=_str(body, "request_id"),
+    )
+    external = body.get("external_seats", [])
+    if not isinstance(external, list) or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in external
+    ):
+        _bad("'external_seats' must be a list of seat indices (0-based)")
+    for seat in external:
+        req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_EXTERNAL)
+    for key, what in (("bots", "bot"), ("policy_seats", "policy id")):
+        mapping = body.get(key, {})
+        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+            _bad(f"{key!r} must be an object of seat -> {what} name")
+        for seat_key, name in mapping.items():
+            seat = _seat_key(seat_key, key)
+            if key == "bots":
+                req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_SCRIPTED, bot=name)
+            else:
+                binding = req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
+                binding.policy.policy_id = name
+    options = body.get("options", {})
+    if not isinstance(options, dict):
+        _bad("'options' must be an object")
+    for k, v in options.items():
+        # The service reads option values as YAML; JSON is YAML, so non-strings travel as their JSON.
+        req.options[k] = v if isinstance(v, str) else json.dumps(v)
+    return req
+
+
+def fill_act(req: pb.ActRequest, body: Mapping[str, Any]) -> None:
+    """``turn_id`` plus either ``action`` (structured, 0-based ``target``) or ``text`` (parsed by the game)."""
+    req.turn_id = _int(body, "turn_id")
+    action = body.get("action")
+    text = body.get("text")
+    if action is not None and text is not None:
+        _bad("give either 'action' or 'text', not both")
+    if action is not None:
+        if not isinstance(action, dict):
+            _bad('\'action\' must be an object like {"kind": "vote", "target": 2}')
+        kind = _str(action, "kind")
+        if not kind:
+            _bad("'action.kind' is required")
+        req.action.kind = kind
+        req.action.text = _str(action, "text")
+        if action.get("target") is not None:
+            req.action.target = _int(action, "target")
+    elif text is not None:
+        if not isinstance(text, str):
+            _bad("'text' must be a string")
+        req.raw_text = text
+    else:
+        _bad("give 'action' (structured) or 'text' (free text the game parses)")
+
+
+# --------------------------------------------------------------------------- the app
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Gateway knobs; defaults suit agents on the open internet (bodies are small, waits bounded)."""
+
+    env_target: str
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    default_wait_s: float = DEFAULT_WAIT_S
+    max_wait_s: float = MAX_WAIT_S
+    ws_heartbeat_s: float = 20.0
+
+
+CLIENT_KEY = web.AppKey("wolfpack_env_client", EnvironmentClient)
+CONFIG_KEY = web.AppKey("wolfpack_gateway_config", GatewayConfig)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error leaves as a JSON body: ours, gRPC's (mapped), aiohttp's (404 route, 413 body) and
+    unexpected ones (500, logged) — an agent's error handling only has to parse one shape."""
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return error_response(err)
+    except grpc.aio.AioRpcError as exc:
+        return error_response(from_rpc_error(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE"}.get(
+            exc.status, "HTTP_ERROR"
+        )
+        message = exc.text or exc.reason
+        if exc.status == 413:
+            limit = request.app[CONFIG_KEY].max_body_bytes
+            message = f"request body too large; the limit is {limit} bytes"
+        return error_response(ApiError(exc.status, code, message))
+    except Exception:
+        log.exception("gateway: unexpected error", extra={"path": request.path})
+        return error_response(ApiError(500, "INTERNAL", "internal gateway error"))
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    return parse_json_object(await request.read())
+
+
+def _token(request: web.Request, body: Mapping[str, Any] | None = None) -> str:
+    """The token from ``Authorization: Bearer``, the JSON body or ``?token=`` (browsers' WebSockets
+    cannot set headers, hence the query)."""
+    auth = request.headers.get("Authorization", "")
+    if auth.lower().startswith("bearer "):
+        token = auth[7:].strip()
+    else:
+        token = _str(body or {}, "token") or request.query.get("token", "")
+    if not token:
+        raise ApiError(
+            401, "UNAUTHENTICATED", "a token is required (body 'token', ?token= or Authorization: Bearer)"
+        )
+    return token
+
+
+def _wait_s(request: web.Request, body: Mapping[str, Any]) -> float:
+    cfg = request.app[CONFIG_KEY]
+    raw: Any = body.get("wait_s", request.query.get("wait_s"))
+    if raw is None:
+        return cfg.default_wait_s
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        _bad("'wait_s' must be a number of seconds")
+    return max(0.0, min(value, cfg.max_wait_s))
+
+
+async def wait_for_turn(
+    client: EnvironmentClient, episode_id: str, token: str, current: pb.Observation, wait_s: float
+) -> pb.Observation:
+    """``current`` if the seat must act or the game is over; else the first observation of the Observe
+    stream where that holds, or the latest one when ``wait_s`` runs out (``your_turn`` false: call again)."""
+    if current.your_turn or current.done or wait_s <= 0:
+        return current
+    latest = current
+    call = client.stub.Observe(pb.ObserveRequest(episode_id=episode_id, token=token))
+
+    async def first_actionable() -> None:
+        nonlocal latest
+        async for resp in call:
+            latest = resp.observation
+            if latest.your_turn or latest.done:
+                return
+
+    try:
+        await asyncio.wait_for(first_actionable(), wait_s)
+    except TimeoutError:
+        pass
+    finally:
+        call.cancel()
+    return latest
+
+
+async def list_games(request: web.Request) -> web.Response:
+    games = await request.app[CLIENT_KEY].list_games()
+    return web.json_response(
+        {
+            "games": [
+                {
+                    "game_id": g.game_id,
+                    "description": g.description,
+                    "variants": [
+                        {"name": v.name, "num_seats": v.num_seats, "description": v.description}
+                        for v in g.variants
+                    ],
+                    "bots": list(g.bots),
+                }
+                for g in games
+            ]
+        }
+    )
+
+
+async def create_episode(request: web.Request) -> web.Response:
+    req = create_request(await _body(request))
+    resp = await request.app[CLIENT_KEY].stub.CreateEpisode(req)
+    return web.json_response(
+        {
+            "episode_id": resp.episode_id,
+            "num_seats": resp.num_seats,
+            "admin_token": resp.admin_token,
+            "seat_tokens": [{"seat": t.seat, "token": t.token} for t in resp.seat_tokens],
+        },
+        status=201,
+    )
+
+
+async def reset(request: web.Request) -> web.Response:
+    """The seat's welcome: rules and role are in ``observation.text``; waits until it must act."""
+    body = await _body(request)
+    token = _token(request, body)
+    episode_id = request.match_info["episode_id"]
+    client = request.app[CLIENT_KEY]
+    seat = client.seat(episode_id, token)
+    obs = await wait_for_turn(client, episode_id, token, await seat.observation(), _wait_s(request, body))
+    state = await client.get_episode(episode_id, token)
+    return web.json_response(
+        {
+            "observation": observation_json(obs),
+            "done": obs.done,
+            "outcome": outcome_name(obs.outcome),
+            "info": {
+                "episode_id": episode_id,
+                "seat": obs.seat,
+                "player": obs.seat + 1,
+                "role": obs.role,
+                "game": {"game_id": state.game.game_id, "variant": state.game.variant},
+                "num_seats": len(state.seats),
+            },
+        }
+    )
+
+
+async def step(request: web.Request) -> web.Response:
+    """Act, then wait for the seat's next decision. A rejected answer returns at once with the
+    re-prompt (same ``turn_id``, ``feedback`` set); an accepted one returns the next turn's observation."""
+    body = await _body(request)
+    token = _token(request, body)
+    episode_id = request.match_info["episode_id"]
+    req = pb.ActRequest(episode_id=episode_id, token=token)
+    fill_act(req, body)
+    client = request.app[CLIENT_KEY]
+    resp = await client.stub.Act(req)
+    result = act_result_json(resp)
+    if resp.accepted or resp.defaulted:
+        obs = await wait_for_turn(client, episode_id, token, resp.observation, _wait_s(request, body))
+        result.update(observation=observation_json(obs), done=obs.done, outcome=outcome_name(obs.outcome))
+    return web.json_response(result)
+
+
+async def get_observation(request: web.Request) -> web.Response:
+    """Long-poll for the seat's observation (``?wait_s=0`` for the current one without waiting)."""
+    token = _token(request)
+    episode_id = request.match_info["episode_id"]
+    client = request.app[CLIENT_KEY]
+    current = await client.seat(episode_id, token).observation()
+    obs = await wait_for_turn(client, episode_id, token, current, _wait_s(request, {}))
+    return web.json_response(
+        {"observation": observation_json(obs), "done": obs.done, "outcome": outcome_name(obs.outcome)}
+    )
+
+
+async def get_episode(request: web.Request) -> web.Response:
+    token = _token(request)
+    resp = await request.app[CLIENT_KEY].get_episode(request.match_info["episode_id"], token)
+    return web.json_response(episode_json(resp))
+
+
+async def close_episode(request: web.Request) -> web.Response:
+    token = _token(request)
+    closed = await request.app[CLIENT_KEY].close_episode(request.match_info["episode_id"], token)
+    return web.json_response({"closed": closed})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+# --------------------------------------------------------------------------- WebSocket
+
+
+async def websocket(request: web.Request) -> web.StreamResponse:
+    """Push model: observations as they happen, acts as messages. The token is checked *before* the
+    upgrade, so a bad token or episode is a plain HTTP 403/404 with the usual JSON body."""
+    token = _token(request)
+    episode_id = request.match_info["episode_id"]
+    client = request.app[CLIENT_KEY]
+    cfg = request.app[CONFIG_KEY]
+    await client.seat(episode_id, token).observation()  # raises -> mapped HTTP error, no upgrade
+    ws = web.WebSocketResponse(heartbeat=cfg.ws_heartbeat_s, max_msg_size=cfg.max_body_bytes)
+    await ws.prepare(request)
+    # Held while an act is answered: the act_result goes out before any later observation, and the
+    # socket is not closed (game over) between an act and its result.
+    act_lock = asyncio.Lock()
+
+    async def send(message: dict[str, Any]) -> None:
+        if not ws.closed:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await ws.send_json(message)
+
+    async def pump() -> None:
+        call = client.stub.Observe(pb.ObserveRequest(episode_id=episode_id, token=token))
+        try:
+            async for resp in call:
+                async with act_lock:
+                    await send({"type": "observation", "observation": observation_json(resp.observation)})
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                err = from_rpc_error(exc)
+                await send({"type": "error", "code": err.code, "message": err.message})
+        finally:
+            call.cancel()
+        async with act_lock:
+            await ws.close(code=1000, message=b"episode over")
+
+    pump_task = asyncio.create_task(pump())
+    try:
+        async for msg in ws:
+            if msg.type != WSMsgType.TEXT:
+                if msg.type == WSMsgType.BINARY:
+                    await send(
+                        {"type": "error", "code": "INVALID_ARGUMENT", "message": "send JSON text frames"}
+                    )
+                continue
+            async with act_lock:
+                await send(await _ws_message(client, episode_id, token, msg.data))
+    finally:
+        pump_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pump_task
+    return ws
+
+
+async def _ws_message(client: EnvironmentClient, episode_id: str, token: str, data: str) -> dict[str, Any]:
+    """One client message -> the reply; errors become ``{"type": "error"}`` and the socket stays open."""
+    ref: object = None
+    try:
+        body = parse_json_object(data)
+        ref = body.get("id")
+        kind = body.get("type")
+        if kind == "act":
+            req = pb.ActRequest(episode_id=episode_id, token=token)
+            fill_act(req, body)
+            reply = {"type": "act_result", **act_result_json(await client.stub.Act(req))}
+        elif kind == "observe":
+            obs = await client.seat(episode_id, token).observation()
+            reply = {"type": "observation", "observation": observation_json(obs)}
+        elif kind == "ping":
+            reply = {"type": "pong"}
+        else:
+            _bad(f"unknown message type {kind!r}; send 'act', 'observe' or 'ping'")
+    except ApiError as err:
+        reply = {"type": "error", "code": err.code, "message": err.message}
+    except grpc.aio.AioRpcError as exc:
+        mapped = from_rpc_error(exc)
+        reply = {"type": "error", "code": mapped.code, "message": mapped.message}
+    if ref is not None:
+        reply["id"] = ref  # lets a client match replies to requests
+    return reply
+
+
+def create_app(
+    env_target: str,
+    settings: Settings | None = None,
+    *,
+    config: GatewayConfig | None = None,
+) -> web.Application:
+    """The gateway app; its gRPC channel opens on startup and closes on cleanup (it must live on the
+    app's event loop)."""
+    cfg = config or GatewayConfig(env_target=env_target)
+    app = web.Application(middlewares=[errors_middleware], client_max_size=cfg.max_body_bytes)
+    app[CONFIG_KEY] = cfg
+
+    async def channel(app: web.Application) -> AsyncIterator[None]:
+        async with EnvironmentClient(cfg.env_target, settings or load_settings()) as client:
+            app[CLIENT_KEY] = client
+            yield
+
+    app.cleanup_ctx.append(channel)
+    app.router.add_get("/healthz", health)
+    app.router.add_get("/v1/games", list_games)
+    app.router.add_post("/v1/episodes", create_episode)
+    app.router.add_get("/v1/episodes/{episode_id}", get_episode)
+    app.router.add_delete("/v1/episodes/{episode_id}", close_episode)
+    app.router.add_post("/v1/episodes/{episode_id}/reset", reset)
+    app.router.add_post("/v1/episodes/{episode_id}/step", step)
+    app.router.add_get("/v1/episodes/{episode_id}/observation", get_observation)
+    app.router.add_get("/v1/episodes/{episode_id}/ws", websocket)
+    return app
+
+
+class RunningGateway:
+    """A started gateway (tests, embedding): its bound port and ``stop()``."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int) -> None:
+        self.runner = runner
+        self.host = host
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
+def resolve_env_target(env_target: str | None, settings: Settings) -> str:
+    """Explicit target, else ``WOLFPACK_ENVIRONMENT_ADDR``, else the stack's default address."""
+    return env_target or settings.service_addr("environment")
+
+
+async def start_gateway(
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    env_target: str | None = None,
+    *,
+    settings: Settings | None = None,
+    config: GatewayConfig | None = None,
+) -> RunningGateway:
+    """Bind and start the gateway (``port=0`` picks a free port); the caller owns ``stop()``."""
+    settings = settings or load_settings()
+    target = resolve_env_target(env_target, settings)
+    app = create_app(target, settings, config=config or GatewayConfig(env_target=target))
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = runner.addresses[0][1] if runner.addresses else port
+    return RunningGateway(runner, host, int(bound))
+
+
+async def serve_gateway(
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    env_target: str | None = None,
+    *,
+    settings: Settings | None = None,
+    config: GatewayConfig | None = None,
+) -> None:
+    """Run the gateway until SIGINT/SIGTERM (what ``wolfpack gateway`` will call)."""
+    running = await start_gateway(host, port, env_target, settings=settings, config=config)
+    target = config.env_target if config else resolve_env_target(env_target, settings or load_settings())
+    log.info("gateway serving", extra={"url": running.url, "environment": target})
+    print(f"wolfpack gateway on {running.url} -> environment {target}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await running.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m wolfpack_environment.gateway",
+        description="HTTP + WebSocket gateway to the Wolfpack environment service (protocol: gateway_protocol.md).",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 = free)"
+    )
+    parser.add_argument(
+        "--env",
+        dest="env_target",
+        default=None,
+        help="environment service host:port (default WOLFPACK_ENVIRONMENT_ADDR or the stack default)",
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="request/WS message size limit"
+    )
+    parser.add_argument(
+        "--max-wait-s", type=float, default=MAX_WAIT_S, help="upper bound of reset/step long-poll waits"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO)
+    settings = load_settings()
+    target = resolve_env_target(args.env_target, settings)
+    cfg = GatewayConfig(env_target=target, max_body_bytes=args.max_body_bytes, max_wait_s=args.max_wait_s)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_gateway(args.host, args.port, target, settings=settings, config=cfg))
+
+
+if __name__ == "__main__":
+    main()
