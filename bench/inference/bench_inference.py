@@ -65,6 +65,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         policy_id="bench", backend=args.backend, model=model, device=args.device, dtype=args.dtype,
         max_batch=max(sizes), batch_wait_ms=args.batch_wait_ms, ignore_eos=True,
         enforce_eager=args.enforce_eager, gpu_memory_utilization=args.gpu_memory_utilization,
+        enable_lora=False,
     )  # fmt: skip
     backend: Backend = build_backend(cfg, cache)
     vocab = len(backend.tokenizer) if backend.tokenizer is not None else 32000

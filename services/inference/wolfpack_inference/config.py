@@ -35,7 +35,9 @@ class PolicyConfig(BaseModel):
     # vllm
     gpu_memory_utilization: float = 0.8
     enforce_eager: bool = False
+    enable_lora: bool = True
     max_loras: int = 4
+    max_lora_rank: int = 64
     ignore_eos: bool = Field(default=False, description="Benchmarks only: generate max_tokens every time.")
     # openai-compatible remote
     base_url: str = ""

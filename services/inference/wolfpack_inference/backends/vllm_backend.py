@@ -86,9 +86,9 @@ class VLLMBackend(Backend):
             dtype="auto" if cfg.dtype == "auto" else cfg.dtype,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             enforce_eager=cfg.enforce_eager,
-            enable_lora=True,
+            enable_lora=cfg.enable_lora,
             max_loras=cfg.max_loras,
-            max_lora_rank=64,
+            max_lora_rank=cfg.max_lora_rank,
             max_num_seqs=max(cfg.max_batch, 1),
             skip_tokenizer_init=not with_tokenizer,
             logprobs_mode="raw_logprobs",
@@ -217,6 +217,10 @@ class VLLMBackend(Backend):
 
     async def load(self, version: int, model_path: str = "", adapter_path: str = "") -> None:
         if adapter_path:
+            if not self.cfg.enable_lora:
+                raise InferenceError(
+                    ErrorCode.FAILED_PRECONDITION, "this vllm policy runs with enable_lora off"
+                )
             lora = self._lora_request(adapter_path, version)
             await self.engine.add_lora(lora)  # load before switching, so admission never waits on disk
             self._lora, self.adapter, self.version = lora, adapter_path, version
@@ -243,6 +247,7 @@ class VLLMBackend(Backend):
             await self._idle.wait()
             await self.engine.collective_rpc("wolfpack_load_safetensors", args=(path,))
             await self.engine.reset_prefix_cache()
+            self._lora, self.adapter = None, ""  # a full checkpoint replaces base and adapter alike
             self.version = version
         finally:
             self._gate.set()
