@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -285,3 +286,16 @@ async def test_silent_seat_gets_default_actions_and_the_long_poll_sees_the_end(
     assert obs["done"] and obs["outcome"] in ("win", "loss", "draw")
     state = await call(http, "GET", f"/v1/episodes/{ep['episode_id']}", params={"token": ep["admin_token"]})
     assert state["done"] and state["events"]
+
+
+async def test_unreachable_environment_service_is_503() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens once the socket is closed
+    running = await start_gateway("127.0.0.1", 0, dead, settings=load_settings(rpc_timeout_s=5))
+    try:
+        async with aiohttp.ClientSession(base_url=running.url) as session:
+            assert await error_of(session, "GET", "/v1/games", 503) == "UNAVAILABLE"
+            assert (await call(session, "GET", "/healthz")) == {"status": "ok"}
+    finally:
+        await running.stop()
