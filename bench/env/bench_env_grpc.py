@@ -7,6 +7,9 @@ observation. The in-process row plays the same games with the engine's random bo
 The two are measured side by side in one run because this machine's CPUs are shared and noisy.
 
     .venv/bin/python bench/env/bench_env_grpc.py --seconds 5 --episodes 64
+
+Rows: in process; one Observe stream + unary Act per seat (what a single external agent does); the
+batched ``PlaySeats`` stream without observation text (structure only) and with text.
 """
 
 from __future__ import annotations
@@ -91,6 +94,40 @@ async def over_grpc(target: str, players: int, episodes: int, seconds: float) ->
         return counts["games"], counts["actions"], time.perf_counter() - start
 
 
+async def over_play_seats(
+    target: str, players: int, episodes: int, seconds: float, include_text: bool
+) -> tuple[int, int, float]:
+    """Batched path: ``episodes`` games at a time over one PlaySeats stream, all answers to a batch of
+    decisions in one message."""
+    counts = {"games": 0, "actions": 0}
+    rng = random.Random(0)
+    decide = random_legal(rng)
+
+    def counted(obs: pb.Observation) -> common_pb2.Action:
+        counts["actions"] += 1
+        return decide(obs)
+
+    settings = load_settings(rpc_timeout_s=60)
+    async with EnvironmentClient(target, settings) as client:
+        start = time.perf_counter()
+        seed = 0
+        while time.perf_counter() - start < seconds:
+            created = await asyncio.gather(
+                *(
+                    client.create_episode(
+                        "werewolf_v1", f"{players}p", seed=seed + i, external_seats=tuple(range(players))
+                    )
+                    for i in range(episodes)
+                )
+            )
+            seed += episodes
+            seats = [(ep.episode_id, s, t) for ep in created for s, t in ep.seat_tokens.items()]
+            await client.play_seats(seats, counted, include_text=include_text)
+            await asyncio.gather(*(client.close_episode(ep.episode_id, ep.admin_token) for ep in created))
+            counts["games"] += episodes
+        return counts["games"], counts["actions"], time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -119,15 +156,24 @@ def main() -> None:
             table.add_column(col, justify="right")
         for players in args.players:
             g0, a0, t0 = in_process(players, args.seconds)
-            g1, a1, t1 = asyncio.run(over_grpc(target, players, args.episodes, args.seconds))
+            rows = [
+                (
+                    "gRPC Observe+Act per seat",
+                    asyncio.run(over_grpc(target, players, args.episodes, args.seconds)),
+                ),
+                (
+                    "gRPC PlaySeats, batched",
+                    asyncio.run(over_play_seats(target, players, args.episodes, args.seconds, False)),
+                ),
+                (
+                    "gRPC PlaySeats + text",
+                    asyncio.run(over_play_seats(target, players, args.episodes, args.seconds, True)),
+                ),
+            ]
             table.add_row(str(players), "in process (random bot)", f"{g0 / t0:,.0f}", f"{a0 / t0:,.0f}", "")
-            table.add_row(
-                str(players),
-                "gRPC, external seats",
-                f"{g1 / t1:,.1f}",
-                f"{a1 / t1:,.0f}",
-                f"{(a1 / t1) / (a0 / t0):.3f}",
-            )
+            for name, (g1, a1, t1) in rows:
+                ratio = (a1 / t1) / (a0 / t0)
+                table.add_row(str(players), name, f"{g1 / t1:,.1f}", f"{a1 / t1:,.0f}", f"{ratio:.3f}")
         Console().print(table)
     finally:
         server.terminate()

@@ -1,8 +1,8 @@
 """OpenTelemetry for every Wolfpack process, configured only by the standard ``OTEL_*`` variables.
 
 - ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) set → OTLP/gRPC export;
-  ``OTEL_TRACES_EXPORTER=console`` → spans printed; otherwise spans are created (so context still
-  propagates across services and into stream entries and logs) but exported nowhere.
+  ``OTEL_TRACES_EXPORTER=console`` → spans printed; otherwise the API's no-op tracer stays: spans cost
+  nothing, and a caller's trace context still passes through gRPC and stream entries unchanged.
 - ``OTEL_SDK_DISABLED=true`` turns the SDK off entirely.
 - Trace context crosses gRPC in metadata (the gRPC instrumentation does it) and crosses the Redis stream
   or a proto message in W3C ``traceparent``/``tracestate`` strings (helpers below), so one episode is
@@ -27,7 +27,7 @@ _attached: list[SpanExporter] = []
 
 def setup_telemetry(service: str, exporter: SpanExporter | None = None) -> TracerProvider | None:
     """Install a tracer provider for ``service`` (once per process). ``exporter`` overrides the env choice
-    (tests pass an in-memory exporter). Returns the provider, or None when the SDK is disabled."""
+    (tests pass an in-memory exporter). Returns the provider, or None when nothing exports spans."""
     global _configured_for
     if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return None
@@ -37,12 +37,15 @@ def setup_telemetry(service: str, exporter: SpanExporter | None = None) -> Trace
             current.add_span_processor(_processor(exporter))
             _attached.append(exporter)
         return current
+    chosen = exporter or _exporter_from_env()
+    if chosen is None:
+        # Nobody collects spans: keep the API's no-op tracer. Spans cost nothing, and trace context
+        # that arrives from callers (gRPC metadata, stream entries) still flows through unchanged.
+        return None
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", f"wolfpack-{service}")})
     provider = TracerProvider(resource=resource)
-    chosen = exporter or _exporter_from_env()
-    if chosen is not None:
-        provider.add_span_processor(_processor(chosen))
-        _attached.append(chosen)
+    provider.add_span_processor(_processor(chosen))
+    _attached.append(chosen)
     trace.set_tracer_provider(provider)
     _configured_for = service
     return provider

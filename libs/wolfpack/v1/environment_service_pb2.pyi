@@ -785,3 +785,183 @@ class CloseEpisodeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CloseEpisodeResponse: _TypeAlias = CloseEpisodeResponse  # noqa: Y015
+
+@_typing.final
+class SeatRef(_message.Message):
+    """A seat of an episode, named by its token."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODE_ID_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    episode_id: _builtins.str
+    """Episode id. Required."""
+    token: _builtins.str
+    """Seat token. Required."""
+    def __init__(
+        self,
+        *,
+        episode_id: _builtins.str = ...,
+        token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SeatRef: _TypeAlias = SeatRef  # noqa: Y015
+
+@_typing.final
+class SeatAct(_message.Message):
+    """One action inside a PlaySeats batch."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODE_ID_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    RAW_TEXT_FIELD_NUMBER: _builtins.int
+    episode_id: _builtins.str
+    """Episode id. Required."""
+    token: _builtins.str
+    """Seat token. Required."""
+    turn_id: _builtins.int
+    """The turn id being answered. Required."""
+    raw_text: _builtins.str
+    """Raw output; parsed when action is not set."""
+    @_builtins.property
+    def action(self) -> _common_pb2.Action:
+        """Structured action; used when set."""
+
+    def __init__(
+        self,
+        *,
+        episode_id: _builtins.str = ...,
+        token: _builtins.str = ...,
+        turn_id: _builtins.int = ...,
+        action: _common_pb2.Action | None = ...,
+        raw_text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "episode_id", b"episode_id", "raw_text", b"raw_text", "token", b"token", "turn_id", b"turn_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SeatAct: _TypeAlias = SeatAct  # noqa: Y015
+
+@_typing.final
+class SeatActResult(_message.Message):
+    """The result of one SeatAct."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODE_ID_FIELD_NUMBER: _builtins.int
+    SEAT_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
+    ACCEPTED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DEFAULTED_FIELD_NUMBER: _builtins.int
+    DUPLICATE_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    episode_id: _builtins.str
+    """Episode id."""
+    seat: _builtins.int
+    """Seat that acted."""
+    turn_id: _builtins.int
+    """Turn id answered."""
+    accepted: _builtins.bool
+    """Whether the action was legal and applied."""
+    reason: _builtins.str
+    """Why it was rejected, or the error for a bad request (then code is set)."""
+    defaulted: _builtins.bool
+    """True when a default action was applied."""
+    duplicate: _builtins.bool
+    """True when the turn had already been answered."""
+    code: _builtins.str
+    """gRPC status code name for a request error (e.g. "FAILED_PRECONDITION"); empty otherwise."""
+    def __init__(
+        self,
+        *,
+        episode_id: _builtins.str = ...,
+        seat: _builtins.int = ...,
+        turn_id: _builtins.int = ...,
+        accepted: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        defaulted: _builtins.bool = ...,
+        duplicate: _builtins.bool = ...,
+        code: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "code", b"code", "defaulted", b"defaulted", "duplicate", b"duplicate", "episode_id", b"episode_id", "reason", b"reason", "seat", b"seat", "turn_id", b"turn_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SeatActResult: _TypeAlias = SeatActResult  # noqa: Y015
+
+@_typing.final
+class PlaySeatsRequest(_message.Message):
+    """Client message of PlaySeats."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOIN_FIELD_NUMBER: _builtins.int
+    ACTS_FIELD_NUMBER: _builtins.int
+    INCLUDE_TEXT_FIELD_NUMBER: _builtins.int
+    include_text: _builtins.bool
+    """Render observation text in decisions (set on the first message; default false sends structure only)."""
+    @_builtins.property
+    def join(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatRef]:
+        """Seats to play from now on (their pending decisions are sent at once)."""
+
+    @_builtins.property
+    def acts(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatAct]:
+        """Actions for pending decisions."""
+
+    def __init__(
+        self,
+        *,
+        join: _abc.Iterable[Global___SeatRef] | None = ...,
+        acts: _abc.Iterable[Global___SeatAct] | None = ...,
+        include_text: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acts", b"acts", "include_text", b"include_text", "join", b"join"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlaySeatsRequest: _TypeAlias = PlaySeatsRequest  # noqa: Y015
+
+@_typing.final
+class PlaySeatsResponse(_message.Message):
+    """Server message of PlaySeats."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DECISIONS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def decisions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Observation]:
+        """Observations of joined seats that have a new pending decision or whose episode ended."""
+
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatActResult]:
+        """Results of the acts of the last client message(s), in order."""
+
+    def __init__(
+        self,
+        *,
+        decisions: _abc.Iterable[Global___Observation] | None = ...,
+        results: _abc.Iterable[Global___SeatActResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decisions", b"decisions", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlaySeatsResponse: _TypeAlias = PlaySeatsResponse  # noqa: Y015

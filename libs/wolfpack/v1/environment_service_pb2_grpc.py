@@ -70,6 +70,11 @@ class EnvironmentServiceStub:
                 request_serializer=wolfpack_dot_v1_dot_environment__service__pb2.CloseEpisodeRequest.SerializeToString,
                 response_deserializer=wolfpack_dot_v1_dot_environment__service__pb2.CloseEpisodeResponse.FromString,
                 _registered_method=True)
+        self.PlaySeats = channel.stream_stream(
+                '/wolfpack.v1.EnvironmentService/PlaySeats',
+                request_serializer=wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsRequest.SerializeToString,
+                response_deserializer=wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsResponse.FromString,
+                _registered_method=True)
 
 
 class EnvironmentServiceServicer:
@@ -125,6 +130,14 @@ class EnvironmentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlaySeats(self, request_iterator, context):
+        """Plays many seats of many episodes over one stream, both directions batched: the server sends the
+        decisions that became due, the client answers with actions. For rollout workers and benchmarks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EnvironmentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +175,11 @@ def add_EnvironmentServiceServicer_to_server(servicer, server):
                     servicer.CloseEpisode,
                     request_deserializer=wolfpack_dot_v1_dot_environment__service__pb2.CloseEpisodeRequest.FromString,
                     response_serializer=wolfpack_dot_v1_dot_environment__service__pb2.CloseEpisodeResponse.SerializeToString,
+            ),
+            'PlaySeats': grpc.stream_stream_rpc_method_handler(
+                    servicer.PlaySeats,
+                    request_deserializer=wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsRequest.FromString,
+                    response_serializer=wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +372,33 @@ class EnvironmentService:
             '/wolfpack.v1.EnvironmentService/CloseEpisode',
             wolfpack_dot_v1_dot_environment__service__pb2.CloseEpisodeRequest.SerializeToString,
             wolfpack_dot_v1_dot_environment__service__pb2.CloseEpisodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlaySeats(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/wolfpack.v1.EnvironmentService/PlaySeats',
+            wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsRequest.SerializeToString,
+            wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

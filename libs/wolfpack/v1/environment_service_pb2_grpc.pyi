@@ -49,6 +49,10 @@ class EnvironmentServiceStub:
     """Returns episode state; the full event log only to the admin token or after the game."""
     CloseEpisode: _grpc.UnaryUnaryMultiCallable[_environment_service_pb2.CloseEpisodeRequest, _environment_service_pb2.CloseEpisodeResponse]
     """Closes an episode early or releases a finished one."""
+    PlaySeats: _grpc.StreamStreamMultiCallable[_environment_service_pb2.PlaySeatsRequest, _environment_service_pb2.PlaySeatsResponse]
+    """Plays many seats of many episodes over one stream, both directions batched: the server sends the
+    decisions that became due, the client answers with actions. For rollout workers and benchmarks.
+    """
 
 @_typing.type_check_only
 class EnvironmentServiceAsyncStub(EnvironmentServiceStub):
@@ -69,6 +73,10 @@ class EnvironmentServiceAsyncStub(EnvironmentServiceStub):
     """Returns episode state; the full event log only to the admin token or after the game."""
     CloseEpisode: _aio.UnaryUnaryMultiCallable[_environment_service_pb2.CloseEpisodeRequest, _environment_service_pb2.CloseEpisodeResponse]  # type: ignore[assignment]
     """Closes an episode early or releases a finished one."""
+    PlaySeats: _aio.StreamStreamMultiCallable[_environment_service_pb2.PlaySeatsRequest, _environment_service_pb2.PlaySeatsResponse]  # type: ignore[assignment]
+    """Plays many seats of many episodes over one stream, both directions batched: the server sends the
+    decisions that became due, the client answers with actions. For rollout workers and benchmarks.
+    """
 
 class EnvironmentServiceServicer(metaclass=_abc_1.ABCMeta):
     """Runs episodes of registered games (Werewolf, verifiable social scenarios)."""
@@ -128,5 +136,15 @@ class EnvironmentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_environment_service_pb2.CloseEpisodeResponse, _abc.Awaitable[_environment_service_pb2.CloseEpisodeResponse]]:
         """Closes an episode early or releases a finished one."""
+
+    @_abc_1.abstractmethod
+    def PlaySeats(
+        self,
+        request_iterator: _MaybeAsyncIterator[_environment_service_pb2.PlaySeatsRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_environment_service_pb2.PlaySeatsResponse], _abc.AsyncIterator[_environment_service_pb2.PlaySeatsResponse]]:
+        """Plays many seats of many episodes over one stream, both directions batched: the server sends the
+        decisions that became due, the client answers with actions. For rollout workers and benchmarks.
+        """
 
 def add_EnvironmentServiceServicer_to_server(servicer: EnvironmentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -188,3 +188,50 @@ async def test_episodes_from_the_scenario_store(env_client: EnvironmentClient, s
     assert await code_of(env_client.stub.CreateEpisode(req)) == grpc.StatusCode.NOT_FOUND
     req.scenario_id, req.game.game_id = scenario.id, "trust_v1"
     assert await code_of(env_client.stub.CreateEpisode(req)) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_play_seats_batches_many_episodes_over_one_stream(env_client: EnvironmentClient) -> None:
+    seats = []
+    for seed in range(8):
+        ep = await env_client.create_episode("werewolf_v1", "6p", seed=seed, external_seats=tuple(range(6)))
+        seats += [(ep.episode_id, s, t) for s, t in ep.seat_tokens.items()]
+    invalid_once: set[tuple[str, int]] = set()
+
+    def decide(obs: pb.Observation) -> common_pb2.Action:
+        key = (obs.episode_id, obs.seat)
+        if key not in invalid_once:  # every seat's first answer is illegal: it must be re-prompted
+            invalid_once.add(key)
+            return common_pb2.Action(kind="fly")
+        assert not obs.text, "include_text=False sends structure only"
+        return first_legal(obs)
+
+    finals = await asyncio.wait_for(env_client.play_seats(seats, decide, include_text=False), timeout=60)
+    assert len(finals) == 48 and all(o.done for o in finals.values())
+    assert all(o.outcome in (common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS) for o in finals.values())
+    episode_ids = {e for e, _s, _t in seats}
+    for episode_id in episode_ids:
+        token = next(t for e, _s, t in seats if e == episode_id)
+        state = await env_client.get_episode(episode_id, token)
+        assert state.done and state.winner
+
+
+async def test_free_text_actions_report_the_action_that_was_applied(env_client: EnvironmentClient) -> None:
+    """Regression: the applied action is parsed before the step, not re-parsed in the next phase."""
+    ep = await env_client.create_episode("werewolf_v1", "6p", seed=21, external_seats=tuple(range(6)))
+    seats = {s: env_client.seat(ep.episode_id, t) for s, t in ep.seat_tokens.items()}
+    checked = 0
+    for _ in range(200):
+        observations = [await seat.observation() for seat in seats.values()]
+        due = [o for o in observations if o.your_turn]
+        if not due or checked >= 3:
+            break
+        for obs in due:
+            la = obs.legal_actions[0]
+            if la.targets:
+                resp = await seats[obs.seat].act(obs.turn_id, f"{la.kind} {la.targets[-1] + 1}")
+                assert resp.accepted, resp.reason
+                assert resp.action.kind == la.kind and resp.action.target == la.targets[-1]
+                checked += 1
+            else:
+                await seats[obs.seat].act(obs.turn_id, first_legal(obs))
+    assert checked >= 3

@@ -8,7 +8,7 @@ after invalid output arrive as a new observation with ``feedback`` set.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -89,6 +89,49 @@ class EnvironmentClient:
 
     def seat(self, episode_id: str, token: str) -> SeatSession:
         return SeatSession(self, episode_id, token)
+
+    async def play_seats(
+        self,
+        seats: Sequence[tuple[str, int, str]],
+        decide: Callable[[pb.Observation], Decision],
+        include_text: bool = True,
+    ) -> dict[tuple[str, int], pb.Observation]:
+        """Play many seats ``(episode_id, seat, token)`` of many episodes over one ``PlaySeats`` stream
+        until every one of them is done; returns each seat's final observation. Decisions arrive in
+        batches and all answers to a batch go back in one message, which is what makes this path fast.
+        Request errors for an act (e.g. a stale turn) are not fatal: the server sends the seat's next
+        decision when there is one."""
+        tokens = {(e, s): t for e, s, t in seats}
+        call = self.stub.PlaySeats()
+        refs = [pb.SeatRef(episode_id=e, token=t) for e, _s, t in seats]
+        await call.write(pb.PlaySeatsRequest(join=refs, include_text=include_text))
+        final: dict[tuple[str, int], pb.Observation] = {}
+        while len(final) < len(tokens):
+            message = await call.read()
+            if message is grpc.aio.EOF:
+                break
+            assert isinstance(message, pb.PlaySeatsResponse)
+            resp = message
+            acts = []
+            for obs in resp.decisions:
+                key = (obs.episode_id, obs.seat)
+                if obs.done:
+                    final[key] = obs
+                elif obs.your_turn and obs.turn_id:
+                    decision = decide(obs)
+                    act = pb.SeatAct(episode_id=obs.episode_id, token=tokens[key], turn_id=obs.turn_id)
+                    if isinstance(decision, str):
+                        act.raw_text = decision
+                    else:
+                        act.action.CopyFrom(decision)
+                    acts.append(act)
+            for result in resp.results:
+                if result.code == "PERMISSION_DENIED" or result.code == "NOT_FOUND":
+                    raise LookupError(f"{result.episode_id}: {result.reason}")
+            if acts:
+                await call.write(pb.PlaySeatsRequest(acts=acts))
+        await call.done_writing()
+        return final
 
     async def get_episode(self, episode_id: str, token: str) -> pb.GetEpisodeResponse:
         return await self.stub.GetEpisode(pb.GetEpisodeRequest(episode_id=episode_id, token=token))

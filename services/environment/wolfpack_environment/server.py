@@ -3,7 +3,8 @@ all session logic in ``sessions.py``). Start it with ``wolfpack serve environmen
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, NoReturn
 
 import grpc
@@ -77,7 +78,9 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
             raise SessionError(f"scenario {scenario_id} is a {scenario.family} scenario, not {game_id}")
         return scenario
 
-    def _observation(self, ep: Episode, seat: int, obs: Observation | None = None) -> pb.Observation:
+    def _observation(
+        self, ep: Episode, seat: int, obs: Observation | None = None, include_text: bool = True
+    ) -> pb.Observation:
         o = obs or self.manager.observe(ep, seat)
         done = ep.done
         msg = pb.Observation(
@@ -86,13 +89,14 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
             turn_id=self.manager.current_turn_id(ep, seat),
             phase=o.phase,
             round=o.round,
-            text=o.text,
             your_turn=o.your_turn and not done,
             done=done,
             feedback=o.feedback,
             role=o.role,
         )
-        msg.messages.add(role="user", content=o.text)
+        if include_text:  # rendering is the expensive part; PlaySeats clients may skip it
+            msg.text = o.text
+            msg.messages.add(role="user", content=o.text)
         if not done:
             for la in o.legal_actions:
                 msg.legal_actions.add(kind=la.kind, targets=list(la.targets), needs_text=la.needs_text)
@@ -226,6 +230,102 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         except SessionError as exc:
             await _abort(context, exc)
         return pb.CloseEpisodeResponse(closed=closed)
+
+    async def PlaySeats(
+        self, request_iterator: AsyncIterator[pb.PlaySeatsRequest], context: Any
+    ) -> AsyncIterator[pb.PlaySeatsResponse]:
+        """Batched play: requests and episode changes go through one queue; each wake-up applies every
+        queued act, then sends every joined seat's new decisions in one message."""
+        queue: asyncio.Queue[pb.PlaySeatsRequest | str | None] = asyncio.Queue()
+        dirty: set[str] = set()  # episodes changed since the last wake-up: only their seats are scanned
+
+        def on_change(ep: Episode) -> None:
+            if not dirty:
+                queue.put_nowait("changed")
+            dirty.add(ep.episode_id)
+
+        async def pump() -> None:
+            try:
+                async for req in request_iterator:
+                    queue.put_nowait(req)
+            finally:
+                queue.put_nowait(None)
+
+        reader = asyncio.create_task(pump())
+        joined: dict[tuple[str, int], Episode] = {}
+        seats_of: dict[str, list[int]] = {}
+        sent: dict[tuple[str, int], tuple[int, bool]] = {}
+        include_text = False
+        client_done = False
+        try:
+            while not client_done:
+                batch = [await queue.get()]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                results: list[pb.SeatActResult] = []
+                for item in batch:
+                    if item is None:
+                        client_done = True
+                    elif isinstance(item, pb.PlaySeatsRequest):
+                        include_text = include_text or item.include_text
+                        for ref in item.join:
+                            self._join(ref, joined, seats_of, on_change, results)
+                            dirty.add(ref.episode_id)
+                        for act in item.acts:
+                            result = self._seat_act(act)
+                            results.append(result)
+                            if not (result.accepted or result.defaulted or result.code):
+                                # re-prompt: the same turn id is due again, now with feedback
+                                sent.pop((result.episode_id, result.seat), None)
+                                dirty.add(result.episode_id)
+                decisions = []
+                for episode_id in list(dirty):
+                    for seat in seats_of.get(episode_id, ()):
+                        key = (episode_id, seat)
+                        ep = joined[key]
+                        state = (self.manager.current_turn_id(ep, seat), ep.done)
+                        if state != sent.get(key) and (state[0] or state[1]):
+                            sent[key] = state
+                            decisions.append(self._observation(ep, seat, include_text=include_text))
+                dirty.clear()
+                if results or decisions:
+                    yield pb.PlaySeatsResponse(decisions=decisions, results=results)
+        finally:
+            reader.cancel()
+            for ep in {e.episode_id: e for e in joined.values()}.values():
+                ep.listeners.discard(on_change)
+
+    def _join(
+        self,
+        ref: pb.SeatRef,
+        joined: dict[tuple[str, int], Episode],
+        seats_of: dict[str, list[int]],
+        on_change: Callable[[Episode], None],
+        results: list[pb.SeatActResult],
+    ) -> None:
+        try:
+            ep, seat = self._seat(ref.episode_id, ref.token)
+        except SessionError as exc:
+            results.append(pb.SeatActResult(episode_id=ref.episode_id, reason=str(exc), code=exc.code))
+            return
+        if (ep.episode_id, seat) not in joined:
+            joined[(ep.episode_id, seat)] = ep
+            seats_of.setdefault(ep.episode_id, []).append(seat)
+        ep.listeners.add(on_change)
+
+    def _seat_act(self, act: pb.SeatAct) -> pb.SeatActResult:
+        out = pb.SeatActResult(episode_id=act.episode_id, turn_id=act.turn_id)
+        try:
+            ep = self.manager.get(act.episode_id)
+            out.seat = self.manager.seat_of(ep, act.token)
+            action = action_from_pb(act.action) if act.action.kind else None
+            result = self.manager.act(ep, act.token, act.turn_id, action, act.raw_text)
+        except SessionError as exc:
+            out.reason, out.code = str(exc), exc.code
+            return out
+        out.accepted, out.reason = result.accepted, result.reason
+        out.defaulted, out.duplicate = result.defaulted, result.duplicate
+        return out
 
 
 def register(server: grpc.aio.Server, servicer: EnvironmentServicer | None = None) -> Sequence[str]:

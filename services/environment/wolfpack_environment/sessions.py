@@ -61,8 +61,8 @@ class Limits:
 
     max_episodes: int = 20_000
     max_text_chars: int = 8_000
-    acts_per_second: float = 50.0  # per seat token, token bucket
-    burst: int = 100
+    acts_per_second: float = 200.0  # per seat token (token bucket): stops runaway loops, not agents
+    burst: int = 400
     default_turn_timeout_s: float = 120.0
     finished_ttl_s: float = 600.0
 
@@ -117,6 +117,8 @@ class Episode:
     finished_at: float | None = None
     span: trace.Span | None = None
     timeouts: int = 0
+    listeners: set[Callable[[Episode], None]] = field(default_factory=set)  # PlaySeats streams watching
+    watchers: int = 0  # Observe streams waiting on ``changed``
     invalid_counts: dict[int, int] = field(default_factory=dict)
     default_counts: dict[int, int] = field(default_factory=dict)
 
@@ -278,16 +280,19 @@ class EpisodeManager:
         env = ep.env
         phase = env.observe(seat).phase
         fallback = env.default_action(seat)
+        # Parse once, before the step: afterwards the phase may have moved on and the same text would
+        # parse differently. An unparseable text goes to the engine as is, which records the reason.
+        parsed = env.parse(seat, move).action if isinstance(move, str) else move
         ctx = trace.set_span_in_context(ep.span) if ep.span is not None else None
         token = otel_context.attach(ctx) if ctx is not None else None
         try:
             with tracer.start_as_current_span("turn") as span:
-                step = env.step({seat: move})
+                step = env.step({seat: parsed if parsed is not None else move})
                 info = step.infos.get(seat, {})
                 reason = str(info.get("invalid_reason", ""))
                 defaulted = bool(info.get("defaulted", False))
                 accepted = not reason
-                applied = fallback if defaulted else self._parsed(env, seat, move) if accepted else None
+                applied = fallback if defaulted else parsed if accepted else None
                 span.set_attributes(
                     {
                         "wolfpack.episode.id": ep.episode_id,
@@ -311,10 +316,6 @@ class EpisodeManager:
             self._cancel_deadline(ep, seat)
         self._advance(ep)
         return ActResult(accepted, reason, applied, defaulted, False, env.observe(seat))
-
-    @staticmethod
-    def _parsed(env: GameEnv, seat: int, move: Action | str) -> Action | None:
-        return move if isinstance(move, Action) else env.parse(seat, move).action
 
     def _advance(self, ep: Episode) -> None:
         env = ep.env
@@ -390,6 +391,11 @@ class EpisodeManager:
         self._notify(ep)
 
     def _notify(self, ep: Episode) -> None:
+        for listener in list(ep.listeners):
+            listener(ep)
+        if not ep.watchers:
+            return  # nobody waits on the condition: skip scheduling a wake-up task
+
         async def wake() -> None:
             async with ep.changed:
                 ep.changed.notify_all()
@@ -404,6 +410,16 @@ class EpisodeManager:
         which keeps a 12-seat game from rendering 12 texts per move."""
         last_key: tuple[int, bool, str, int] | None = None
         seen = -1
+        ep.watchers += 1
+        try:
+            async for obs in self._watch(ep, seat, last_key, seen):
+                yield obs
+        finally:
+            ep.watchers -= 1
+
+    async def _watch(
+        self, ep: Episode, seat: int, last_key: tuple[int, bool, str, int] | None, seen: int
+    ) -> AsyncIterator[Observation]:
         while True:
             if ep.version != seen:
                 seen = ep.version
