@@ -148,6 +148,10 @@ class PolicyRegistry:
     def from_configs(cls, configs: Iterable[PolicyConfig], cache_dir: Path) -> PolicyRegistry:
         return cls(cache_dir, [Policy(c, build_backend(c, cache_dir)) for c in configs])
 
+    def add(self, policy: Policy) -> None:
+        """Serve ``policy`` (replacing one with the same id)."""
+        self._policies[policy.policy_id] = policy
+
     def get(self, policy_id: str) -> Policy:
         if not policy_id:
             raise InferenceError(ErrorCode.INVALID_ARGUMENT, "policy_id is required")

@@ -153,5 +153,17 @@ async def main(settings: Settings, address: str | None = None) -> None:
     s = InferenceSettings()
     registry = await asyncio.to_thread(PolicyRegistry.from_configs, s.policies(), s.cache_dir)
     servicer = InferenceServicer(registry)
-    await rpc.serve(SERVICE, lambda server: register(server, servicer), settings, address,
-                    on_stop=registry.close)  # fmt: skip
+    front = None
+    if s.http_addr:  # the OpenAI-compatible front shares the registry (same weights, same batches)
+        from wolfpack_inference.http_api import HttpFront
+
+        host, _, port = s.http_addr.rpartition(":")
+        front = HttpFront(registry, s.http_api_key.get_secret_value())
+        await front.start(host, int(port))
+
+    async def on_stop() -> None:
+        if front is not None:
+            await front.stop()
+        await registry.close()
+
+    await rpc.serve(SERVICE, lambda server: register(server, servicer), settings, address, on_stop=on_stop)

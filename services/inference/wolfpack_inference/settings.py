@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from wolfpack_inference.config import PolicyConfig
@@ -34,6 +34,10 @@ class InferenceSettings(BaseSettings):
     cache_dir: Path = Field(
         default=Path.home() / ".cache" / "wolfpack" / "inference", description="Models cache."
     )
+    http_addr: str = Field(
+        default="", description="host:port of the OpenAI-compatible HTTP front; empty: off."
+    )
+    http_api_key: SecretStr = Field(default=SecretStr(""), description="Bearer key the HTTP front requires.")
     policies_file: Path | None = Field(default=None, description="YAML list of PolicyConfig mappings.")
 
     def policies(self) -> list[PolicyConfig]:
