@@ -25,7 +25,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from wolfpack_environment.games import Action, GameEnv, Observation, get_game, make_game
@@ -278,35 +277,35 @@ class EpisodeManager:
 
     def _apply(self, ep: Episode, seat: int, move: Action | str, timed_out: bool = False) -> ActResult:
         env = ep.env
-        phase = env.observe(seat).phase
         fallback = env.default_action(seat)
         # Parse once, before the step: afterwards the phase may have moved on and the same text would
         # parse differently. An unparseable text goes to the engine as is, which records the reason.
         parsed = env.parse(seat, move).action if isinstance(move, str) else move
-        ctx = trace.set_span_in_context(ep.span) if ep.span is not None else None
-        token = otel_context.attach(ctx) if ctx is not None else None
-        try:
-            with tracer.start_as_current_span("turn") as span:
-                step = env.step({seat: parsed if parsed is not None else move})
-                info = step.infos.get(seat, {})
-                reason = str(info.get("invalid_reason", ""))
-                defaulted = bool(info.get("defaulted", False))
-                accepted = not reason
-                applied = fallback if defaulted else parsed if accepted else None
-                span.set_attributes(
-                    {
-                        "wolfpack.episode.id": ep.episode_id,
-                        "wolfpack.seat": seat,
-                        "wolfpack.phase": phase,
-                        "wolfpack.action.kind": applied.kind if applied else "",
-                        "wolfpack.action.valid": accepted,
-                        "wolfpack.action.defaulted": defaulted,
-                        "wolfpack.turn.timed_out": timed_out,
-                    }
-                )
-        finally:
-            if token is not None:
-                otel_context.detach(token)
+        traced = ep.span is not None and ep.span.is_recording()
+        phase = env.observe(seat).phase if traced else ""
+        started = time.time_ns()
+        step = env.step({seat: parsed if parsed is not None else move})
+        info = step.infos.get(seat, {})
+        reason = str(info.get("invalid_reason", ""))
+        defaulted = bool(info.get("defaulted", False))
+        accepted = not reason
+        applied = fallback if defaulted else parsed if accepted else None
+        if traced:  # a span per turn, child of the episode span (skipped entirely when not exported)
+            span = tracer.start_span(
+                "turn",
+                context=trace.set_span_in_context(ep.span),  # type: ignore[arg-type]
+                start_time=started,
+                attributes={
+                    "wolfpack.episode.id": ep.episode_id,
+                    "wolfpack.seat": seat,
+                    "wolfpack.phase": phase,
+                    "wolfpack.action.kind": applied.kind if applied else "",
+                    "wolfpack.action.valid": accepted,
+                    "wolfpack.action.defaulted": defaulted,
+                    "wolfpack.turn.timed_out": timed_out,
+                },
+            )
+            span.end()
         if reason:
             ep.invalid_counts[seat] = ep.invalid_counts.get(seat, 0) + 1
         if defaulted:
