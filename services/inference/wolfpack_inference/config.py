@@ -16,6 +16,9 @@ class PolicyConfig(BaseModel):
     model: str = Field(
         default="smollm2", description="`tiny`, `smollm2`, a .gguf file, an HF id or a directory."
     )
+    fallback_to_tiny: bool = Field(
+        default=False, description="If `smollm2` cannot be prepared, serve `tiny`."
+    )
     adapter: str = Field(default="", description="LoRA adapter directory on top of `model`.")
     version: int = 0
     context_budget: int = Field(

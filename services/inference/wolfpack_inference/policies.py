@@ -30,7 +30,7 @@ def build_backend(cfg: PolicyConfig, cache_dir: Path) -> Backend:
         from wolfpack_inference.backends.openai_backend import OpenAIBackend
 
         return OpenAIBackend(cfg)
-    path = resolve_model(cfg.model, cache_dir)
+    path = resolve_model(cfg.model, cache_dir, fallback_to_tiny=cfg.fallback_to_tiny)
     if cfg.backend == "vllm":
         from wolfpack_inference.backends.vllm_backend import VLLMBackend
 

@@ -23,6 +23,9 @@ class InferenceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="WOLFPACK_INFERENCE_", extra="ignore", frozen=True)
 
     model: str = Field(default="smollm2", description="Model of the default policy (see PolicyConfig.model).")
+    fallback_to_tiny: bool = Field(
+        default=True, description="Serve `tiny` (with a warning) if SmolLM2 can't be prepared."
+    )
     backend: Literal["transformers", "vllm", "openai"] = "transformers"
     policy_id: str = "default"
     device: str = "auto"
@@ -51,6 +54,7 @@ class InferenceSettings(BaseSettings):
                 policy_id=self.policy_id,
                 backend=self.backend,
                 model=self.model,
+                fallback_to_tiny=self.fallback_to_tiny,
                 device=self.device,
                 dtype=self.dtype,
                 context_budget=self.context_budget,

@@ -1,0 +1,101 @@
+"""`wolfpack serve inference` as a real process, configured only by environment variables; plus SmolLM2
+when its converted checkpoint is available."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from wolfpack import rpc
+from wolfpack.settings import load_settings
+from wolfpack.v1 import common_pb2
+from wolfpack.v1 import inference_service_pb2 as pb
+from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ask(policy: str, text: str, max_tokens: int = 8) -> pb.GenerateRequest:
+    return pb.GenerateRequest(
+        policy_id=policy,
+        chat=pb.ChatPrompt(messages=[common_pb2.ChatMessage(role="user", content=text)]),
+        sampling=pb.SamplingParams(max_tokens=max_tokens),
+    )
+
+
+async def test_serve_process_with_env(tiny_dir: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / tiny_dir.name).symlink_to(tiny_dir)  # same key as `tiny`: no rebuild
+    grpc_port, http_port = free_port(), free_port()
+    env = {**os.environ, "WOLFPACK_INFERENCE_MODEL": "tiny", "WOLFPACK_INFERENCE_CACHE_DIR": str(cache),
+           "WOLFPACK_INFERENCE_POLICY_ID": "demo", "WOLFPACK_INFERENCE_HTTP_ADDR": f"127.0.0.1:{http_port}",
+           "WOLFPACK_INFERENCE_HTTP_API_KEY": "k", "OTEL_SDK_DISABLED": "true"}  # fmt: skip
+    cli = Path(sys.executable).with_name("wolfpack")
+    proc = subprocess.Popen([str(cli), "serve", "inference", "--address", f"127.0.0.1:{grpc_port}"], env=env)
+    try:
+        target = f"127.0.0.1:{grpc_port}"
+        for _ in range(120):
+            if await rpc.check_health(target, timeout_s=0.5) == "SERVING":
+                break
+            assert proc.poll() is None, "server exited during start-up"
+            await asyncio.sleep(0.25)
+        async with rpc.channel(target, load_settings()) as channel:
+            stub = pb_grpc.InferenceServiceStub(channel)
+            listed = await stub.ListPolicies(pb.ListPoliciesRequest())
+            assert [p.policy.policy_id for p in listed.policies] == ["demo"]
+            assert listed.policies[0].base_model.endswith(tiny_dir.name)
+            resp = await stub.Generate(ask("demo", "hello"))
+            assert resp.policy.version == 0 and len(resp.completions[0].token_ids) > 0
+        async with httpx.AsyncClient(timeout=10) as client:
+            r = await client.get(
+                f"http://127.0.0.1:{http_port}/v1/models", headers={"Authorization": "Bearer k"}
+            )
+            assert r.status_code == 200 and r.json()["data"][0]["id"] == "demo"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+
+
+SMOLLM2 = Path(
+    os.environ.get(
+        "WOLFPACK_TEST_SMOLLM2_DIR", Path.home() / ".cache/wolfpack/inference/smollm2-135m-instruct"
+    )
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SMOLLM2 / "config.json").exists(), reason=f"no converted SmolLM2 at {SMOLLM2}")
+async def test_smollm2_answers(tmp_path: Path) -> None:
+    from wolfpack_inference.config import PolicyConfig
+    from wolfpack_inference.policies import PolicyRegistry
+    from wolfpack_inference.server import InferenceServicer, register
+
+    cfg = PolicyConfig(policy_id="smol", model=str(SMOLLM2), device="cpu", dtype="float32")
+    registry = PolicyRegistry.from_configs([cfg], tmp_path)
+    settings = load_settings(rpc_timeout_s=120)
+    servicer = InferenceServicer(registry)
+    server = await rpc.start_server("inference", lambda s: register(s, servicer), settings, "127.0.0.1:0")
+    try:
+        async with rpc.channel(f"127.0.0.1:{server.port}", settings) as channel:
+            stub = pb_grpc.InferenceServiceStub(channel)
+            resp = await stub.Generate(
+                ask("smol", "What is the capital of France? Answer in one sentence.", 20)
+            )
+            assert "Paris" in resp.completions[0].text
+            assert resp.completions[0].finish_reason == pb.FINISH_REASON_STOP
+    finally:
+        await server.stop(0)
+        await registry.close()
