@@ -81,18 +81,26 @@ def tracer(name: str) -> trace.Tracer:
     return trace.get_tracer(name)
 
 
+LONG_STREAMS = ("Observe", "PlaySeats", "GenerateStream", "PushWeights")
+"""Streaming methods that last an episode or a transfer: not wrapped in one server span each. The
+instrumentation's stream wrapper also fails ("token created in a different Context") when thousands of
+such streams end at once; their work is traced per turn/request inside the services instead."""
+
+
 def server_interceptors() -> list[Any]:
     """gRPC asyncio server interceptors that continue the caller's trace (context from metadata)."""
-    from opentelemetry.instrumentation.grpc import aio_server_interceptor
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
-    return [aio_server_interceptor()]
+    skip = filters.any_of(*(filters.method_name(m) for m in LONG_STREAMS), filters.health_check())
+    return [aio_server_interceptor(filter_=filters.negate(skip))]
 
 
 def client_interceptors() -> list[Any]:
     """gRPC asyncio client interceptors that send the current trace context in metadata."""
-    from opentelemetry.instrumentation.grpc import aio_client_interceptors
+    from opentelemetry.instrumentation.grpc import aio_client_interceptors, filters
 
-    return list(aio_client_interceptors())
+    skip = filters.any_of(*(filters.method_name(m) for m in LONG_STREAMS), filters.health_check())
+    return list(aio_client_interceptors(filter_=filters.negate(skip)))
 
 
 # --- W3C trace context in strings, proto messages and stream entries ---------------------------------
