@@ -70,3 +70,8 @@ def test_scenarios_generate_list_show_verify(tmp_path: Path) -> None:
     transcript.write_text("\n".join(json.dumps(x) for x in lines))
     verified = runner.invoke(app, ["scenarios", "verify", sid, str(transcript), "--store", store])
     assert verified.exit_code == 0 and "Verified outcome:" in verified.output
+
+
+def test_gateway_command_has_help() -> None:
+    result = runner.invoke(app, ["gateway", "--help"])
+    assert result.exit_code == 0 and "WebSocket" in result.output

@@ -272,7 +272,29 @@ def scenarios_verify(
         console.print(f"  seat {p.seat} {p.name} ({p.role}): {result.outcomes[p.seat]:+d}")
 
 
+def gateway(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port (0 picks a free one).")] = 8080,
+    env: Annotated[
+        str | None, typer.Option(help="Environment service host:port. Default: WOLFPACK_ENVIRONMENT_ADDR.")
+    ] = None,
+) -> None:
+    """Serve the HTTP + WebSocket gateway so non-Python agents can play (protocol: gateway_protocol.md)."""
+    import asyncio
+
+    from wolfpack.settings import SettingsError, load_settings
+    from wolfpack_environment.gateway import serve_gateway
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        err.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    asyncio.run(serve_gateway(host, port, env, settings=settings))
+
+
 def mount(app: typer.Typer) -> None:
     """Add the environment's commands to the main ``wolfpack`` CLI."""
     app.command("play")(play)
+    app.command("gateway")(gateway)
     app.add_typer(scenarios_app, name="scenarios")
