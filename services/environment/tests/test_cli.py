@@ -75,3 +75,14 @@ def test_scenarios_generate_list_show_verify(tmp_path: Path) -> None:
 def test_gateway_command_has_help() -> None:
     result = runner.invoke(app, ["gateway", "--help"])
     assert result.exit_code == 0 and "WebSocket" in result.output
+
+
+def test_play_with_a_config_file() -> None:
+    config = Path(__file__).resolve().parents[3] / "configs" / "werewolf-9p-wolf-king.yaml"
+    result = runner.invoke(
+        app, ["play", "werewolf", "--players", "9", "--seed", "2", "--config", str(config)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Wolf King" in result.output or "wolf king" in result.output.lower()
+    bad = runner.invoke(app, ["play", "werewolf", "--config", str(config.parent / "README.md")])
+    assert bad.exit_code != 0

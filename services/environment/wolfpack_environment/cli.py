@@ -93,6 +93,9 @@ def play(
     option: Annotated[
         list[str] | None, typer.Option("--option", "-o", help="Game option KEY=YAML_VALUE.")
     ] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML file of game options (then --option overrides).")
+    ] = None,
 ) -> None:
     """Play a whole game with scripted bots and print a readable transcript and the verified winner."""
     import yaml
@@ -109,6 +112,14 @@ def play(
             f"unknown variant {variant!r} of {game_id}; variants: {', '.join(spec.variants)}"
         )
     options: dict[str, Any] = {}
+    if config is not None:
+        try:
+            loaded = yaml.safe_load(config.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise typer.BadParameter(f"cannot read --config {config}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise typer.BadParameter(f"--config {config} must hold a mapping of options")
+        options.update(loaded)
     for item in option or []:
         key, sep, value = item.partition("=")
         if not sep:
