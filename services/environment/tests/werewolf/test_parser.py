@@ -177,3 +177,11 @@ def test_parser_never_crashes(text: str, which: int) -> None:
     assert (result.action is None) != (result.error == "")
     if result.action is not None and result.action.target is not None:
         assert 0 <= result.action.target < N
+
+
+def test_predict_next_blocks_are_neither_parsed_nor_spoken() -> None:
+    from wolfpack_environment.games.werewolf import strip_think
+
+    text = "I vote for player 2<predict_next>Player 5 will vote for player 4</predict_next>"
+    assert strip_think(text) == "I vote for player 2"
+    assert strip_think("Speech.<predict_next>unclosed guess") == "Speech."

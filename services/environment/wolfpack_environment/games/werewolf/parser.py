@@ -135,11 +135,15 @@ _BARE_RE = re.compile(
 )
 
 
+_PREDICT_RE = re.compile(r"<predict_next>.*?(?:</predict_next>|$)", re.DOTALL | re.IGNORECASE)
+
+
 def strip_think(text: str) -> str:
-    """Remove reasoning blocks so only the answer is parsed (or spoken)."""
+    """Remove reasoning blocks, and ``<predict_next>`` blocks (the author's private guess of its next
+    observation, scored by the reward service), so only the answer is parsed (or spoken)."""
     if "<" not in text:
         return text
-    text = _THINK_RE.sub("", text)
+    text = _PREDICT_RE.sub("", _THINK_RE.sub("", text))
     low = text.lower()
     close = low.rfind("</think>")
     if close >= 0:
