@@ -207,7 +207,9 @@ async def test_play_seats_batches_many_episodes_over_one_stream(env_client: Envi
 
     finals = await asyncio.wait_for(env_client.play_seats(seats, decide, include_text=False), timeout=60)
     assert len(finals) == 48 and all(o.done for o in finals.values())
-    assert all(o.outcome in (common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS) for o in finals.values())
+    assert all(
+        o.outcome in (common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS) for o in finals.values()
+    )
     episode_ids = {e for e, _s, _t in seats}
     for episode_id in episode_ids:
         token = next(t for e, _s, t in seats if e == episode_id)
