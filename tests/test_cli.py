@@ -55,3 +55,41 @@ def test_every_command_has_help(tmp_path: Path) -> None:
     ):
         result = run(cmd, tmp_path, timeout=60)
         assert result.returncode == 0 and "Usage" in result.stdout, cmd
+
+
+def test_up_streams_prefixed_logs_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WOLFPACK_")}
+    env.update({"WOLFPACK_RUN_DIR": str(tmp_path / "run"), "COLUMNS": "200", "WOLFPACK_LOG_LEVEL": "INFO"})
+    proc = subprocess.Popen(
+        [*WOLFPACK, "up", "--base-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "Ctrl-C to stop" in line:
+            break
+    assert any("Ctrl-C to stop" in ln for ln in lines), "".join(lines)
+    state = (tmp_path / "run" / "up.json").read_text()
+    assert "environment" in state
+    status = run(["status"], tmp_path)
+    assert status.returncode == 0, status.stdout
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    output = "".join(lines) + rest
+    assert proc.returncode == 0, output
+    assert any(ln.strip().startswith("environment |") for ln in output.splitlines()), "logs are prefixed"
+    assert "stopped." in output
+    assert not (tmp_path / "run" / "redis" / "redis.pid").exists()
