@@ -65,7 +65,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         policy_id="bench", backend=args.backend, model=model, device=args.device, dtype=args.dtype,
         max_batch=max(sizes), batch_wait_ms=args.batch_wait_ms, ignore_eos=True,
         enforce_eager=args.enforce_eager, gpu_memory_utilization=args.gpu_memory_utilization,
-        enable_lora=False,
+        enable_lora=False, torch_threads=args.torch_threads,
     )  # fmt: skip
     backend: Backend = build_backend(cfg, cache)
     vocab = len(backend.tokenizer) if backend.tokenizer is not None else 32000
@@ -135,6 +135,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--torch-threads", type=int, default=0, help="CPU threads (0: auto)")
     ap.add_argument("--batch-wait-ms", type=float, default=5.0)
     ap.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs (faster start)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)

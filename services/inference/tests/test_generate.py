@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import torch
 
 from wolfpack.v1 import common_pb2
@@ -125,3 +126,19 @@ async def test_list_policies(stub: pb_grpc.InferenceServiceStub) -> None:
     assert set(by_id) == {"tiny", "strict", "thinker"}
     assert by_id["tiny"].backend == "transformers" and by_id["tiny"].context_budget == 200
     assert by_id["strict"].context_budget == 512
+
+
+async def test_cancelled_calls_do_not_break_the_service(stub: pb_grpc.InferenceServiceStub) -> None:
+    """A deadline hit mid-generation and a stream dropped by its client abort their rows; the batcher
+    keeps serving."""
+    import grpc
+
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.Generate(chat(PROMPTS[0], "strict", max_tokens=400, temperature=0), timeout=0.05)
+    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    call = stub.GenerateStream(pb.GenerateStreamRequest(request=chat(PROMPTS[1], "strict", max_tokens=400)))
+    first = await call.read()
+    assert len(first.token_ids) == 1
+    call.cancel()
+    after = await stub.Generate(chat(PROMPTS[0], max_tokens=4, temperature=0))
+    assert len(after.completions[0].token_ids) >= 1

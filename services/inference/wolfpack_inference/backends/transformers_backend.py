@@ -73,7 +73,8 @@ class _Job:
     rows: list[_Row]
     loop: asyncio.AbstractEventLoop
     done: asyncio.Future[None]
-    chunks: asyncio.Queue[StreamChunk] | None = None
+    chunks: asyncio.Queue[StreamChunk | None] | None = None
+    """Streamed chunks; ``None`` means "decoding failed: see ``done``"."""
     cancelled: bool = False
 
     def notify(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -221,7 +222,7 @@ class TransformersBackend(Backend):
             gen.manual_seed(s.seed + i if s.seed is not None else random.getrandbits(63))
             tracker = TextTracker(self._decode, s.stop, request.strip_think)
             rows.append(_Row(list(request.prompt_ids), s, tracker, gen))
-        chunks: asyncio.Queue[StreamChunk] | None = asyncio.Queue() if streaming else None
+        chunks: asyncio.Queue[StreamChunk | None] | None = asyncio.Queue() if streaming else None
         return _Job(self._current, rows, loop, loop.create_future(), chunks)
 
     def _decode(self, ids: list[int]) -> str:
@@ -268,10 +269,12 @@ class TransformersBackend(Backend):
         try:
             while True:
                 chunk = await job.chunks.get()
+                if chunk is None:
+                    break
                 yield chunk
                 if chunk.finish is not None:
                     break
-            await job.done
+            await job.done  # raises the batch's error, if any
         finally:
             job.cancelled = True  # no-op when finished; stops decoding when the client went away
 
@@ -301,7 +304,9 @@ class TransformersBackend(Backend):
                 log.exception("batch failed")
                 for job in batch:
                     err = InferenceError(ErrorCode.INTERNAL, f"generation failed: {exc}")
-                    job.notify(_set_done, job.done, err)
+                    _set_done(job.done, err)
+                    if job.chunks is not None:
+                        job.chunks.put_nowait(None)
 
     async def _gather_more(self, jobs: list[_Job]) -> None:
         """Wait ``batch_wait_ms`` for more jobs, and keep waiting (up to 4x) while they keep coming.
@@ -402,6 +407,10 @@ class TransformersBackend(Backend):
                     if job.chunks is not None:
                         job.notify(job.chunks.put_nowait, StreamChunk([], [], "", version, Finish.ABORT))
             job.notify(_set_done, job.done, None)
+
+    async def close(self) -> None:
+        if self._worker is not None and not self._worker.done():
+            self._worker.cancel()
 
     # --- new weights ----------------------------------------------------------------------------------
 
