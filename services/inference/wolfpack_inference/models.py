@@ -47,16 +47,26 @@ Cooperate or defect? In the public goods game each player contributes tokens to 
 
 
 def _generated_corpus() -> list[str]:
-    """Deterministic game sentences (names x roles x actions): enough distinct words for ~1000 merges."""
-    names = ["Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory"]
-    roles = ["villager", "werewolf", "seer", "doctor", "witch", "hunter", "guard", "cupid", "idiot"]
-    verbs = ["accuses", "defends", "suspects", "trusts", "votes against", "protects", "inspects", "questions"]
+    """Deterministic game sentences (names x roles x actions x phrases): enough distinct words for a
+    ~1000-token vocabulary."""
+    names = ["Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy", "Mallory",
+             "Niaj", "Olivia", "Peggy", "Rupert", "Sybil", "Trent", "Victor", "Walter", "Yvonne"]  # fmt: skip
+    roles = ["villager", "werewolf", "seer", "doctor", "witch", "hunter", "guard", "cupid", "idiot",
+             "bodyguard", "mayor", "traitor", "proposer", "responder", "investor", "trustee"]  # fmt: skip
+    verbs = ["accuses", "defends", "suspects", "trusts", "votes against", "protects", "inspects", "questions",
+             "eliminates", "poisons", "saves", "blames", "supports", "doubts", "cooperates with", "betrays"]  # fmt: skip
+    phrases = ["because of the last vote", "after a long silence", "without any evidence", "with a clear claim",
+               "during the night phase", "at dawn", "in the final round", "to split the pot fairly",
+               "since the contribution was low", "as promised earlier", "despite the threat", "for the team"]  # fmt: skip
     lines = []
     for i, name in enumerate(names):
         for j, role in enumerate(roles):
             verb = verbs[(i + j) % len(verbs)]
             other = names[(i * 3 + j + 1) % len(names)]
-            lines.append(f"{name} the {role} {verb} {other} in round {i + j}; offer {10 * j + i} coins.")
+            phrase = phrases[(i * 5 + j) % len(phrases)]
+            lines.append(
+                f"{name} the {role} {verb} {other} {phrase} in round {i + j}; offer {10 * j + i} coins."
+            )
     return lines
 
 
@@ -112,7 +122,7 @@ def tiny_model(
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    spec = dict(vocab=vocab_size, hidden=hidden_size, layers=layers, pos=max_positions, seed=seed, v=1)
+    spec = dict(vocab=vocab_size, hidden=hidden_size, layers=layers, pos=max_positions, seed=seed, v=2)
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     out = Path(cache_dir) / f"tiny-qwen2-{key}"
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
