@@ -143,19 +143,28 @@ def main() -> None:
     ap.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "wolfpack" / "inference"))
     args = ap.parse_args()
     rows = asyncio.run(bench(args))
-    from rich.console import Console
-    from rich.table import Table
-
     title = (f"{args.backend} · {args.model} · prompt {args.prompt_len} · {args.max_tokens} new tokens · "
              f"generated tokens/s (median of {args.repeats})")  # fmt: skip
-    table = Table(title=title)
-    for col in ("batch", "tokens/run", "in-process tok/s", "gRPC tok/s", "in-process / gRPC"):
-        table.add_column(col, justify="right")
+    header = ("batch", "tokens/run", "in-process tok/s", "gRPC tok/s", "in-process / gRPC")
+    cells = []
     for r in rows:
         ratio = r["inproc"] / r["grpc"] if r["grpc"] == r["grpc"] else float("nan")
-        table.add_row(
-            str(r["batch"]), str(r["tokens"]), f"{r['inproc']:,.0f}", f"{r['grpc']:,.0f}", f"{ratio:.3f}"
+        cells.append(
+            (str(r["batch"]), str(r["tokens"]), f"{r['inproc']:,.0f}", f"{r['grpc']:,.0f}", f"{ratio:.3f}")
         )
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # the GPU image may lack rich: plain text then
+        print(title)
+        for line in (header, *cells):
+            print(" | ".join(f"{c:>17}" for c in line))
+        return
+    table = Table(title=title)
+    for col in header:
+        table.add_column(col, justify="right")
+    for row in cells:
+        table.add_row(*row)
     Console().print(table)
 
 
