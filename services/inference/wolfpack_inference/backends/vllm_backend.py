@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -62,6 +63,15 @@ def _vllm() -> Any:
     return vllm
 
 
+def _export_package_path() -> None:
+    """Put this package's root on ``PYTHONPATH``: vLLM's engine-core process (spawned, not forked) must
+    import ``WolfpackWorkerExtension`` by name even when the caller only edited ``sys.path``."""
+    root = str(Path(__file__).resolve().parents[2])
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
+
+
 def _has_tokenizer(path: str) -> bool:
     p = Path(path)
     return not p.is_dir() or any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
@@ -81,6 +91,7 @@ class VLLMBackend(Backend):
         self.version = cfg.version
         self.ignore_eos = cfg.ignore_eos
         with_tokenizer = _has_tokenizer(model_path)
+        _export_package_path()
         args = AsyncEngineArgs(
             model=model_path,
             dtype="auto" if cfg.dtype == "auto" else cfg.dtype,
