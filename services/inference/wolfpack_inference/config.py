@@ -38,7 +38,10 @@ class PolicyConfig(BaseModel):
     # vllm
     gpu_memory_utilization: float = 0.8
     enforce_eager: bool = False
-    enable_lora: bool = True
+    enable_lora: bool = Field(
+        default=False,
+        description="vLLM: serve LoRA adapters (then full-weight updates are refused; see VLLMBackend).",
+    )
     max_loras: int = 4
     max_lora_rank: int = 64
     ignore_eos: bool = Field(default=False, description="Benchmarks only: generate max_tokens every time.")

@@ -253,6 +253,14 @@ class VLLMBackend(Backend):
 
     async def _swap_weights(self, version: int, path: str) -> None:
         """Gate closed → drain → load into workers → reset prefix cache → new version → gate open."""
+        if self.cfg.enable_lora:
+            # Measured on vLLM 0.24 (H200): with LoRA on, the linear layers are wrapped (``base_layer``)
+            # and the model's weight loader no longer finds their parameters.
+            raise InferenceError(
+                ErrorCode.FAILED_PRECONDITION,
+                "full-weight updates need a policy with enable_lora=false (vLLM wraps layers for LoRA); "
+                "update LoRA policies by loading a new adapter",
+            )
         self._gate.clear()
         try:
             await self._idle.wait()
