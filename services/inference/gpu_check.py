@@ -7,11 +7,13 @@ transformers, saves it under /tmp, starts ``VLLMBackend`` (``AsyncLLM``, v1 engi
 
 1. greedy determinism: the same prompt alone, twice, and inside a batch of 16 gives identical ids;
 2. logprobs of sampled tokens vs. a teacher-forced transformers forward on prompt + completion
-   (engine in float32 by default, vs a float32 reference: reports the max abs diff; passes under 0.1);
+   (float32 engine vs a float32 reference: reports the max abs diff; passes under 0.1);
 3. seeded sampling is reproducible;
-4. a LoRA switch (peft adapter with non-zero B, saved to /tmp): requests in flight when it happens report
-   version 0, later ones version 1, and the adapter changes the greedy output;
-5. a full weight update without restart (checkpoint dir → ``collective_rpc``), then a PushWeights-style
+4. (bfloat16 engine with LoRA, whose kernels need half precision) a LoRA switch (peft adapter with non-zero
+   B): requests in flight report version 0, later ones version 1, the adapter changes the greedy output and
+   its logprobs match a float32 peft reference as closely as the base model's do (x2); a full-weight update
+   on that engine is refused with a clear error;
+5. (float32 engine, no LoRA) a full weight update without restart (checkpoint dir → ``collective_rpc``), then a PushWeights-style
    update from in-memory tensors back to the original weights: outputs change, then return exactly.
 
 It prints one line per check and a JSON report; exit status 1 when a check fails.
@@ -45,7 +47,6 @@ from wolfpack_inference.config import PolicyConfig  # noqa: E402
 from wolfpack_inference.models import perturbed_copy, tiny_model  # noqa: E402
 
 REPORT: dict[str, Any] = {"checks": {}}
-DTYPE = "float32"
 
 
 def record(name: str, ok: bool, **info: Any) -> None:
@@ -88,6 +89,9 @@ def make_lora(model_dir: Path, out: Path) -> Path:
 
 
 async def run(work: Path) -> None:
+    """Engine A (float32, no LoRA): exact checks and full-weight updates. Engine B (bfloat16, LoRA: vLLM's
+    LoRA kernels take only half precision): the adapter switch with requests in flight."""
+    from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
     from wolfpack_inference.backends.vllm_backend import VLLMBackend
@@ -97,81 +101,52 @@ async def run(work: Path) -> None:
     tok = AutoTokenizer.from_pretrained(model_dir)
     REPORT["model"] = str(model_dir)
     cfg = PolicyConfig(
-        policy_id="check", backend="vllm", model=str(model_dir), dtype=DTYPE, enforce_eager=True,
-        gpu_memory_utilization=0.3, max_batch=64, enable_lora=True, max_loras=2, max_lora_rank=8,
+        policy_id="check", backend="vllm", model=str(model_dir), dtype="float32", enforce_eager=True,
+        gpu_memory_utilization=0.3, max_batch=64, enable_lora=False, max_loras=2, max_lora_rank=8,
     )  # fmt: skip
-    REPORT["dtype"] = DTYPE
     started = time.perf_counter()
     backend = VLLMBackend(str(model_dir), cfg)
     REPORT["engine_start_s"] = round(time.perf_counter() - started, 1)
-    print(f"engine up in {REPORT['engine_start_s']} s", flush=True)
+    print(f"engine A (float32) up in {REPORT['engine_start_s']} s", flush=True)
     prompt = render_chat(tok, [{"role": "user", "content": "Bob says: vote Carol. Who is the wolf?"}])
     greedy = Sampling(max_tokens=24, temperature=0.0, logprobs=True)
 
-    async def gen(s: Sampling, ids: list[int] = prompt) -> Any:
-        return await backend.generate(Request(s, ids))
+    async def gen(engine: Any, s: Sampling, ids: list[int] = prompt) -> Any:
+        return await engine.generate(Request(s, ids))
 
-    # 1. greedy determinism
-    a, b = await gen(greedy), await gen(greedy)
-    batch = await asyncio.gather(*[gen(greedy) for _ in range(16)])
+    def max_diff(ref: list[float], got: list[float]) -> float:
+        return max(abs(x - y) for x, y in zip(ref, got, strict=True))
+
+    # 1. greedy determinism: alone twice and inside a batch of 16
+    a, b = await gen(backend, greedy), await gen(backend, greedy)
+    batch = await asyncio.gather(*[gen(backend, greedy) for _ in range(16)])
     ids0 = a.completions[0].token_ids
     same = ids0 == b.completions[0].token_ids and all(r.completions[0].token_ids == ids0 for r in batch)
-    record("greedy_determinism", same and len(ids0) > 0, tokens=len(ids0), text=a.completions[0].text[:60])
+    record("greedy_determinism", same and len(ids0) > 0, tokens=len(ids0))
 
-    # 2. logprobs vs transformers (fp32 reference)
-    ref = hf_logprobs(model_dir, prompt, ids0)
-    diff = max(abs(x - y) for x, y in zip(ref, a.completions[0].logprobs, strict=True))
-    record("logprobs_vs_transformers", diff < 0.1, max_abs_diff=round(diff, 5), n=len(ref))
+    # 2. logprobs vs a float32 transformers forward
+    diff = max_diff(hf_logprobs(model_dir, prompt, ids0), a.completions[0].logprobs)
+    record("logprobs_vs_transformers", diff < 0.1, max_abs_diff=round(diff, 5), dtype="float32")
 
     # 3. seeded sampling
     seeded = Sampling(max_tokens=24, temperature=1.0, top_p=0.9, seed=7, n=2, logprobs=True)
-    s1, s2 = await gen(seeded), await gen(seeded)
+    s1, s2 = await gen(backend, seeded), await gen(backend, seeded)
     record(
         "seeded_sampling", [c.token_ids for c in s1.completions] == [c.token_ids for c in s2.completions],
         distinct_samples=len({tuple(c.token_ids) for c in s1.completions}),
     )  # fmt: skip
 
-    # 4. LoRA switch with requests in flight
+    # 4. full weight update from a checkpoint dir, then pushed tensors back to the original weights
     try:
-        lora_dir = make_lora(model_dir, work / "lora-v1")
-        long = Sampling(max_tokens=200, temperature=0.0)
-        inflight = [asyncio.create_task(gen(long)) for _ in range(8)]
-        await asyncio.sleep(0.05)
-        await backend.load(1, adapter_path=str(lora_dir))
-        after = await gen(greedy)
-        old = await asyncio.gather(*inflight)
-        lora_ids = after.completions[0].token_ids
-        lora_ref = hf_logprobs(model_dir, prompt, lora_ids, adapter=str(lora_dir))
-        lora_diff = max(abs(x - y) for x, y in zip(lora_ref, after.completions[0].logprobs, strict=True))
-        ok = all(r.version == 0 for r in old) and after.version == 1 and lora_ids != ids0 and lora_diff < 0.1
-        record("lora_switch", ok, inflight_versions=sorted({r.version for r in old}), new_version=after.version,
-               changed_output=lora_ids != ids0, lora_logprob_max_abs_diff=round(lora_diff, 5))  # fmt: skip
-    except Exception as exc:
-        record("lora_switch", False, error=repr(exc), trace=traceback.format_exc()[-800:])
-
-    # 5. full weight update (checkpoint dir), then pushed tensors back to the original weights. Full-weight
-    # policies run without LoRA (vLLM's LoRA wrappers break base-weight reloads), so a second engine.
-    refused = False
-    try:
-        await backend.load(9, model_path=str(model_dir))
-    except Exception as exc:
-        refused = "enable_lora=false" in str(exc)
-    record("weight_update_refused_with_lora", refused)
-    await backend.close()
-    backend = VLLMBackend(str(model_dir), cfg.model_copy(update={"enable_lora": False}))
-    try:
-        from safetensors.torch import load_file
-
         v2 = perturbed_copy(model_dir, work / "tiny-v2", scale=0.5)
         before = await backend.weight_checksum()
         await backend.load(2, model_path=str(v2))
-        r2 = await gen(greedy)
+        r2 = await gen(backend, greedy)
         changed = await backend.weight_checksum()
-        ref2 = hf_logprobs(v2, prompt, r2.completions[0].token_ids)
-        diff2 = max(abs(x - y) for x, y in zip(ref2, r2.completions[0].logprobs, strict=True))
+        diff2 = max_diff(hf_logprobs(v2, prompt, r2.completions[0].token_ids), r2.completions[0].logprobs)
         original = load_file(str(model_dir / "model.safetensors"))
         await backend.update_weights(3, original, is_adapter=False)
-        r3 = await gen(greedy)
+        r3 = await gen(backend, greedy)
         ok = (r2.version == 2 and r3.version == 3 and r2.completions[0].token_ids != ids0
               and r3.completions[0].token_ids == ids0 and diff2 < 0.1 and changed != before)  # fmt: skip
         record("weight_update", ok, checksum_changed=changed != before, v2_logprob_max_abs_diff=round(diff2, 5),
@@ -179,12 +154,51 @@ async def run(work: Path) -> None:
     except Exception as exc:
         record("weight_update", False, error=repr(exc), trace=traceback.format_exc()[-800:])
 
-    # streaming equals unary
+    # 5. streaming equals unary
     chunks = [c async for c in backend.stream(Request(greedy, prompt))]
+    final = await gen(backend, greedy)
     streamed = [t for c in chunks for t in c.token_ids]
-    final = await gen(greedy)
     record("stream_matches_unary", streamed == final.completions[0].token_ids, chunks=len(chunks))
     await backend.close()
+
+    # 6. engine B: LoRA switch with requests in flight (bfloat16)
+    lora_engine = VLLMBackend(
+        str(model_dir), cfg.model_copy(update={"dtype": "bfloat16", "enable_lora": True})
+    )
+    try:
+        base = await gen(lora_engine, greedy)
+        base_ids = base.completions[0].token_ids
+        base_diff = max_diff(hf_logprobs(model_dir, prompt, base_ids), base.completions[0].logprobs)
+        lora_dir = make_lora(model_dir, work / "lora-v1")
+        long = Sampling(max_tokens=200, temperature=0.0)
+        inflight = [asyncio.create_task(gen(lora_engine, long)) for _ in range(8)]
+        await asyncio.sleep(0.05)
+        await lora_engine.load(1, adapter_path=str(lora_dir))
+        after = await gen(lora_engine, greedy)
+        old = await asyncio.gather(*inflight)
+        lora_ids = after.completions[0].token_ids
+        lora_ref = hf_logprobs(model_dir, prompt, lora_ids, adapter=str(lora_dir))
+        lora_diff = max_diff(lora_ref, after.completions[0].logprobs)
+        # bf16 vs a float32 reference: the adapter must be as close as the base model is (x2), not exact
+        tolerance = max(0.1, 2 * base_diff)
+        ok = (
+            all(r.version == 0 for r in old)
+            and after.version == 1
+            and lora_ids != base_ids
+            and lora_diff < tolerance
+        )
+        record("lora_switch", ok, inflight_versions=sorted({r.version for r in old}), new_version=after.version,
+               changed_output=lora_ids != base_ids, base_bf16_max_abs_diff=round(base_diff, 5),
+               lora_bf16_max_abs_diff=round(lora_diff, 5), tolerance=round(tolerance, 5))  # fmt: skip
+        refused = False
+        try:
+            await lora_engine.load(9, model_path=str(model_dir))
+        except Exception as exc:
+            refused = "enable_lora=false" in str(exc)
+        record("weight_update_refused_with_lora", refused)
+    except Exception as exc:
+        record("lora_switch", False, error=repr(exc), trace=traceback.format_exc()[-800:])
+    await lora_engine.close()
 
 
 def main() -> None:
@@ -192,12 +206,7 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/wolfpack-gpu-check", help="models and adapters go here")
     ap.add_argument("--out", default="/tmp/wolfpack-gpu-check/report.json")
     ap.add_argument("--hang-timeout-s", type=int, default=500, help="dump stacks and exit if stuck")
-    ap.add_argument(
-        "--dtype", default="float32", help="engine dtype; float32 makes the logprob comparison exact-ish"
-    )
     args = ap.parse_args()
-    global DTYPE
-    DTYPE = args.dtype
     faulthandler.dump_traceback_later(args.hang_timeout_s, exit=True)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
