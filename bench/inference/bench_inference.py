@@ -51,6 +51,35 @@ def random_qwen_05b(cache_dir: Path) -> Path:
     return out
 
 
+def _client_process(
+    conn: Any, target: str, prompts: list[list[int]], max_tokens: int, temperature: float
+) -> None:
+    """A separate client process (like a rollout worker): runs batch b on request, answers (seconds, tokens)."""
+    for p in (ROOT / "libs", ROOT / "services" / "inference"):
+        sys.path.insert(0, str(p))
+    from wolfpack import rpc
+    from wolfpack.settings import load_settings
+    from wolfpack.v1 import inference_service_pb2 as pb
+    from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+
+    async def serve_requests() -> None:
+        channel = rpc.channel(target, load_settings(rpc_timeout_s=3600), traced=False)
+        stub = pb_grpc.InferenceServiceStub(channel)
+        params = pb.SamplingParams(max_tokens=max_tokens, temperature=temperature)
+        while True:
+            b = conn.recv()
+            if b is None:
+                break
+            reqs = [pb.GenerateRequest(policy_id="bench", tokens=pb.TokenPrompt(token_ids=prompts[i]), sampling=params)
+                    for i in range(b)]  # fmt: skip
+            start = time.perf_counter()
+            resps = await asyncio.gather(*[stub.Generate(r) for r in reqs])
+            conn.send((time.perf_counter() - start, sum(r.usage.completion_tokens for r in resps)))
+        await channel.close()
+
+    asyncio.run(serve_requests())
+
+
 async def timed(fn: Callable[[], Awaitable[int]]) -> tuple[float, int]:
     start = time.perf_counter()
     tokens = await fn()
@@ -101,6 +130,24 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             return sum(r.usage.completion_tokens for r in resps)
 
         grpc_call = via_grpc
+        if args.client_process:
+            import multiprocessing as mp
+
+            ctx = mp.get_context("spawn")
+            parent, child = ctx.Pipe()
+            client = ctx.Process(
+                target=_client_process,
+                args=(child, f"127.0.0.1:{server.port}", prompts, args.max_tokens, args.temperature),
+                daemon=True,
+            )
+            client.start()
+
+            async def via_client_process(b: int) -> int:
+                parent.send(b)
+                _seconds, tokens = await asyncio.to_thread(parent.recv)
+                return int(tokens)
+
+            grpc_call = via_client_process
 
     rows = []
     for b in sizes:
@@ -116,6 +163,9 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         row["inproc"] = statistics.median(t / s for s, t in local)
         row["grpc"] = statistics.median(t / s for s, t in remote) if remote else float("nan")
         rows.append(row)
+    if args.client_process and not args.no_grpc:
+        parent.send(None)
+        client.join(timeout=30)
     if channel is not None:
         await channel.close()
     if server is not None:
@@ -140,6 +190,10 @@ def main() -> None:
     ap.add_argument("--enforce-eager", action="store_true", help="vllm: no CUDA graphs (faster start)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--no-grpc", action="store_true", help="in-process only (no wolfpack gRPC deps needed)")
+    ap.add_argument(
+        "--client-process", action="store_true",
+        help="gRPC client in its own process (like a rollout worker) instead of this event loop",
+    )  # fmt: skip
     ap.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "wolfpack" / "inference"))
     args = ap.parse_args()
     rows = asyncio.run(bench(args))
