@@ -16,6 +16,16 @@ def test_readme_documents_every_setting() -> None:
     assert not missing, f"add to the README configuration table: {missing}"
 
 
+def test_readme_documents_every_inference_setting() -> None:
+    from wolfpack_inference.settings import InferenceSettings
+
+    readme = (ROOT / "README.md").read_text()
+    missing = [f"WOLFPACK_INFERENCE_{n.upper()}" for n in InferenceSettings.model_fields]
+    missing = [v for v in missing if f"`{v}`" not in readme]
+    assert not missing, f"add to the README inference table: {missing}"
+    assert all(f.description for f in InferenceSettings.model_fields.values())
+
+
 def test_every_service_has_server_tests_and_dockerfile() -> None:
     for service in SERVICES:
         folder = ROOT / "services" / service

@@ -26,14 +26,20 @@ class InferenceSettings(BaseSettings):
     fallback_to_tiny: bool = Field(
         default=True, description="Serve `tiny` (with a warning) if SmolLM2 can't be prepared."
     )
-    backend: Literal["transformers", "vllm", "openai"] = "transformers"
-    policy_id: str = "default"
-    device: str = "auto"
-    dtype: str = "auto"
-    context_budget: int = 0
-    strip_think: bool = False
-    max_batch: int = 32
-    batch_wait_ms: float = 5.0
+    backend: Literal["transformers", "vllm", "openai"] = Field(
+        default="transformers", description="transformers (CPU/GPU), vllm (GPU) or openai (remote endpoint)."
+    )
+    policy_id: str = Field(default="default", description="Id of the default policy.")
+    device: str = Field(default="auto", description="auto, cpu or cuda[:n] (transformers backend).")
+    dtype: str = Field(default="auto", description="auto, float32, bfloat16 or float16.")
+    context_budget: int = Field(
+        default=0, description="Prompt token budget; longer chats are compressed (0: the model's limit)."
+    )
+    strip_think: bool = Field(
+        default=False, description="Remove <think> blocks from returned text (ids kept)."
+    )
+    max_batch: int = Field(default=32, description="Most requests merged into one micro-batch.")
+    batch_wait_ms: float = Field(default=5.0, description="How long a micro-batch waits for company.")
     cache_dir: Path = Field(
         default=Path.home() / ".cache" / "wolfpack" / "inference", description="Models cache."
     )
