@@ -237,3 +237,26 @@ async def test_free_text_actions_report_the_action_that_was_applied(env_client: 
             else:
                 await seats[obs.seat].act(obs.turn_id, first_legal(obs))
     assert checked >= 3
+
+
+async def test_answered_turn_deadlines_are_compacted(servicer: EnvironmentServicer) -> None:
+    """Deadline entries of answered turns never fire and are dropped once they dominate the heap."""
+    from wolfpack_environment.games import Action
+    from wolfpack_environment.sessions import SeatPlan
+
+    manager = servicer.manager
+    ep = manager.create("werewolf_v1", "6p", seed=1, seats={s: SeatPlan("external") for s in range(6)})
+    tokens = {s: t for t, s in ep.tokens.items()}
+    answered = 0
+    while answered < 12 and not ep.done:
+        seat, turn_id = next(iter(ep.open_turns.items()))
+        la = ep.env.legal_actions(seat)[0]
+        manager.act(
+            ep, tokens[seat], turn_id, Action(la.kind, la.targets[0] if la.targets else None, "x"), ""
+        )
+        answered += 1
+    stale = [e for e in manager._deadlines if ep.open_turns.get(e[3]) != e[1]]
+    assert len(stale) >= 12, "answering leaves the old entry behind (nothing to cancel)"
+    manager._compact_deadlines()
+    assert manager._deadlines and all(ep.open_turns.get(e[3]) == e[1] for e in manager._deadlines)
+    manager.close_all()

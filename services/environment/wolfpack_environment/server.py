@@ -189,7 +189,7 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
             action=action_to_pb(result.action),
             defaulted=result.defaulted,
             duplicate=result.duplicate,
-            observation=self._observation(ep, seat, result.observation),
+            observation=self._observation(ep, seat),
         )
 
     async def GetEpisode(self, request: pb.GetEpisodeRequest, context: Any) -> pb.GetEpisodeResponse:

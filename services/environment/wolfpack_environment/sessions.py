@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import random
 import secrets
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,7 +85,6 @@ class ActResult:
     action: Action | None
     defaulted: bool
     duplicate: bool
-    observation: Observation
 
 
 @dataclass
@@ -111,7 +112,6 @@ class Episode:
     version: int = 0
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     acted: dict[tuple[int, int], ActResult] = field(default_factory=dict)
-    deadlines: dict[int, asyncio.TimerHandle] = field(default_factory=dict)
     closed: bool = False
     finished_at: float | None = None
     span: trace.Span | None = None
@@ -133,6 +133,9 @@ class EpisodeManager:
         self.limits = limits or Limits()
         self.episodes: dict[str, Episode] = {}
         self._buckets: dict[str, _Bucket] = {}
+        self._finished: deque[tuple[float, Episode]] = deque()
+        self._deadlines: list[tuple[float, int, str, int]] = []  # (deadline, turn id, episode id, seat)
+        self._sweeper: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def create(
@@ -252,7 +255,7 @@ class EpisodeManager:
         key = (seat, turn_id)
         if key in ep.acted:  # a retry of an act that was applied: same answer, no second move
             prev = ep.acted[key]
-            return ActResult(prev.accepted, prev.reason, prev.action, prev.defaulted, True, prev.observation)
+            return ActResult(prev.accepted, prev.reason, prev.action, prev.defaulted, True)
         self._rate_limit(token)
         text = action.text if action is not None else raw_text
         if len(text) > self.limits.max_text_chars:
@@ -312,9 +315,8 @@ class EpisodeManager:
             ep.default_counts[seat] = ep.default_counts.get(seat, 0) + 1
         if accepted or defaulted:  # the decision is made; a re-prompt keeps the same turn id
             ep.open_turns.pop(seat, None)
-            self._cancel_deadline(ep, seat)
         self._advance(ep)
-        return ActResult(accepted, reason, applied, defaulted, False, env.observe(seat))
+        return ActResult(accepted, reason, applied, defaulted, False)
 
     def _advance(self, ep: Episode) -> None:
         env = ep.env
@@ -340,49 +342,69 @@ class EpisodeManager:
         acting = set(ep.env.acting_seats())
         for seat in [s for s in ep.open_turns if s not in acting]:
             del ep.open_turns[seat]
-            self._cancel_deadline(ep, seat)
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None  # used synchronously (tests, CLI): no timers
+        deadline = time.monotonic() + ep.turn_timeout_s
         for seat in sorted(acting):
             if seat in ep.bots or seat in ep.open_turns:
                 continue
             ep.next_turn_id += 1
             ep.open_turns[seat] = ep.next_turn_id
-            if loop is not None:
-                ep.deadlines[seat] = loop.call_later(
-                    ep.turn_timeout_s, self._timeout, ep, seat, ep.next_turn_id
-                )
+            # One heap for every pending decision of every episode; entries whose turn was answered are
+            # simply skipped when they come up, so answering costs nothing (no timer to cancel).
+            heapq.heappush(self._deadlines, (deadline, ep.next_turn_id, ep.episode_id, seat))
+        self._ensure_sweeper()
 
-    def _cancel_deadline(self, ep: Episode, seat: int) -> None:
-        handle = ep.deadlines.pop(seat, None)
-        if handle is not None:
-            handle.cancel()
+    def _ensure_sweeper(self) -> None:
+        if self._sweeper is not None or not self._deadlines:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # used synchronously (tests, CLI): no timeouts
+        self._sweeper = loop.create_task(self._sweep())
+
+    def _compact_deadlines(self) -> None:
+        """Drop heap entries of answered turns once they dominate (fast acts leave many behind)."""
+        live = [
+            entry
+            for entry in self._deadlines
+            if (ep := self.episodes.get(entry[2])) is not None and ep.open_turns.get(entry[3]) == entry[1]
+        ]
+        if len(live) * 2 < len(self._deadlines):
+            heapq.heapify(live)
+            self._deadlines = live
+
+    async def _sweep(self) -> None:
+        """Apply default actions to decisions whose deadline passed (checked at least every 50 ms)."""
+        try:
+            while self._deadlines:
+                now = time.monotonic()
+                while self._deadlines and self._deadlines[0][0] <= now:
+                    _deadline, turn_id, episode_id, seat = heapq.heappop(self._deadlines)
+                    ep = self.episodes.get(episode_id)
+                    if ep is not None:
+                        self._timeout(ep, seat, turn_id)
+                if len(self._deadlines) > 100_000:
+                    self._compact_deadlines()
+                if self._deadlines:
+                    await asyncio.sleep(min(0.05, max(0.001, self._deadlines[0][0] - time.monotonic())))
+        finally:
+            self._sweeper = None
 
     def _timeout(self, ep: Episode, seat: int, turn_id: int) -> None:
         if ep.done or ep.open_turns.get(seat) != turn_id:
             return
-        ep.deadlines.pop(seat, None)
         ep.default_counts[seat] = ep.default_counts.get(seat, 0) + 1
         ep.timeouts += 1
         result = self._apply(ep, seat, ep.env.default_action(seat), timed_out=True)
         ep.acted[(seat, turn_id)] = ActResult(
-            result.accepted,
-            "timed out: default action applied",
-            result.action,
-            True,
-            False,
-            result.observation,
+            result.accepted, "timed out: default action applied", result.action, True, False
         )
 
     def _finish(self, ep: Episode, aborted: bool) -> None:
         if ep.finished_at is not None:
             return
         ep.finished_at = time.monotonic()
-        for handle in ep.deadlines.values():
-            handle.cancel()
-        ep.deadlines.clear()
+        self._finished.append((ep.finished_at, ep))
         if ep.span is not None:
             ep.span.set_attribute("wolfpack.episode.winner", ep.env.winner() if ep.env.done else "")
             ep.span.set_attribute("wolfpack.episode.aborted", aborted)
@@ -448,9 +470,12 @@ class EpisodeManager:
         b.tokens -= 1.0
 
     def _collect_garbage(self) -> None:
+        """Forget episodes finished longer than ``finished_ttl_s`` ago: ``_finished`` is in finish order,
+        so this looks only at the expired head, not at every episode."""
         now = time.monotonic()
-        for ep_id, ep in list(self.episodes.items()):
-            if ep.finished_at is not None and now - ep.finished_at > self.limits.finished_ttl_s:
-                del self.episodes[ep_id]
-                for token in ep.tokens:
-                    self._buckets.pop(token, None)
+        while self._finished and now - self._finished[0][0] > self.limits.finished_ttl_s:
+            _at, ep = self._finished.popleft()
+            if self.episodes.get(ep.episode_id) is ep:
+                del self.episodes[ep.episode_id]
+            for token in ep.tokens:
+                self._buckets.pop(token, None)
