@@ -122,6 +122,17 @@ async def start_server(
     return running
 
 
+def stop_on_signals() -> asyncio.Event:
+    """An event that SIGTERM (Kubernetes, ``wolfpack up``) or SIGINT (Ctrl-C) sets: what every
+    long-running Wolfpack process waits on before its graceful shutdown."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
 async def serve(
     service: str,
     registrar: Registrar,
@@ -131,11 +142,7 @@ async def serve(
 ) -> None:
     """Run ``service`` until SIGTERM/SIGINT, then drain in-flight calls for ``grpc_grace_s`` and exit."""
     running = await start_server(service, registrar, settings, address)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await stop.wait()
         log.info("shutting down: draining in-flight calls", extra={"grace_s": settings.grpc_grace_s})

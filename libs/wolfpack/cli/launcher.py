@@ -189,10 +189,7 @@ async def run_up(settings: Settings, *, check: bool, timeout_s: float, console: 
             console.print(f"[{'green' if healthy else 'red'}]{verdict}[/]; shutting down.")
             return 0 if healthy else 1
         console.print("[bold]Ctrl-C to stop.[/] Logs also in " + str(run_dir / "logs"))
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+        stop = rpc.stop_on_signals()
         exits = [asyncio.create_task(s.proc.wait()) for s in procs if s.proc]
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopper, *exits], return_when=asyncio.FIRST_COMPLETED)

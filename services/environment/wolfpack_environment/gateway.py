@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -32,6 +31,7 @@ from typing import Any, NoReturn
 import grpc
 from aiohttp import WSMsgType, web
 
+from wolfpack import rpc
 from wolfpack.settings import Settings, load_settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
@@ -674,11 +674,7 @@ async def serve_gateway(
     target = config.env_target if config else resolve_env_target(env_target, settings or load_settings())
     log.info("gateway serving", extra={"url": running.url, "environment": target})
     print(f"wolfpack gateway on {running.url} -> environment {target}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = rpc.stop_on_signals()
     try:
         await stop.wait()
     finally:
