@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: setup
-	$(BIN)/wolfpack up --check --base-port 0
+	$(BIN)/wolfpack up --check --base-port 0 --timeout 600  # first run may fetch and convert SmolLM2
 	$(BIN)/wolfpack play werewolf --players 9 --seed 7 --bots heuristic
 
 up: setup

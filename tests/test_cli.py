@@ -14,7 +14,15 @@ def run(
     args: list[str], tmp_path: Path, timeout: float = 180, **env: str
 ) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("WOLFPACK_")}
-    full_env.update({"WOLFPACK_RUN_DIR": str(tmp_path / "run"), "COLUMNS": "200", **env})
+    # The tiny random model keeps these tests hermetic: no SmolLM2 download or conversion, whatever the cache.
+    full_env.update(
+        {
+            "WOLFPACK_RUN_DIR": str(tmp_path / "run"),
+            "COLUMNS": "200",
+            "WOLFPACK_INFERENCE_MODEL": "tiny",
+            **env,
+        }
+    )
     return subprocess.run(
         [*WOLFPACK, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=tmp_path
     )
@@ -62,7 +70,14 @@ def test_up_streams_prefixed_logs_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
     import time
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("WOLFPACK_")}
-    env.update({"WOLFPACK_RUN_DIR": str(tmp_path / "run"), "COLUMNS": "200", "WOLFPACK_LOG_LEVEL": "INFO"})
+    env.update(
+        {
+            "WOLFPACK_RUN_DIR": str(tmp_path / "run"),
+            "COLUMNS": "200",
+            "WOLFPACK_LOG_LEVEL": "INFO",
+            "WOLFPACK_INFERENCE_MODEL": "tiny",
+        }
+    )
     proc = subprocess.Popen(
         [*WOLFPACK, "up", "--base-port", "0"],
         stdout=subprocess.PIPE,
