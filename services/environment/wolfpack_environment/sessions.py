@@ -178,7 +178,9 @@ class EpisodeManager:
                 if name not in spec.bots:
                     raise SessionError(f"unknown bot {name!r} for {game_id}; bots: {', '.join(spec.bots)}")
                 bots[seat] = spec.bots[name]
-        reset_options: dict[str, Any] = {"language": language or "en", **dict(options or {})}
+        reset_options: dict[str, Any] = dict(options or {})
+        if language and language != "en":  # "en" is every game's default: skip the config rebuild
+            reset_options["language"] = language
         try:
             env.reset(seed=seed, options=reset_options)
         except (KeyError, ValueError, TypeError) as exc:

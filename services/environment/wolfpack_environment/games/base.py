@@ -194,9 +194,16 @@ def register_game(spec: GameSpec) -> GameSpec:
     return spec
 
 
+_builtins_loaded = False
+
+
 def _load_builtin_games() -> None:
-    # Import for side effects: each game package registers itself. Imported lazily so that importing
-    # the base API does not pull every engine.
+    # Import for side effects: each game package registers itself. Imported lazily (once) so that
+    # importing the base API does not pull every engine.
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
     import importlib
 
     for module in ("wolfpack_environment.games.werewolf", "wolfpack_environment.games.scenarios"):

@@ -249,7 +249,17 @@ def make_config(variant: str = "6p", overrides: Mapping[str, Any] | None = None)
     """The preset ``variant`` (``6p``/``9p``/``12p``) with ``overrides`` applied."""
     if variant not in PRESETS:
         raise KeyError(f"unknown werewolf preset {variant!r}; presets: {', '.join(PRESETS)}")
-    return config_from_yaml(PRESET_DIR / f"{variant}.yaml", overrides)
+    if overrides:
+        return config_from_yaml(PRESET_DIR / f"{variant}.yaml", overrides)
+    # A plain preset is built once (validation and the dict round trip cost more than a whole game's
+    # setup); each caller gets its own copy with its own roles mapping.
+    preset = _preset(variant)
+    return dataclasses.replace(preset, roles=dict(preset.roles))
+
+
+@lru_cache(maxsize=8)
+def _preset(variant: str) -> WerewolfConfig:
+    return config_from_yaml(PRESET_DIR / f"{variant}.yaml")
 
 
 def preset_description(variant: str) -> str:
