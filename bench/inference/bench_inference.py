@@ -106,6 +106,16 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         results = await asyncio.gather(*[backend.generate(Request(sampling, prompts[i])) for i in range(b)])
         return sum(len(c.token_ids) for r in results for c in r.completions)
 
+    async def staggered(b: int) -> int:
+        """In process, but requests arrive ``--stagger-us`` apart, as they trickle in over a socket."""
+
+        async def one(i: int) -> Any:
+            await asyncio.sleep(i * args.stagger_us / 1e6)
+            return await backend.generate(Request(sampling, prompts[i]))
+
+        results = await asyncio.gather(*[one(i) for i in range(b)])
+        return sum(len(c.token_ids) for r in results for c in r.completions)
+
     grpc_call: Callable[[int], Awaitable[int]] | None = None
     server = channel = None
     if not args.no_grpc:
@@ -154,14 +164,17 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         await inproc(b)  # warm-up (allocator, kernels, CUDA graphs)
         if grpc_call is not None:
             await grpc_call(b)
-        local, remote = [], []
+        local, remote, stag = [], [], []
         for _ in range(args.repeats):  # interleaved, so drift hits both paths alike
             local.append(await timed(lambda b=b: inproc(b)))
             if grpc_call is not None:
                 remote.append(await timed(lambda b=b, g=grpc_call: g(b)))
+            if args.stagger_us:
+                stag.append(await timed(lambda b=b: staggered(b)))
         row: dict[str, Any] = {"batch": b, "tokens": local[0][1]}
         row["inproc"] = statistics.median(t / s for s, t in local)
         row["grpc"] = statistics.median(t / s for s, t in remote) if remote else float("nan")
+        row["staggered"] = statistics.median(t / s for s, t in stag) if stag else float("nan")
         rows.append(row)
     if args.client_process and not args.no_grpc:
         parent.send(None)
@@ -191,6 +204,10 @@ def main() -> None:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--no-grpc", action="store_true", help="in-process only (no wolfpack gRPC deps needed)")
     ap.add_argument(
+        "--stagger-us", type=float, default=0.0,
+        help="also run in process with requests arriving this many microseconds apart (arrival-skew control)",
+    )  # fmt: skip
+    ap.add_argument(
         "--client-process", action="store_true",
         help="gRPC client in its own process (like a rollout worker) instead of this event loop",
     )  # fmt: skip
@@ -199,13 +216,16 @@ def main() -> None:
     rows = asyncio.run(bench(args))
     title = (f"{args.backend} · {args.model} · prompt {args.prompt_len} · {args.max_tokens} new tokens · "
              f"generated tokens/s (median of {args.repeats})")  # fmt: skip
-    header = ("batch", "tokens/run", "in-process tok/s", "gRPC tok/s", "in-process / gRPC")
+    header: tuple[str, ...] = ("batch", "tokens/run", "in-process tok/s", "gRPC tok/s", "in-process / gRPC")
+    if args.stagger_us:
+        header = (*header, f"in-process, {args.stagger_us:g} µs apart")
     cells = []
     for r in rows:
         ratio = r["inproc"] / r["grpc"] if r["grpc"] == r["grpc"] else float("nan")
-        cells.append(
-            (str(r["batch"]), str(r["tokens"]), f"{r['inproc']:,.0f}", f"{r['grpc']:,.0f}", f"{ratio:.3f}")
-        )
+        cell = (str(r["batch"]), str(r["tokens"]), f"{r['inproc']:,.0f}", f"{r['grpc']:,.0f}", f"{ratio:.3f}")
+        if args.stagger_us:
+            cell = (*cell, f"{r['staggered']:,.0f}")
+        cells.append(cell)
     try:
         from rich.console import Console
         from rich.table import Table
