@@ -126,3 +126,36 @@ def test_service_config_is_valid_json_with_retries() -> None:
     cfg = json.loads(rpc.service_config(rpc.IDEMPOTENT_METHODS, 5.0))
     retrying = [c for c in cfg["methodConfig"] if "retryPolicy" in c]
     assert retrying and {"service": "wolfpack.v1.EnvironmentService", "method": "Act"} in retrying[0]["name"]
+
+
+async def test_light_interceptors_carry_trace_context_without_an_sdk() -> None:
+    """When nothing exports spans, a service still passes its caller's trace on (traceparent only)."""
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    from wolfpack.telemetry import ContextClientInterceptor, ContextServerInterceptor
+
+    seen: list[int] = []
+
+    class Echo(pb_grpc.RolloutServiceServicer):
+        async def GetStatus(
+            self, request: pb.GetRolloutStatusRequest, context: object
+        ) -> pb.GetRolloutStatusResponse:
+            seen.append(trace.get_current_span().get_span_context().trace_id)
+            return pb.GetRolloutStatusResponse()
+
+    server = grpc.aio.server(interceptors=[ContextServerInterceptor()])
+    pb_grpc.add_RolloutServiceServicer_to_server(Echo(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    caller = SpanContext(trace_id=0xABC123, span_id=0x42, is_remote=False, trace_flags=TraceFlags(1))
+    try:
+        async with grpc.aio.insecure_channel(
+            f"127.0.0.1:{port}", interceptors=[ContextClientInterceptor()]
+        ) as ch:
+            stub = pb_grpc.RolloutServiceStub(ch)
+            await stub.GetStatus(pb.GetRolloutStatusRequest())  # no current trace: nothing sent
+            with trace.use_span(NonRecordingSpan(caller)):
+                await stub.GetStatus(pb.GetRolloutStatusRequest())
+    finally:
+        await server.stop(0)
+    assert seen == [0, 0xABC123]

@@ -15,6 +15,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import grpc
+from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -87,8 +89,19 @@ instrumentation's stream wrapper also fails ("token created in a different Conte
 such streams end at once; their work is traced per turn/request inside the services instead."""
 
 
+def _sdk_active() -> bool:
+    return isinstance(trace.get_tracer_provider(), TracerProvider)
+
+
 def server_interceptors() -> list[Any]:
-    """gRPC asyncio server interceptors that continue the caller's trace (context from metadata)."""
+    """gRPC asyncio server interceptors that continue the caller's trace (context from metadata).
+
+    With spans exported, OpenTelemetry's instrumentation (a server span per call). Without, a light
+    interceptor that only carries an incoming ``traceparent`` into the handler: spans nobody collects are
+    not worth their cost on every request, but a caller's trace must still pass through this service.
+    """
+    if not _sdk_active():
+        return [ContextServerInterceptor()]
     from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
     skip = filters.any_of(*(filters.method_name(m) for m in LONG_STREAMS), filters.health_check())
@@ -96,11 +109,69 @@ def server_interceptors() -> list[Any]:
 
 
 def client_interceptors() -> list[Any]:
-    """gRPC asyncio client interceptors that send the current trace context in metadata."""
+    """gRPC asyncio client interceptors that send the current trace context in metadata (a client span
+    per call when spans are exported; only the ``traceparent`` header otherwise)."""
+    if not _sdk_active():
+        return [ContextClientInterceptor()]
     from opentelemetry.instrumentation.grpc import aio_client_interceptors, filters
 
     skip = filters.any_of(*(filters.method_name(m) for m in LONG_STREAMS), filters.health_check())
     return list(aio_client_interceptors(filter_=filters.negate(skip)))
+
+
+class ContextServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Makes the caller's W3C trace context current inside unary handlers; nothing else. Wrapped
+    handlers are cached per method, so a call costs one metadata lookup."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, Any] = {}
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        method = details.method  # type: ignore[attr-defined]
+        cached = self._wrapped.get(method)
+        if cached is not None:
+            return cached
+        handler = await continuation(details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        inner = handler.unary_unary
+
+        async def with_context(request: Any, context: Any) -> Any:
+            metadata = dict(context.invocation_metadata() or ())
+            parent = metadata.get("traceparent")
+            if not parent:
+                return await inner(request, context)
+            carrier = {"traceparent": str(parent), "tracestate": str(metadata.get("tracestate", ""))}
+            token = otel_context.attach(extract_carrier(carrier))
+            try:
+                return await inner(request, context)
+            finally:
+                otel_context.detach(token)
+
+        wrapped = grpc.unary_unary_rpc_method_handler(
+            with_context,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+        self._wrapped[method] = wrapped
+        return wrapped
+
+
+class ContextClientInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Adds ``traceparent``/``tracestate`` of the current context to unary calls, when there is one."""
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        if trace.get_current_span().get_span_context().is_valid:
+            metadata = list(details.metadata or ())
+            metadata.extend(inject_carrier().items())
+            details = grpc.aio.ClientCallDetails(
+                method=details.method,
+                timeout=details.timeout,
+                metadata=grpc.aio.Metadata(*metadata),
+                credentials=details.credentials,
+                wait_for_ready=details.wait_for_ready,
+            )
+        return await continuation(details, request)
 
 
 # --- W3C trace context in strings, proto messages and stream entries ---------------------------------
