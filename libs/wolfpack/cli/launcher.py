@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wolfpack import SERVICES, rpc
-from wolfpack.redis_server import EmbeddedRedis, free_port, redis_url_or_embedded
+from wolfpack.redis_server import free_port, redis_url_or_embedded
 from wolfpack.settings import Settings
 
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red")
@@ -201,14 +201,10 @@ async def run_up(settings: Settings, *, check: bool, timeout_s: float, console: 
         return 0
     finally:
         await _terminate(procs, settings.grpc_grace_s)
-        _stop_redis(embedded)
+        if embedded is not None:
+            embedded.stop()
         UpState.path(run_dir).unlink(missing_ok=True)
         console.print("stopped.")
-
-
-def _stop_redis(embedded: EmbeddedRedis | None) -> None:
-    if embedded is not None:
-        embedded.stop()
 
 
 async def _ping(url: str) -> bool:

@@ -15,7 +15,7 @@ then applies the game's default legal action and flags a penalty in ``infos[seat
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -237,7 +237,3 @@ def make_game(game_id: str, variant: str = "", **options: Any) -> GameEnv:
         valid = ", ".join(spec.variants)
         raise KeyError(f"unknown variant {name!r} of {game_id}; variants: {valid}")
     return spec.factory(variant=name, **options)
-
-
-def iter_seats(env: GameEnv) -> Iterable[int]:
-    return iter(env.possible_agents)
