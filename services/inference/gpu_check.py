@@ -13,7 +13,11 @@ transformers, saves it under /tmp, starts ``VLLMBackend`` (``AsyncLLM``, v1 engi
    B): requests in flight report version 0, later ones version 1, the adapter changes the greedy output and
    its logprobs match a float32 peft reference as closely as the base model's do (x2); a full-weight update
    on that engine is refused with a clear error;
-5. (float32 engine, no LoRA) a full weight update without restart (checkpoint dir → ``collective_rpc``), then a PushWeights-style
+5. (same LoRA engine) a LoRA pushed as tensors + config (``PolicyRegistry.push``, the PushWeights path): requests
+   in flight keep the previous version, the pushed adapter changes the output and matches a float32 peft
+   reference within the same tolerance, a rank-mismatched push is INVALID_ARGUMENT and changes nothing, and
+   the pushed adapter's temporary directory is deleted once a newer push replaced it;
+6. (float32 engine, no LoRA) a full weight update without restart (checkpoint dir → ``collective_rpc``), then a PushWeights-style
    update from in-memory tensors back to the original weights: outputs change, then return exactly.
 
 It prints one line per check and a JSON report; exit status 1 when a check fails.
@@ -69,12 +73,13 @@ def hf_logprobs(model_dir: Path, prompt: list[int], completion: list[int], adapt
     return [float(logp[len(prompt) - 1 + j, t]) for j, t in enumerate(completion)]
 
 
-def make_lora(model_dir: Path, out: Path) -> Path:
+def lora_model(model_dir: Path, seed: int = 1) -> Any:
+    """A peft LoRA (rank 8) on the base with non-zero B, so it changes the output."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     cfg = LoraConfig(
         r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "o_proj"], init_lora_weights=False
@@ -84,7 +89,11 @@ def make_lora(model_dir: Path, out: Path) -> Path:
         for name, p in peft_model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.5)
-    peft_model.save_pretrained(out)
+    return peft_model
+
+
+def make_lora(model_dir: Path, out: Path, seed: int = 1) -> Path:
+    lora_model(model_dir, seed).save_pretrained(out)
     return out
 
 
@@ -165,6 +174,7 @@ async def run(work: Path) -> None:
     lora_engine = VLLMBackend(
         str(model_dir), cfg.model_copy(update={"dtype": "bfloat16", "enable_lora": True})
     )
+    base_diff: float | None = None
     try:
         base = await gen(lora_engine, greedy)
         base_ids = base.completions[0].token_ids
@@ -198,6 +208,62 @@ async def run(work: Path) -> None:
         record("weight_update_refused_with_lora", refused)
     except Exception as exc:
         record("lora_switch", False, error=repr(exc), trace=traceback.format_exc()[-800:])
+
+    # 7. engine B: a LoRA pushed as tensors + config (the PushWeights path: checks, a temp PEFT directory,
+    # then the adapter_path load), with requests in flight; a malformed push changes nothing; the pushed
+    # directory is deleted once a newer version replaced it and its requests finished.
+    try:
+        from wolfpack_inference.backends.base import InferenceError
+        from wolfpack_inference.policies import Policy, PolicyRegistry
+        from wolfpack_inference.push import peft_adapter
+
+        registry = PolicyRegistry(work, [Policy(lora_engine.cfg, lora_engine)])
+        pushed_model = lora_model(model_dir, seed=2)
+        ref_dir = work / "lora-pushed-ref"
+        pushed_model.save_pretrained(ref_dir)  # only for the float32 peft reference
+        state, config_json = peft_adapter(pushed_model)
+        before = await gen(lora_engine, greedy)
+        v = lora_engine.version
+        long = Sampling(max_tokens=200, temperature=0.0)
+        inflight = [asyncio.create_task(gen(lora_engine, long)) for _ in range(8)]
+        await asyncio.sleep(0.05)
+        await registry.push("check", v + 1, state, True, config_json)
+        pushed_dir = Path(lora_engine.adapter)
+        after = await gen(lora_engine, greedy)
+        old = await asyncio.gather(*inflight)
+        ids = after.completions[0].token_ids
+        ref = hf_logprobs(model_dir, prompt, ids, adapter=str(ref_dir))
+        diff = max_diff(ref, after.completions[0].logprobs)
+        tolerance = max(0.1, 2 * base_diff) if base_diff is not None else 0.35
+        refused = ""
+        try:
+            bad = json.dumps(json.loads(config_json) | {"r": 4})
+            await registry.push("check", v + 2, state, True, bad)
+        except InferenceError as exc:
+            refused = exc.code.value if "rank mismatch" in str(exc) else str(exc)
+        unchanged = await gen(lora_engine, greedy)
+        kept = pushed_dir.is_dir()
+        next_state, next_config = peft_adapter(lora_model(model_dir, seed=3))
+        await registry.push("check", v + 2, next_state, True, next_config)
+        await gen(lora_engine, greedy)
+        ok = (
+            all(r.version == v for r in old)
+            and after.version == v + 1
+            and ids != before.completions[0].token_ids
+            and diff < tolerance
+            and refused == "INVALID_ARGUMENT"
+            and unchanged.version == v + 1
+            and unchanged.completions[0].token_ids == ids
+            and kept
+            and not pushed_dir.exists()
+            and lora_engine.version == v + 2
+        )
+        record("lora_push", ok, inflight_versions=sorted({r.version for r in old}), new_version=after.version,
+               changed_output=ids != before.completions[0].token_ids, lora_bf16_max_abs_diff=round(diff, 5),
+               tolerance=round(tolerance, 5), bad_push=refused, unchanged_after_bad_push=unchanged.version == v + 1,
+               dir_kept_while_current=kept, dir_removed_after_replace=not pushed_dir.exists())  # fmt: skip
+    except Exception as exc:
+        record("lora_push", False, error=repr(exc), trace=traceback.format_exc()[-800:])
     await lora_engine.close()
 
 

@@ -537,6 +537,7 @@ class PushWeightsRequest(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     IS_ADAPTER_FIELD_NUMBER: _builtins.int
+    ADAPTER_CONFIG_JSON_FIELD_NUMBER: _builtins.int
     policy_id: _builtins.str
     """Policy to update. Required on the first chunk."""
     version: _builtins.int
@@ -550,7 +551,13 @@ class PushWeightsRequest(_message.Message):
     offset: _builtins.int
     """Byte offset of this chunk within the tensor."""
     is_adapter: _builtins.bool
-    """True when the parameters are LoRA adapter weights."""
+    """True when the parameters are LoRA adapter weights (PEFT state-dict keys, as
+    `get_peft_model_state_dict` returns them); read from the first chunk.
+    """
+    adapter_config_json: _builtins.str
+    """The adapter's PEFT config as JSON (the contents of its adapter_config.json). Required on the first
+    chunk when is_adapter; must be empty otherwise.
+    """
     @_builtins.property
     def shape(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Tensor shape."""
@@ -566,10 +573,11 @@ class PushWeightsRequest(_message.Message):
         data: _builtins.bytes = ...,
         offset: _builtins.int = ...,
         is_adapter: _builtins.bool = ...,
+        adapter_config_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "dtype", b"dtype", "is_adapter", b"is_adapter", "name", b"name", "offset", b"offset", "policy_id", b"policy_id", "shape", b"shape", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adapter_config_json", b"adapter_config_json", "data", b"data", "dtype", b"dtype", "is_adapter", b"is_adapter", "name", b"name", "offset", b"offset", "policy_id", b"policy_id", "shape", b"shape", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

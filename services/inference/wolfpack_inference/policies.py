@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wolfpack_inference import prompts
+from wolfpack_inference import adapters, prompts
 from wolfpack_inference.backends.base import Backend, ErrorCode, InferenceError, Request, Sampling
 from wolfpack_inference.config import PolicyConfig
 
@@ -197,12 +197,28 @@ class PolicyRegistry:
         return policy
 
     async def push(
-        self, policy_id: str, version: int, tensors: Mapping[str, Any], is_adapter: bool
+        self,
+        policy_id: str,
+        version: int,
+        tensors: Mapping[str, Any],
+        is_adapter: bool,
+        adapter_config_json: str = "",
     ) -> Policy:
+        """Move ``policy_id`` to pushed ``tensors`` as ``version``: full or partial weights, or a LoRA
+        (``is_adapter``) described by its PEFT ``adapter_config_json``. Everything wrong with the request is
+        reported before any weights change, so a refused push leaves the current version serving."""
         policy = self.get(policy_id)
+        config = None
+        if is_adapter:
+            config = adapters.parse_config(adapter_config_json)
+            adapters.check_tensors(config, tensors)
+        elif adapter_config_json:
+            raise InferenceError(
+                ErrorCode.INVALID_ARGUMENT, "adapter_config_json is set but is_adapter is not"
+            )
         async with policy.lock:
             self._check_version(policy, version)
-            await policy.backend.update_weights(version, tensors, is_adapter)
+            await policy.backend.update_weights(version, tensors, is_adapter, config)
         return policy
 
     @staticmethod

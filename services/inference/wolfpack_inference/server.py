@@ -134,7 +134,9 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             if head is None:
                 raise InferenceError(ErrorCode.INVALID_ARGUMENT, "no chunks received")
             tensors = await asyncio.to_thread(assembler.tensors)
-            p = await self.registry.push(head.policy_id, head.version, tensors, head.is_adapter)
+            p = await self.registry.push(
+                head.policy_id, head.version, tensors, head.is_adapter, head.adapter_config_json
+            )
         except InferenceError as exc:
             await _abort(context, exc)
         return pb.PushWeightsResponse(policy=policy_info(p), tensors=len(tensors))

@@ -126,8 +126,16 @@ class Backend(abc.ABC):
         current base (``adapter_path``). Requests admitted before the switch finish on the old weights."""
         raise InferenceError(ErrorCode.UNIMPLEMENTED, f"backend {self.name} cannot load weights")
 
-    async def update_weights(self, version: int, tensors: Mapping[str, Any], is_adapter: bool) -> None:
-        """Switch to ``tensors`` (a full or partial state dict, or LoRA weights) as ``version``."""
+    async def update_weights(
+        self,
+        version: int,
+        tensors: Mapping[str, Any],
+        is_adapter: bool,
+        adapter_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Switch to ``tensors`` as ``version``: a full or partial state dict, or (``is_adapter``) a LoRA's
+        PEFT state dict with its config (already checked by ``adapters.parse_config``/``check_tensors``),
+        applied to the current base like ``load(adapter_path=...)``."""
         raise InferenceError(ErrorCode.UNIMPLEMENTED, f"backend {self.name} cannot take pushed weights")
 
     async def close(self) -> None:  # noqa: B027  # optional hook: most backends hold nothing to release

@@ -25,10 +25,12 @@ import logging
 import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from wolfpack_inference.adapters import AdapterDirs
 from wolfpack_inference.backends.base import (
     Backend,
     Completion,
@@ -111,10 +113,36 @@ def load_causal_lm(path: str, device: str, dtype: torch.dtype, adapter: str = ""
     model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model = model.to(device)
     if adapter:
-        peft = _peft()
-        model = peft.PeftModel.from_pretrained(model, adapter).merge_and_unload()
+        model = _apply_adapter(model, adapter)
     model.eval()
     return model
+
+
+def _apply_adapter(model: Any, adapter: str) -> Any:
+    """``model`` with the LoRA in directory ``adapter`` merged in. A directory that does not fit the base
+    (target modules it lacks, wrong shapes, tensors missing for some targeted modules) is an
+    INVALID_ARGUMENT: peft only warns about missing tensors and leaves those modules at their initial values,
+    which for ``init_lora_weights: false`` are random."""
+    peft = _peft()
+    try:
+        wrapped = peft.PeftModel.from_pretrained(model, adapter)
+    except (ValueError, RuntimeError, KeyError, TypeError, OSError) as exc:
+        raise InferenceError(ErrorCode.INVALID_ARGUMENT, f"adapter {adapter}: {exc}") from None
+    weights = Path(adapter) / "adapter_model.safetensors"
+    if weights.exists():
+        from safetensors import safe_open
+
+        with safe_open(str(weights), framework="pt") as f:
+            saved = set(f.keys())
+        expected = set(peft.get_peft_model_state_dict(wrapped, save_embedding_layers=False))
+        missing, extra = sorted(expected - saved), sorted(saved - expected)
+        if missing or extra:
+            raise InferenceError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"adapter {adapter} does not fit the base model: missing tensors {missing[:4]}, "
+                f"tensors for no module of the base {extra[:4]}",
+            )
+    return wrapped.merge_and_unload()
 
 
 SMALL_MODEL_PARAMS = 20_000_000
@@ -185,6 +213,8 @@ class TransformersBackend(Backend):
         self._worker: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._held: list[_Job] = []
+        self.adapter_dirs = AdapterDirs()
+        """Directories of pushed adapters, one per version that still names one."""
 
     # --- identity -------------------------------------------------------------------------------------
 
@@ -411,10 +441,14 @@ class TransformersBackend(Backend):
     async def close(self) -> None:
         if self._worker is not None and not self._worker.done():
             self._worker.cancel()
+        self.adapter_dirs.close()
 
     # --- new weights ----------------------------------------------------------------------------------
 
     async def load(self, version: int, model_path: str = "", adapter_path: str = "") -> None:
+        self._current = await self._load(version, model_path, adapter_path)
+
+    async def _load(self, version: int, model_path: str, adapter_path: str) -> _Weights:
         path = model_path or self._current.model_path
         if adapter_path:
             _peft()
@@ -425,18 +459,36 @@ class TransformersBackend(Backend):
                 f"{path}: vocab {model.config.vocab_size} differs from the served tokenizer's model "
                 f"({self.vocab_size}); load a new policy id for a different model family",
             )
-        self._current = _Weights(model, version, path, adapter_path)
+        return _Weights(model, version, path, adapter_path)
 
-    async def update_weights(self, version: int, tensors: Mapping[str, Any], is_adapter: bool) -> None:
-        if is_adapter:
-            _peft()
-            raise InferenceError(
-                ErrorCode.UNIMPLEMENTED,
-                "pushed LoRA weights need an adapter config; save the adapter and use LoadPolicy",
-            )
+    async def update_weights(
+        self,
+        version: int,
+        tensors: Mapping[str, Any],
+        is_adapter: bool,
+        adapter_config: Mapping[str, Any] | None = None,
+    ) -> None:
         current = self._current
-        model = await asyncio.to_thread(_updated_copy, current.model, tensors)
-        self._current = _Weights(model, version, current.model_path, current.adapter)
+        if is_adapter:
+            if adapter_config is None:
+                raise InferenceError(
+                    ErrorCode.INVALID_ARGUMENT, "pushed LoRA weights need their adapter config"
+                )
+            _peft()
+            # The same path as LoadPolicy(adapter_path=...): a PEFT directory merged into a fresh base.
+            path = await asyncio.to_thread(self.adapter_dirs.write, version, adapter_config, tensors)
+            try:
+                weights = await self._load(version, "", str(path))
+            except BaseException:
+                self.adapter_dirs.discard(path)
+                raise
+        else:
+            model = await asyncio.to_thread(_updated_copy, current.model, tensors)
+            weights = _Weights(model, version, current.model_path, current.adapter)
+        # A pushed adapter's directory goes with the last version that names it: not current any more and
+        # no job holding it (jobs keep their ``_Weights`` alive).
+        self.adapter_dirs.bind(weights, weights.adapter)
+        self._current = weights
 
 
 def _updated_copy(model: Any, tensors: Mapping[str, torch.Tensor]) -> Any:

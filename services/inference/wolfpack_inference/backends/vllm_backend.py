@@ -12,7 +12,10 @@ GPU machine, not by the CPU test suite.
 - Versions, two kinds:
   * LoRA (``adapter_path``): each version is a new ``LoRARequest`` (fresh ``lora_int_id``); a request
     carries the LoRARequest current at admission, so in-flight requests finish on the old adapter with
-    no pause at all.
+    no pause at all. Pushed LoRA tensors (PushWeights with ``is_adapter``) are written as a PEFT directory
+    owned by the backend (``adapters.AdapterDirs``) and loaded the same way; the directory is kept while
+    its version is current or a request bound to it is in flight (vLLM may re-read it when the adapter
+    was evicted from its CPU cache), and deleted after.
   * Full weights (``model_path`` or PushWeights): the engine holds one set of weights, so the update
     closes an admission gate, waits for requests in flight to finish (they finish on the old version),
     loads the new tensors into the running workers through ``collective_rpc`` (methods of
@@ -32,6 +35,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from wolfpack_inference.adapters import AdapterDirs
 from wolfpack_inference.backends.base import (
     Backend,
     Completion,
@@ -114,6 +118,7 @@ class VLLMBackend(Backend):
 
             self._tokenizer = AutoTokenizer.from_pretrained(model_path)
         self._lora: Any = None
+        self._adapters = AdapterDirs()
         if cfg.adapter:
             self._lora = self._lora_request(cfg.adapter, self.version)
             self.adapter = cfg.adapter
@@ -131,7 +136,10 @@ class VLLMBackend(Backend):
     def _lora_request(self, path: str, version: int) -> Any:
         from vllm.lora.request import LoRARequest  # type: ignore[import-not-found]
 
-        return LoRARequest(f"{self.cfg.policy_id}-v{version}", next(_lora_ids), path)
+        # keywords: newer vLLM releases reorder the positional fields (lora_path before lora_int_id)
+        return LoRARequest(
+            lora_name=f"{self.cfg.policy_id}-v{version}", lora_int_id=next(_lora_ids), lora_path=path
+        )
 
     def _params(self, s: Sampling, streaming: bool) -> Any:
         from vllm import SamplingParams
@@ -153,16 +161,29 @@ class VLLMBackend(Backend):
         )
 
     async def _admit(self) -> tuple[int, Any]:
-        """Wait for an open gate, then count the request in flight and bind it to the current version."""
+        """Wait for an open gate, then count the request in flight and bind it to the current version
+        (and to its adapter directory, when that was pushed)."""
         await self._gate.wait()
         self._inflight += 1
         self._idle.clear()
+        if self._lora is not None:
+            self._adapters.acquire(self._lora.lora_path)
         return self.version, self._lora
 
-    def _release(self) -> None:
+    def _release(self, lora: Any) -> None:
         self._inflight -= 1
         if self._inflight == 0:
             self._idle.set()
+        if lora is not None:
+            self._adapters.release(lora.lora_path)
+
+    def _set_lora(self, lora: Any) -> None:
+        """Make ``lora`` (or no adapter) current; the current version holds one use of its directory."""
+        if lora is not None:
+            self._adapters.acquire(lora.lora_path)
+        old, self._lora = self._lora, lora
+        if old is not None:
+            self._adapters.release(old.lora_path)
 
     @staticmethod
     def _logprobs(token_ids: list[int], entries: Any) -> list[float]:
@@ -189,7 +210,7 @@ class VLLMBackend(Backend):
             code = ErrorCode.INVALID_ARGUMENT if isinstance(exc, ValueError) else ErrorCode.INTERNAL
             raise InferenceError(code, f"vllm: {exc}") from exc
         finally:
-            self._release()
+            self._release(lora)
 
     async def generate(self, request: Request) -> Result:
         version, final = 0, None
@@ -233,23 +254,54 @@ class VLLMBackend(Backend):
                     ErrorCode.FAILED_PRECONDITION, "this vllm policy runs with enable_lora off"
                 )
             lora = self._lora_request(adapter_path, version)
-            await self.engine.add_lora(lora)  # load before switching, so admission never waits on disk
-            self._lora, self.adapter, self.version = lora, adapter_path, version
+            try:
+                await self.engine.add_lora(lora)  # load before switching, so admission never waits on disk
+            except Exception as exc:  # vLLM reports a bad adapter (modules, rank, dtype) as ValueError
+                code = ErrorCode.INVALID_ARGUMENT if isinstance(exc, ValueError) else ErrorCode.INTERNAL
+                raise InferenceError(code, f"vllm: adapter {adapter_path}: {exc}") from exc
+            self._set_lora(lora)
+            self.adapter, self.version = adapter_path, version
             return
         await self._swap_weights(version, model_path or self.model)
         self.model = model_path or self.model
 
-    async def update_weights(self, version: int, tensors: Mapping[str, Any], is_adapter: bool) -> None:
+    async def update_weights(
+        self,
+        version: int,
+        tensors: Mapping[str, Any],
+        is_adapter: bool,
+        adapter_config: Mapping[str, Any] | None = None,
+    ) -> None:
         if is_adapter:
-            raise InferenceError(
-                ErrorCode.UNIMPLEMENTED, "push LoRA adapters as a directory through LoadPolicy"
-            )
+            await self._push_adapter(version, tensors, adapter_config)
+            return
         from safetensors.torch import save_file
 
         with tempfile.TemporaryDirectory(prefix="wolfpack-push-") as tmp:
             flat = {k: v.contiguous() for k, v in tensors.items()}
             await asyncio.to_thread(save_file, flat, str(Path(tmp) / "model.safetensors"))
             await self._swap_weights(version, tmp)
+
+    async def _push_adapter(
+        self, version: int, tensors: Mapping[str, Any], adapter_config: Mapping[str, Any] | None
+    ) -> None:
+        """Pushed LoRA tensors → a PEFT directory owned by this backend → ``load(adapter_path=...)``."""
+        if adapter_config is None:
+            raise InferenceError(ErrorCode.INVALID_ARGUMENT, "pushed LoRA weights need their adapter config")
+        if not self.cfg.enable_lora:
+            raise InferenceError(ErrorCode.FAILED_PRECONDITION, "this vllm policy runs with enable_lora off")
+        ranks = [int(t.shape[0]) for k, t in tensors.items() if "lora_A" in k or "lora_embedding_A" in k]
+        if max(ranks, default=0) > self.cfg.max_lora_rank:
+            raise InferenceError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"adapter rank {max(ranks)} exceeds this engine's max_lora_rank ({self.cfg.max_lora_rank})",
+            )
+        path = await asyncio.to_thread(self._adapters.write, version, adapter_config, tensors)
+        try:
+            await self.load(version, adapter_path=str(path))
+        except BaseException:
+            self._adapters.discard(path)
+            raise
 
     async def _swap_weights(self, version: int, path: str) -> None:
         """Gate closed → drain → load into workers → reset prefix cache → new version → gate open."""
@@ -266,7 +318,8 @@ class VLLMBackend(Backend):
             await self._idle.wait()
             await self.engine.collective_rpc("wolfpack_load_safetensors", args=(path,))
             await self.engine.reset_prefix_cache()
-            self._lora, self.adapter = None, ""  # a full checkpoint replaces base and adapter alike
+            self._set_lora(None)  # a full checkpoint replaces base and adapter alike
+            self.adapter = ""
             self.version = version
         finally:
             self._gate.set()
@@ -277,3 +330,4 @@ class VLLMBackend(Backend):
 
     async def close(self) -> None:
         self.engine.shutdown()
+        self._adapters.close()
