@@ -135,7 +135,9 @@ class ChatPrompt(_message.Message):
     MESSAGES_FIELD_NUMBER: _builtins.int
     ADD_GENERATION_PROMPT_FIELD_NUMBER: _builtins.int
     add_generation_prompt: _builtins.bool
-    """Add the assistant generation prompt (default true through the API)."""
+    """Add the assistant generation prompt. Unset: true, unless the last message is an assistant message
+    (then the model continues it); set it to choose either way explicitly.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatMessage]:
         """Messages in order. Required."""
@@ -144,13 +146,15 @@ class ChatPrompt(_message.Message):
         self,
         *,
         messages: _abc.Iterable[_common_pb2.ChatMessage] | None = ...,
-        add_generation_prompt: _builtins.bool = ...,
+        add_generation_prompt: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_add_generation_prompt", b"_add_generation_prompt", "add_generation_prompt", b"add_generation_prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["add_generation_prompt", b"add_generation_prompt", "messages", b"messages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_add_generation_prompt", b"_add_generation_prompt", "add_generation_prompt", b"add_generation_prompt", "messages", b"messages"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__add_generation_prompt: _TypeAlias = _typing.Literal["add_generation_prompt"]  # noqa: Y015
+    _WhichOneofArgType__add_generation_prompt: _TypeAlias = _typing.Literal["_add_generation_prompt", b"_add_generation_prompt"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__add_generation_prompt) -> _WhichOneofReturnType__add_generation_prompt | None: ...
 
 Global___ChatPrompt: _TypeAlias = ChatPrompt  # noqa: Y015
 

@@ -115,3 +115,30 @@ async def test_thinker_policy_keeps_ids(stub: pb_grpc.InferenceServiceStub) -> N
     thinker = await stub.Generate(req)
     assert list(plain.completions[0].token_ids) == list(thinker.completions[0].token_ids)
     assert thinker.completions[0].text == strip_think(plain.completions[0].text)
+
+
+@pytest.mark.parametrize(
+    ("last_role", "flag", "expected"),
+    [
+        ("user", None, True),  # unset: the assistant answers
+        ("user", False, False),  # explicit false is respected (it used to be read as "unset")
+        ("assistant", None, False),  # unset after an assistant message: continue it
+        ("assistant", True, True),  # explicit true after an assistant message
+    ],
+)
+async def test_add_generation_prompt_has_presence(
+    stub: pb_grpc.InferenceServiceStub, tiny_dir: Path, last_role: str, flag: bool | None, expected: bool
+) -> None:
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    msgs = [("user", "Who is the wolf?"), ("assistant", "I think Carol."), (last_role, "Why Carol?")]
+    prompt = pb.ChatPrompt(messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in msgs])
+    if flag is not None:
+        prompt.add_generation_prompt = flag
+    assert prompt.HasField("add_generation_prompt") == (flag is not None)
+    # same field number and wire type as the old plain bool; an explicit false now travels (tag 0x10, 0)
+    assert pb.ChatPrompt(add_generation_prompt=False).SerializeToString() == b"\x10\x00"
+    req = pb.GenerateRequest(policy_id="tiny", chat=prompt, sampling=pb.SamplingParams(max_tokens=2))
+    resp = await stub.Generate(req)
+    as_dicts = [{"role": r, "content": c} for r, c in msgs]
+    assert list(resp.prompt_token_ids) == render_chat(tok, as_dicts, expected)
+    assert render_chat(tok, as_dicts, True) != render_chat(tok, as_dicts, False)

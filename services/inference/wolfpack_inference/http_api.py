@@ -122,8 +122,10 @@ class HttpFront:
             messages = body.get("messages")
             if not isinstance(messages, list):
                 raise HttpError(400, "messages must be a list")
+            # OpenAI chat completions always answer as the assistant (no continuation of a last turn)
             prep = policy.prepare(sampling, messages=[{"role": str(m.get("role", "")),
-                                  "content": str(m.get("content", ""))} for m in messages])  # fmt: skip
+                                  "content": str(m.get("content", ""))} for m in messages],
+                                  add_generation_prompt=True)  # fmt: skip
         else:
             prompt = body.get("prompt", "")
             if isinstance(prompt, str):

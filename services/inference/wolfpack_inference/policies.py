@@ -86,10 +86,13 @@ class Policy:
         *,
         messages: Sequence[Mapping[str, str]] | None = None,
         token_ids: Sequence[int] | None = None,
-        add_generation_prompt: bool = True,
+        add_generation_prompt: bool | None = None,
         request_id: str = "",
     ) -> Prepared:
-        """Validate and turn a prompt into a backend request, compressing chat prompts over budget."""
+        """Validate and turn a prompt into a backend request, compressing chat prompts over budget.
+
+        ``add_generation_prompt=None`` (the caller did not say): add the assistant prompt unless the last
+        message is the assistant's, which the model then continues."""
         tok = self.backend.tokenizer
         if messages is not None:
             msgs = [{k: v for k, v in m.items() if v or k == "content"} for m in messages]
@@ -104,7 +107,10 @@ class Policy:
                 raise InferenceError(
                     ErrorCode.INVALID_ARGUMENT, f"policy {self.policy_id} has no tokenizer: send token ids"
                 )
-            ids, compressed = self._render(msgs, add_generation_prompt, sampling.max_tokens)
+            add_gen = (
+                msgs[-1]["role"] != "assistant" if add_generation_prompt is None else add_generation_prompt
+            )
+            ids, compressed = self._render(msgs, add_gen, sampling.max_tokens)
             return Prepared(Request(sampling, ids, msgs, request_id, self.cfg.strip_think), compressed)
         ids = list(token_ids or [])
         if not ids:

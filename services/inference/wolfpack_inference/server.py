@@ -50,9 +50,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         )  # fmt: skip
         if r.WhichOneof("prompt") == "chat":
             msgs = [{"role": m.role, "content": m.content, "name": m.name} for m in r.chat.messages]
-            # proto3 bools have no presence: a caller that left the flag unset but ends on a user turn
-            # clearly wants the assistant prompt; false only matters to continue an assistant message.
-            add_gen = r.chat.add_generation_prompt or (bool(msgs) and msgs[-1]["role"] != "assistant")
+            # the field has presence: unset leaves the choice to ``prepare`` (continuation or not)
+            add_gen = r.chat.add_generation_prompt if r.chat.HasField("add_generation_prompt") else None
             return policy, policy.prepare(sampling, messages=msgs, add_generation_prompt=add_gen,
                                           request_id=r.request_id)  # fmt: skip
         return policy, policy.prepare(sampling, token_ids=r.tokens.token_ids, request_id=r.request_id)
