@@ -9,6 +9,12 @@ CPU (tiny random Qwen2):     python bench/inference/bench_inference.py
 CPU (SmolLM2-135M):          python bench/inference/bench_inference.py --model smollm2 --batch-sizes 1,8
 GPU (vLLM, 0.5B-shaped):     python bench/inference/bench_inference.py --backend vllm \\
                                  --model random-qwen2.5-0.5b --prompt-len 512 --max-tokens 256 --batch-sizes 64,256
+Service CPU per call:        python bench/inference/bench_inference.py --backend replay \\
+                                 --prompt-len 512 --max-tokens 256 --batch-sizes 64,128,256 --repeats 20
+
+``--backend replay`` (bench only, ``replay_backend.py``) swaps the engine for one that answers at once with
+precomputed ids/logprobs of the right sizes, so the table shows microseconds of CPU per call: in process
+(the backend alone) and over gRPC; their difference is what the service path costs per call.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ def random_qwen_05b(cache_dir: Path) -> Path:
 
 
 def _client_process(
-    conn: Any, target: str, prompts: list[list[int]], max_tokens: int, temperature: float
+    conn: Any, target: str, prompts: list[list[int]], max_tokens: int, temperature: float, logprobs: bool
 ) -> None:
     """A separate client process (like a rollout worker): runs batch b on request, answers (seconds, tokens)."""
     for p in (ROOT / "libs", ROOT / "services" / "inference"):
@@ -65,7 +71,7 @@ def _client_process(
     async def serve_requests() -> None:
         channel = rpc.channel(target, load_settings(rpc_timeout_s=3600), traced=False)
         stub = pb_grpc.InferenceServiceStub(channel)
-        params = pb.SamplingParams(max_tokens=max_tokens, temperature=temperature)
+        params = pb.SamplingParams(max_tokens=max_tokens, temperature=temperature, logprobs=logprobs)
         while True:
             b = conn.recv()
             if b is None:
@@ -91,16 +97,24 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     model = str(random_qwen_05b(cache)) if args.model == "random-qwen2.5-0.5b" else args.model
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     cfg = PolicyConfig(
-        policy_id="bench", backend=args.backend, model=model, device=args.device, dtype=args.dtype,
-        max_batch=max(sizes), batch_wait_ms=args.batch_wait_ms, ignore_eos=True,
-        enforce_eager=args.enforce_eager, gpu_memory_utilization=args.gpu_memory_utilization,
+        policy_id="bench", backend="transformers" if args.backend == "replay" else args.backend, model=model,
+        device=args.device, dtype=args.dtype, max_batch=max(sizes), batch_wait_ms=args.batch_wait_ms,
+        ignore_eos=True, enforce_eager=args.enforce_eager, gpu_memory_utilization=args.gpu_memory_utilization,
         enable_lora=False, torch_threads=args.torch_threads,
     )  # fmt: skip
-    backend: Backend = build_backend(cfg, cache)
+    if args.backend == "replay":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from replay_backend import ReplayBackend
+
+        backend: Backend = ReplayBackend()
+    else:
+        backend = build_backend(cfg, cache)
     vocab = len(backend.tokenizer) if backend.tokenizer is not None else 32000
     rng = random.Random(0)
     prompts = [[rng.randrange(3, vocab - 2) for _ in range(args.prompt_len)] for _ in range(max(sizes))]
-    sampling = Sampling(max_tokens=args.max_tokens, temperature=args.temperature, seed=None)
+    sampling = Sampling(
+        max_tokens=args.max_tokens, temperature=args.temperature, seed=None, logprobs=args.logprobs
+    )
 
     async def inproc(b: int) -> int:
         results = await asyncio.gather(*[backend.generate(Request(sampling, prompts[i])) for i in range(b)])
@@ -131,7 +145,9 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         server = await rpc.start_server("inference", lambda s: register(s, servicer), settings, "127.0.0.1:0")
         channel = rpc.channel(f"127.0.0.1:{server.port}", settings, traced=False)
         stub = pb_grpc.InferenceServiceStub(channel)
-        params = pb.SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature)
+        params = pb.SamplingParams(
+            max_tokens=args.max_tokens, temperature=args.temperature, logprobs=args.logprobs
+        )
 
         async def via_grpc(b: int) -> int:
             reqs = [pb.GenerateRequest(policy_id="bench", tokens=pb.TokenPrompt(token_ids=prompts[i]), sampling=params)
@@ -147,7 +163,14 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             parent, child = ctx.Pipe()
             client = ctx.Process(
                 target=_client_process,
-                args=(child, f"127.0.0.1:{server.port}", prompts, args.max_tokens, args.temperature),
+                args=(
+                    child,
+                    f"127.0.0.1:{server.port}",
+                    prompts,
+                    args.max_tokens,
+                    args.temperature,
+                    args.logprobs,
+                ),
                 daemon=True,
             )
             client.start()
@@ -171,10 +194,16 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                 remote.append(await timed(lambda b=b, g=grpc_call: g(b)))
             if args.stagger_us:
                 stag.append(await timed(lambda b=b: staggered(b)))
-        row: dict[str, Any] = {"batch": b, "tokens": local[0][1]}
+        row: dict[str, Any] = {
+            "batch": b,
+            "tokens": local[0][1],
+            "grpc_tokens": remote[0][1] if remote else 0,
+        }
         row["inproc"] = statistics.median(t / s for s, t in local)
         row["grpc"] = statistics.median(t / s for s, t in remote) if remote else float("nan")
         row["staggered"] = statistics.median(t / s for s, t in stag) if stag else float("nan")
+        row["inproc_us"] = statistics.median(s / b * 1e6 for s, _ in local)
+        row["grpc_us"] = statistics.median(s / b * 1e6 for s, _ in remote) if remote else float("nan")
         rows.append(row)
     if args.client_process and not args.no_grpc:
         parent.send(None)
@@ -189,12 +218,16 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", choices=["transformers", "vllm"], default="transformers")
+    ap.add_argument(
+        "--backend", choices=["transformers", "vllm", "replay"], default="transformers",
+        help="replay: bench-only instant engine (replay_backend.py), to measure the service's CPU per call",
+    )  # fmt: skip
     ap.add_argument("--model", default="tiny", help="tiny | smollm2 | random-qwen2.5-0.5b | HF id or dir")
     ap.add_argument("--batch-sizes", default="1,8,32", help="comma-separated concurrent requests")
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=32, help="new tokens per request (EOS ignored)")
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--logprobs", action="store_true", help="ask for per-token logprobs (as RL callers do)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
@@ -211,21 +244,35 @@ def main() -> None:
         "--client-process", action="store_true",
         help="gRPC client in its own process (like a rollout worker) instead of this event loop",
     )  # fmt: skip
+    ap.add_argument("--json", default="", help="also write the rows to this JSON file")
     ap.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "wolfpack" / "inference"))
     args = ap.parse_args()
     rows = asyncio.run(bench(args))
-    title = (f"{args.backend} · {args.model} · prompt {args.prompt_len} · {args.max_tokens} new tokens · "
-             f"generated tokens/s (median of {args.repeats})")  # fmt: skip
-    header: tuple[str, ...] = ("batch", "tokens/run", "in-process tok/s", "gRPC tok/s", "in-process / gRPC")
-    if args.stagger_us:
-        header = (*header, f"in-process, {args.stagger_us:g} µs apart")
-    cells = []
-    for r in rows:
-        ratio = r["inproc"] / r["grpc"] if r["grpc"] == r["grpc"] else float("nan")
-        cell = (str(r["batch"]), str(r["tokens"]), f"{r['inproc']:,.0f}", f"{r['grpc']:,.0f}", f"{ratio:.3f}")
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    lp = " · logprobs" if args.logprobs else ""
+    if args.backend == "replay":
+        title = (f"replay (bench-only instant engine) · prompt {args.prompt_len} · {args.max_tokens} tokens per "
+                 f"response{lp} · µs of CPU per call, whole batch / batch size (median of {args.repeats})")  # fmt: skip
+        header: tuple[str, ...] = ("batch", "in-process µs/call", "gRPC µs/call", "service µs/call (gRPC − in-process)")  # fmt: skip
+        cells = [(str(r["batch"]), f"{r['inproc_us']:,.1f}", f"{r['grpc_us']:,.1f}",
+                  f"{r['grpc_us'] - r['inproc_us']:,.1f}") for r in rows]  # fmt: skip
+    else:
+        title = (f"{args.backend} · {args.model} · prompt {args.prompt_len} · {args.max_tokens} new tokens{lp} · "
+                 f"generated tokens/s (median of {args.repeats})")  # fmt: skip
+        header = ("batch", "tokens/run", "in-process tok/s", "gRPC tok/s", "in-process / gRPC")
         if args.stagger_us:
-            cell = (*cell, f"{r['staggered']:,.0f}")
-        cells.append(cell)
+            header = (*header, f"in-process, {args.stagger_us:g} µs apart")
+        cells = []
+        for r in rows:
+            ratio = r["inproc"] / r["grpc"] if r["grpc"] == r["grpc"] else float("nan")
+            cell: tuple[str, ...] = (str(r["batch"]), str(r["tokens"]), f"{r['inproc']:,.0f}", f"{r['grpc']:,.0f}",
+                                     f"{ratio:.3f}")  # fmt: skip
+            if args.stagger_us:
+                cell = (*cell, f"{r['staggered']:,.0f}")
+            cells.append(cell)
     try:
         from rich.console import Console
         from rich.table import Table
