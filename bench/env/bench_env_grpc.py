@@ -21,6 +21,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -31,7 +32,7 @@ from wolfpack.redis_server import free_port
 from wolfpack.settings import load_settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
-from wolfpack_environment.client import EnvironmentClient
+from wolfpack_environment.client import EnvironmentClient, episode_request
 from wolfpack_environment.games import make_game
 from wolfpack_environment.games.werewolf import random_bot
 
@@ -129,6 +130,42 @@ async def over_play_seats(
         return counts["games"], counts["actions"], time.perf_counter() - start
 
 
+async def over_play_episodes(
+    target: str, players: int, episodes: int, seconds: float, include_text: bool, streams: int = 2
+) -> tuple[int, int, float]:
+    """Rollout-worker path: ``episodes`` games always in flight over ``streams`` PlaySeats streams,
+    created in the stream as others end (no unary call per game), every seat external. Two streams keep
+    the server busy while the client answers the other one's decisions."""
+    counts = {"games": 0, "actions": 0}
+    decide = random_legal(random.Random(0))
+
+    def counted(obs: pb.Observation) -> common_pb2.Action:
+        counts["actions"] += 1
+        return decide(obs)
+
+    start = time.perf_counter()
+    deadline = start + seconds
+
+    def requests(first_seed: int) -> Iterator[pb.CreateEpisodeRequest]:
+        seed = first_seed
+        while time.perf_counter() < deadline:
+            yield episode_request("werewolf_v1", f"{players}p", seed=seed, external_seats=tuple(range(players)))
+            seed += 1
+
+    settings = load_settings(rpc_timeout_s=60)
+    async with EnvironmentClient(target, settings) as client:
+
+        async def one_stream(k: int) -> None:
+            async for _finished in client.play_episodes(
+                requests(k * 10_000_000), counted, concurrency=max(1, episodes // streams),
+                include_text=include_text,
+            ):  # fmt: skip
+                counts["games"] += 1
+
+        await asyncio.gather(*(one_stream(k) for k in range(streams)))
+        return counts["games"], counts["actions"], time.perf_counter() - start
+
+
 async def measure(target: str, players: int, episodes: int, seconds: float) -> list[tuple[str, Any]]:
     """The three gRPC modes in one event loop; a mode that fails shows its error instead of a number."""
     modes: list[tuple[str, Any]] = [
@@ -138,8 +175,12 @@ async def measure(target: str, players: int, episodes: int, seconds: float) -> l
             "gRPC Observe+Act per seat",
             lambda: over_grpc(target, players, min(episodes, 480 // players), seconds),
         ),
-        ("gRPC PlaySeats, batched", lambda: over_play_seats(target, players, episodes, seconds, False)),
-        ("gRPC PlaySeats + text", lambda: over_play_seats(target, players, episodes, seconds, True)),
+        (
+            "gRPC PlaySeats, waves of games",
+            lambda: over_play_seats(target, players, episodes, seconds, False),
+        ),
+        ("gRPC play_episodes", lambda: over_play_episodes(target, players, episodes, seconds, False)),
+        ("gRPC play_episodes + text", lambda: over_play_episodes(target, players, episodes, seconds, True)),
     ]
     rows: list[tuple[str, Any]] = []
     for name, run in modes:

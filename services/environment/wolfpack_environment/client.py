@@ -8,8 +8,11 @@ after invalid output arrive as a new observation with ``feedback`` set.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+import asyncio
+import inspect
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -29,6 +32,54 @@ class CreatedEpisode:
     admin_token: str
     seat_tokens: dict[int, str]
     num_seats: int
+
+    @classmethod
+    def from_pb(cls, resp: pb.CreateEpisodeResponse) -> CreatedEpisode:
+        return cls(
+            resp.episode_id, resp.admin_token, {t.seat: t.token for t in resp.seat_tokens}, resp.num_seats
+        )
+
+
+@dataclass(frozen=True)
+class FinishedEpisode:
+    """An episode played to its end by ``play_episodes``: its ids/tokens and each seat's final observation."""
+
+    episode: CreatedEpisode
+    finals: dict[int, pb.Observation]
+
+
+def episode_request(
+    game_id: str,
+    variant: str = "",
+    seed: int = 0,
+    *,
+    external_seats: tuple[int, ...] = (),
+    policy_seats: Mapping[int, str] | None = None,
+    bots: Mapping[int, str] | None = None,
+    default_bot: str = "",
+    language: str = "en",
+    turn_timeout_s: float = 0.0,
+    options: Mapping[str, str] | None = None,
+    request_id: str = "",
+) -> pb.CreateEpisodeRequest:
+    """A ``CreateEpisodeRequest`` from plain arguments (for ``create_episode`` and ``play_episodes``)."""
+    req = pb.CreateEpisodeRequest(
+        game=common_pb2.GameRef(game_id=game_id, variant=variant),
+        seed=seed,
+        default_bot=default_bot,
+        language=language,
+        turn_timeout_s=turn_timeout_s,
+        options=dict(options or {}),
+        request_id=request_id,
+    )
+    for seat in external_seats:
+        req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_EXTERNAL)
+    for seat, policy_id in (policy_seats or {}).items():
+        b = req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
+        b.policy.policy_id = policy_id
+    for seat, bot in (bots or {}).items():
+        req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_SCRIPTED, bot=bot)
+    return req
 
 
 class EnvironmentClient:
@@ -66,26 +117,12 @@ class EnvironmentClient:
         options: Mapping[str, str] | None = None,
         request_id: str = "",
     ) -> CreatedEpisode:
-        req = pb.CreateEpisodeRequest(
-            game=common_pb2.GameRef(game_id=game_id, variant=variant),
-            seed=seed,
-            default_bot=default_bot,
-            language=language,
-            turn_timeout_s=turn_timeout_s,
-            options=dict(options or {}),
+        req = episode_request(
+            game_id, variant, seed, external_seats=external_seats, policy_seats=policy_seats, bots=bots,
+            default_bot=default_bot, language=language, turn_timeout_s=turn_timeout_s, options=options,
             request_id=request_id,
-        )
-        for seat in external_seats:
-            req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_EXTERNAL)
-        for seat, policy_id in (policy_seats or {}).items():
-            b = req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
-            b.policy.policy_id = policy_id
-        for seat, bot in (bots or {}).items():
-            req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_SCRIPTED, bot=bot)
-        resp = await self.stub.CreateEpisode(req)
-        return CreatedEpisode(
-            resp.episode_id, resp.admin_token, {t.seat: t.token for t in resp.seat_tokens}, resp.num_seats
-        )
+        )  # fmt: skip
+        return CreatedEpisode.from_pb(await self.stub.CreateEpisode(req))
 
     def seat(self, episode_id: str, token: str) -> SeatSession:
         return SeatSession(self, episode_id, token)
@@ -93,45 +130,52 @@ class EnvironmentClient:
     async def play_seats(
         self,
         seats: Sequence[tuple[str, int, str]],
-        decide: Callable[[pb.Observation], Decision],
+        decide: Decider,
         include_text: bool = True,
     ) -> dict[tuple[str, int], pb.Observation]:
         """Play many seats ``(episode_id, seat, token)`` of many episodes over one ``PlaySeats`` stream
         until every one of them is done; returns each seat's final observation. Decisions arrive in
-        batches and all answers to a batch go back in one message, which is what makes this path fast.
-        Request errors for an act (e.g. a stale turn) are not fatal: the server sends the seat's next
-        decision when there is one."""
-        tokens = {(e, s): t for e, s, t in seats}
-        call = self.stub.PlaySeats()
-        refs = [pb.SeatRef(episode_id=e, token=t) for e, _s, t in seats]
-        await call.write(pb.PlaySeatsRequest(join=refs, include_text=include_text))
-        final: dict[tuple[str, int], pb.Observation] = {}
-        while len(final) < len(tokens):
-            message = await call.read()
-            if message is grpc.aio.EOF:
-                break
-            assert isinstance(message, pb.PlaySeatsResponse)
-            resp = message
-            acts = []
-            for obs in resp.decisions:
-                key = (obs.episode_id, obs.seat)
-                if obs.done:
-                    final[key] = obs
-                elif obs.your_turn and obs.turn_id:
-                    decision = decide(obs)
-                    act = pb.SeatAct(episode_id=obs.episode_id, token=tokens[key], turn_id=obs.turn_id)
-                    if isinstance(decision, str):
-                        act.raw_text = decision
-                    else:
-                        act.action.CopyFrom(decision)
-                    acts.append(act)
-            for result in resp.results:
-                if result.code == "PERMISSION_DENIED" or result.code == "NOT_FOUND":
-                    raise LookupError(f"{result.episode_id}: {result.reason}")
-            if acts:
-                await call.write(pb.PlaySeatsRequest(acts=acts))
-        await call.done_writing()
-        return final
+        batches and the answers go back batched, which is what makes this path fast. ``decide`` may be
+        async: slow decisions don't hold up the others. Request errors for an act (e.g. a stale turn) are
+        not fatal: the server sends the seat's next decision when there is one."""
+        async with _PlayCall(self.stub, decide, include_text, close_finished=False) as play:
+            for episode_id, seat, token in seats:
+                play.join(episode_id, seat, token)
+            final: dict[tuple[str, int], pb.Observation] = {}
+            wanted = len(play.tokens)
+            while len(final) < wanted:
+                for _ep, finals in await play.next_finished():
+                    final.update(((obs.episode_id, obs.seat), obs) for obs in finals.values())
+            return final
+
+    async def play_episodes(
+        self,
+        requests: Iterable[pb.CreateEpisodeRequest],
+        decide: Decider,
+        *,
+        concurrency: int = 64,
+        include_text: bool = False,
+        close_finished: bool = True,
+    ) -> AsyncIterator[FinishedEpisode]:
+        """Create and play episodes over one ``PlaySeats`` stream, ``concurrency`` at a time, and yield
+        each as it ends. Every non-scripted seat is played with ``decide``; a new episode is created as
+        soon as one ends, so the server always has ``concurrency`` games to step. This is the rollout
+        worker's loop (``requests`` may be an endless generator). With ``close_finished`` the server
+        releases each episode once its end was sent (read its log with ``include_text`` observations, not
+        GetEpisode)."""
+        source = iter(requests)
+        async with _PlayCall(self.stub, decide, include_text, close_finished) as play:
+            live = 0
+            for req in itertools.islice(source, concurrency):
+                play.create(req)
+                live += 1
+            while live:
+                for episode, finals in await play.next_finished():
+                    live -= 1
+                    yield FinishedEpisode(episode, finals)
+                    for req in itertools.islice(source, 1):
+                        play.create(req)
+                        live += 1
 
     async def get_episode(self, episode_id: str, token: str) -> pb.GetEpisodeResponse:
         return await self.stub.GetEpisode(pb.GetEpisodeRequest(episode_id=episode_id, token=token))
@@ -188,3 +232,129 @@ class SeatSession:
                     break
         assert last is not None
         return last if last.done else await self.observation()
+
+
+@dataclass
+class _Episode:
+    created: CreatedEpisode
+    finals: dict[int, pb.Observation] = field(default_factory=dict)
+
+
+class _PlayCall:
+    """One ``PlaySeats`` call, client side. The caller's task reads server messages (``next_finished``)
+    and answers synchronous decisions at once; async decisions run as tasks. Everything to send (acts,
+    creates, joins) goes to one outbox that a writer task flushes as one message whenever it is not
+    empty, so answers are batched whatever mix of fast and slow deciders produced them."""
+
+    def __init__(self, stub: pb_grpc.EnvironmentServiceAsyncStub, decide: Decider, include_text: bool,
+                 close_finished: bool) -> None:  # fmt: skip
+        self.call = stub.PlaySeats()
+        self.decide = decide
+        self.tokens: dict[tuple[str, int], str] = {}
+        self.episodes: dict[str, _Episode] = {}
+        self.outbox = pb.PlaySeatsRequest(
+            include_text=include_text, close_finished=close_finished, rejected_results_only=True
+        )
+        self.mail = asyncio.Event()
+        self.mail.set()  # the first message goes out even when empty (it carries the stream options)
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.failure: BaseException | None = None
+        self.writer: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> _PlayCall:
+        self.writer = asyncio.create_task(self._write_loop())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self.tasks:
+            task.cancel()
+        if self.writer is not None:
+            self.writer.cancel()
+        self.call.cancel()
+
+    def create(self, req: pb.CreateEpisodeRequest) -> None:
+        self.outbox.create.append(req)
+        self.mail.set()
+
+    def join(self, episode_id: str, seat: int, token: str) -> None:
+        self.tokens[(episode_id, seat)] = token
+        if episode_id not in self.episodes:
+            self.episodes[episode_id] = _Episode(CreatedEpisode(episode_id, "", {}, 0))
+        self.episodes[episode_id].created.seat_tokens[seat] = token
+        self.outbox.join.add(episode_id=episode_id, token=token)
+        self.mail.set()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self.mail.wait()
+                self.mail.clear()
+                message, self.outbox = self.outbox, pb.PlaySeatsRequest()
+                await self.call.write(message)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the read side reports it
+            self.failure = exc
+
+    def _answer(self, obs: pb.Observation, decision: Decision) -> None:
+        act = self.outbox.acts.add(
+            episode_id=obs.episode_id, token=self.tokens[(obs.episode_id, obs.seat)], turn_id=obs.turn_id
+        )
+        if isinstance(decision, str):
+            act.raw_text = decision
+        else:
+            act.action.CopyFrom(decision)
+        self.mail.set()
+
+    async def _answer_later(self, obs: pb.Observation, pending: Awaitable[Decision]) -> None:
+        try:
+            self._answer(obs, await pending)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self.failure = exc
+
+    async def next_finished(self) -> list[tuple[CreatedEpisode, dict[int, pb.Observation]]]:
+        """Read server messages, answering decisions, until at least one episode has ended."""
+        ended: list[tuple[CreatedEpisode, dict[int, pb.Observation]]] = []
+        while not ended:
+            message = await self.call.read()
+            if self.failure is not None:
+                raise self.failure
+            if message is grpc.aio.EOF:
+                raise ConnectionError("the PlaySeats stream ended before the episodes did")
+            assert isinstance(message, pb.PlaySeatsResponse)
+            for created in message.created:
+                if created.code:
+                    raise ValueError(f"creating an episode failed: {created.code}: {created.reason}")
+                episode = CreatedEpisode.from_pb(created.episode)
+                self.episodes[episode.episode_id] = _Episode(episode)
+                for seat, token in episode.seat_tokens.items():
+                    self.tokens[(episode.episode_id, seat)] = token
+                if not episode.seat_tokens:  # every seat scripted: it ended inside CreateEpisode
+                    ended.append((self.episodes.pop(episode.episode_id).created, {}))
+            for obs in message.decisions:
+                state = self.episodes.get(obs.episode_id)
+                if state is None:
+                    continue
+                if obs.done:
+                    state.finals[obs.seat] = obs
+                    if len(state.finals) == len(state.created.seat_tokens):
+                        del self.episodes[obs.episode_id]
+                        for seat in state.finals:
+                            self.tokens.pop((obs.episode_id, seat), None)
+                        ended.append((state.created, state.finals))
+                elif obs.your_turn and obs.turn_id:
+                    decision = self.decide(obs)
+                    if inspect.isawaitable(decision):
+                        task = asyncio.ensure_future(self._answer_later(obs, decision))
+                        self.tasks.add(task)
+                        task.add_done_callback(self.tasks.discard)
+                    else:
+                        self._answer(obs, decision)
+            for result in message.results:
+                # A seat this stream doesn't hold is a caller error; a stale turn is not (the next
+                # decision follows), nor is an episode that ended in between.
+                if result.code in ("PERMISSION_DENIED", "NOT_FOUND") and result.episode_id in self.episodes:
+                    raise LookupError(f"{result.episode_id}: {result.reason}")
+        return ended

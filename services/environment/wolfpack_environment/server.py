@@ -4,7 +4,7 @@ all session logic in ``sessions.py``). Start it with ``wolfpack serve environmen
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, NoReturn
 
 import grpc
@@ -116,43 +116,51 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
                 )
         return resp
 
-    async def CreateEpisode(self, request: pb.CreateEpisodeRequest, context: Any) -> pb.CreateEpisodeResponse:
+    def _create(self, request: pb.CreateEpisodeRequest) -> Episode:
+        """Validate a create request and start the episode (raises ``SessionError`` on bad input)."""
+        if not request.game.game_id:
+            raise SessionError("game.game_id is required")
         seats: dict[int, SeatPlan] = {}
-        try:
-            if not request.game.game_id:
-                raise SessionError("game.game_id is required")
-            for b in request.seats:
-                if b.seat in seats:
-                    raise SessionError(f"seat {b.seat} is bound twice")
-                controller = _CONTROLLERS.get(b.controller)
-                if controller is None:
-                    raise SessionError(f"seat {b.seat}: controller must be POLICY, EXTERNAL or SCRIPTED")
-                seats[b.seat] = SeatPlan(
-                    controller, bot=b.bot, policy_id=b.policy.policy_id, display_name=b.display_name
-                )
-            # Option values are YAML scalars/collections sent as strings ("true", "[1, 2]", "revote").
-            options: dict[str, Any] = {k: yaml.safe_load(v) for k, v in request.options.items()}
-            if request.scenario_id:
-                options["scenario"] = self._scenario(request.scenario_id, request.game.game_id)
-            ep = self.manager.create(
-                request.game.game_id,
-                request.game.variant,
-                request.seed,
-                seats,
-                default_bot=request.default_bot,
-                language=request.language or "en",
-                turn_timeout_s=request.turn_timeout_s,
-                options=options,
-                episode_id=request.request_id,
+        for b in request.seats:
+            if b.seat in seats:
+                raise SessionError(f"seat {b.seat} is bound twice")
+            controller = _CONTROLLERS.get(b.controller)
+            if controller is None:
+                raise SessionError(f"seat {b.seat}: controller must be POLICY, EXTERNAL or SCRIPTED")
+            seats[b.seat] = SeatPlan(
+                controller, bot=b.bot, policy_id=b.policy.policy_id, display_name=b.display_name
             )
-        except SessionError as exc:
-            await _abort(context, exc)
+        # Option values are YAML scalars/collections sent as strings ("true", "[1, 2]", "revote").
+        options: dict[str, Any] = {k: yaml.safe_load(v) for k, v in request.options.items()}
+        if request.scenario_id:
+            options["scenario"] = self._scenario(request.scenario_id, request.game.game_id)
+        return self.manager.create(
+            request.game.game_id,
+            request.game.variant,
+            request.seed,
+            seats,
+            default_bot=request.default_bot,
+            language=request.language or "en",
+            turn_timeout_s=request.turn_timeout_s,
+            options=options,
+            episode_id=request.request_id,
+        )
+
+    @staticmethod
+    def _created(ep: Episode) -> pb.CreateEpisodeResponse:
         resp = pb.CreateEpisodeResponse(
             episode_id=ep.episode_id, admin_token=ep.admin_token, num_seats=len(ep.env.possible_agents)
         )
         for token, seat in sorted(ep.tokens.items(), key=lambda kv: kv[1]):
             resp.seat_tokens.add(seat=seat, token=token)
         return resp
+
+    async def CreateEpisode(self, request: pb.CreateEpisodeRequest, context: Any) -> pb.CreateEpisodeResponse:
+        try:
+            ep = self._create(request)
+        except SessionError as exc:
+            await _abort(context, exc)
+        return self._created(ep)
 
     def _seat(self, episode_id: str, token: str) -> tuple[Episode, int]:
         ep = self.manager.get(episode_id)
@@ -235,97 +243,162 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         self, request_iterator: AsyncIterator[pb.PlaySeatsRequest], context: Any
     ) -> AsyncIterator[pb.PlaySeatsResponse]:
         """Batched play: requests and episode changes go through one queue; each wake-up applies every
-        queued act, then sends every joined seat's new decisions in one message."""
-        queue: asyncio.Queue[pb.PlaySeatsRequest | str | None] = asyncio.Queue()
-        dirty: set[str] = set()  # episodes changed since the last wake-up: only their seats are scanned
-
-        def on_change(ep: Episode) -> None:
-            if not dirty:
-                queue.put_nowait("changed")
-            dirty.add(ep.episode_id)
+        queued request, then sends every joined seat's new decisions in one message."""
+        stream = _PlayStream(self)
 
         async def pump() -> None:
             try:
                 async for req in request_iterator:
-                    queue.put_nowait(req)
+                    stream.queue.put_nowait(req)
             finally:
-                queue.put_nowait(None)
+                stream.queue.put_nowait(None)
 
         reader = asyncio.create_task(pump())
-        joined: dict[tuple[str, int], Episode] = {}
-        seats_of: dict[str, list[int]] = {}
-        sent: dict[tuple[str, int], tuple[int, bool]] = {}
-        include_text = False
         client_done = False
         try:
             while not client_done:
-                batch = [await queue.get()]
-                while not queue.empty():
-                    batch.append(queue.get_nowait())
+                batch = [await stream.queue.get()]
+                while not stream.queue.empty():
+                    batch.append(stream.queue.get_nowait())
                 results: list[pb.SeatActResult] = []
+                created: list[pb.CreatedEpisode] = []
                 for item in batch:
                     if item is None:
                         client_done = True
                     elif isinstance(item, pb.PlaySeatsRequest):
-                        include_text = include_text or item.include_text
-                        for ref in item.join:
-                            self._join(ref, joined, seats_of, on_change, results)
-                            dirty.add(ref.episode_id)
-                        for act in item.acts:
-                            result = self._seat_act(act)
-                            results.append(result)
-                            if not (result.accepted or result.defaulted or result.code):
-                                # re-prompt: the same turn id is due again, now with feedback
-                                sent.pop((result.episode_id, result.seat), None)
-                                dirty.add(result.episode_id)
-                decisions = []
-                for episode_id in list(dirty):
-                    for seat in seats_of.get(episode_id, ()):
-                        key = (episode_id, seat)
-                        ep = joined[key]
-                        state = (self.manager.current_turn_id(ep, seat), ep.done)
-                        if state != sent.get(key) and (state[0] or state[1]):
-                            sent[key] = state
-                            decisions.append(self._observation(ep, seat, include_text=include_text))
-                dirty.clear()
-                if results or decisions:
-                    yield pb.PlaySeatsResponse(decisions=decisions, results=results)
+                        stream.handle(item, results, created)
+                decisions = stream.decisions()
+                if results or decisions or created:
+                    yield pb.PlaySeatsResponse(decisions=decisions, results=results, created=created)
         finally:
             reader.cancel()
-            for ep in {e.episode_id: e for e in joined.values()}.values():
-                ep.listeners.discard(on_change)
+            stream.detach()
 
-    def _join(
-        self,
-        ref: pb.SeatRef,
-        joined: dict[tuple[str, int], Episode],
-        seats_of: dict[str, list[int]],
-        on_change: Callable[[Episode], None],
-        results: list[pb.SeatActResult],
+
+class _PlayStream:
+    """State of one PlaySeats call: the seats it plays, what it last sent each of them, and the episodes
+    it created. Episodes whose end was sent are forgotten at once, so a stream that plays episode after
+    episode for hours holds only the live ones."""
+
+    def __init__(self, servicer: EnvironmentServicer) -> None:
+        self.servicer = servicer
+        self.manager = servicer.manager
+        self.queue: asyncio.Queue[pb.PlaySeatsRequest | str | None] = asyncio.Queue()
+        self.seats_of: dict[str, tuple[Episode, list[int]]] = {}  # episode id -> (episode, joined seats)
+        self.sent: dict[tuple[str, int], tuple[int, bool]] = {}  # (episode id, seat) -> (turn id, done)
+        self.dirty: set[str] = set()  # episodes changed since the last wake-up: only their seats are scanned
+        self.owned: set[str] = set()  # created by this stream: released when close_finished is set
+        self.include_text = False
+        self.close_finished = False
+        self.rejected_results_only = False
+
+    def on_change(self, ep: Episode) -> None:
+        if not self.dirty:
+            self.queue.put_nowait("changed")
+        self.dirty.add(ep.episode_id)
+
+    def handle(
+        self, req: pb.PlaySeatsRequest, results: list[pb.SeatActResult], created: list[pb.CreatedEpisode]
     ) -> None:
-        try:
-            ep, seat = self._seat(ref.episode_id, ref.token)
-        except SessionError as exc:
-            results.append(pb.SeatActResult(episode_id=ref.episode_id, reason=str(exc), code=exc.code))
-            return
-        if (ep.episode_id, seat) not in joined:
-            joined[(ep.episode_id, seat)] = ep
-            seats_of.setdefault(ep.episode_id, []).append(seat)
-        ep.listeners.add(on_change)
+        self.include_text = self.include_text or req.include_text
+        self.close_finished = self.close_finished or req.close_finished
+        self.rejected_results_only = self.rejected_results_only or req.rejected_results_only
+        for create in req.create:
+            try:
+                ep = self.servicer._create(create)
+            except SessionError as exc:
+                created.append(
+                    pb.CreatedEpisode(request_id=create.request_id, code=exc.code, reason=str(exc))
+                )
+                continue
+            self.owned.add(ep.episode_id)
+            for seat in sorted(ep.tokens.values()):
+                self._join_seat(ep, seat)
+            created.append(
+                pb.CreatedEpisode(episode=self.servicer._created(ep), request_id=create.request_id)
+            )
+        for ref in req.join:
+            try:
+                ep, seat = self.servicer._seat(ref.episode_id, ref.token)
+            except SessionError as exc:
+                results.append(pb.SeatActResult(episode_id=ref.episode_id, reason=str(exc), code=exc.code))
+                continue
+            self._join_seat(ep, seat)
+        for act in req.acts:
+            result = self._act(act)
+            if result is None:
+                continue
+            results.append(result)
+            if not (result.accepted or result.defaulted or result.code):
+                # re-prompt: the same turn id is due again, now with feedback
+                self.sent.pop((result.episode_id, result.seat), None)
+                self.dirty.add(result.episode_id)
 
-    def _seat_act(self, act: pb.SeatAct) -> pb.SeatActResult:
-        out = pb.SeatActResult(episode_id=act.episode_id, turn_id=act.turn_id)
+    def _join_seat(self, ep: Episode, seat: int) -> None:
+        entry = self.seats_of.get(ep.episode_id)
+        if entry is None:
+            entry = self.seats_of[ep.episode_id] = (ep, [])
+            ep.listeners.add(self.on_change)
+        if seat not in entry[1]:
+            entry[1].append(seat)
+        self.dirty.add(ep.episode_id)
+
+    def _act(self, act: pb.SeatAct) -> pb.SeatActResult | None:
+        """Apply one act; its result, or ``None`` for an accepted act when only rejections are wanted."""
         try:
             ep = self.manager.get(act.episode_id)
-            out.seat = self.manager.seat_of(ep, act.token)
-            action = action_from_pb(act.action) if act.action.kind else None
+            action = action_from_pb(act.action) if act.HasField("action") and act.action.kind else None
             result = self.manager.act(ep, act.token, act.turn_id, action, act.raw_text)
         except SessionError as exc:
-            out.reason, out.code = str(exc), exc.code
-            return out
-        out.accepted, out.reason = result.accepted, result.reason
-        out.defaulted, out.duplicate = result.defaulted, result.duplicate
+            known = self.manager.episodes.get(act.episode_id)
+            seat = known.tokens.get(act.token, 0) if known is not None else 0
+            return pb.SeatActResult(
+                episode_id=act.episode_id, seat=seat, turn_id=act.turn_id, reason=str(exc), code=exc.code
+            )
+        if result.accepted and self.rejected_results_only:
+            return None
+        return pb.SeatActResult(
+            episode_id=act.episode_id, seat=ep.tokens[act.token], turn_id=act.turn_id,
+            accepted=result.accepted, reason=result.reason, defaulted=result.defaulted,
+            duplicate=result.duplicate,
+        )  # fmt: skip
+
+    def decisions(self) -> list[pb.Observation]:
+        """Observations of joined seats whose decision or end is new since the last message."""
+        out: list[pb.Observation] = []
+        observation = self.servicer._observation
+        sent = self.sent
+        for episode_id in self.dirty:
+            entry = self.seats_of.get(episode_id)
+            if entry is None:
+                continue
+            ep, seats = entry
+            done = ep.closed or ep.env.done
+            open_turns = ep.open_turns
+            for seat in seats:
+                key = (episode_id, seat)
+                state = (0 if done else open_turns.get(seat, 0), done)
+                if (state[0] or done) and state != sent.get(key):
+                    sent[key] = state
+                    out.append(observation(ep, seat, include_text=self.include_text))
+            if done:  # every seat has its final observation now
+                self._forget(ep, seats)
+        self.dirty.clear()
         return out
+
+    def _forget(self, ep: Episode, seats: list[int]) -> None:
+        del self.seats_of[ep.episode_id]
+        for seat in seats:
+            self.sent.pop((ep.episode_id, seat), None)
+        ep.listeners.discard(self.on_change)
+        if ep.episode_id in self.owned:
+            self.owned.discard(ep.episode_id)
+            if self.close_finished:
+                self.manager.release(ep)
+
+    def detach(self) -> None:
+        for ep, _seats in self.seats_of.values():
+            ep.listeners.discard(self.on_change)
 
 
 def register(server: grpc.aio.Server, servicer: EnvironmentServicer | None = None) -> Sequence[str]:

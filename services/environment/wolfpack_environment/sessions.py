@@ -109,6 +109,8 @@ class Episode:
     bot_rng: random.Random
     next_turn_id: int = 0
     open_turns: dict[int, int] = field(default_factory=dict)  # seat -> id of its pending decision
+    turn_deadlines: dict[int, float] = field(default_factory=dict)  # seat -> deadline of its open turn
+    scheduled: bool = False  # has an entry in the manager's deadline heap
     version: int = 0
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     acted: dict[tuple[int, int], ActResult] = field(default_factory=dict)
@@ -133,8 +135,9 @@ class EpisodeManager:
         self.limits = limits or Limits()
         self.episodes: dict[str, Episode] = {}
         self._buckets: dict[str, _Bucket] = {}
-        self._finished: deque[tuple[float, Episode]] = deque()
-        self._deadlines: list[tuple[float, int, str, int]] = []  # (deadline, turn id, episode id, seat)
+        # (finish time, episode id) in finish order; ids, not episodes, so released ones are freed at once
+        self._finished: deque[tuple[float, str]] = deque()
+        self._deadlines: list[tuple[float, str]] = []  # (earliest open-turn deadline, episode id)
         self._sweeper: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -182,7 +185,7 @@ class EpisodeManager:
         if language and language != "en":  # "en" is every game's default: skip the config rebuild
             reset_options["language"] = language
         try:
-            env.reset(seed=seed, options=reset_options)
+            env.start(seed=seed, options=reset_options)
         except (KeyError, ValueError, TypeError) as exc:
             raise SessionError(f"cannot start {game_id}/{variant}: {exc}") from None
         ep_id = episode_id or uuid.uuid4().hex
@@ -232,11 +235,19 @@ class EpisodeManager:
         ep = self.get(episode_id)
         if not self.is_admin(ep, token):
             raise PermissionDeniedError("closing an episode needs its admin token")
+        self.release(ep)
+        return True
+
+    def release(self, ep: Episode) -> None:
+        """Forget an episode now (ending it first if it is still running): its seats' tokens stop
+        working and its memory is freed without waiting for ``finished_ttl_s``."""
         if not ep.closed:
             ep.closed = True
             self._finish(ep, aborted=not ep.env.done)
-        self.episodes.pop(episode_id, None)
-        return True
+        if self.episodes.get(ep.episode_id) is ep:
+            del self.episodes[ep.episode_id]
+        for token in ep.tokens:
+            self._buckets.pop(token, None)
 
     def close_all(self) -> None:
         for ep in list(self.episodes.values()):
@@ -250,25 +261,28 @@ class EpisodeManager:
 
     def current_turn_id(self, ep: Episode, seat: int) -> int:
         """Id of the seat's pending decision (0 when it has none); ``act`` must echo it."""
-        return 0 if ep.done else ep.open_turns.get(seat, 0)
+        return 0 if ep.closed or ep.env.done else ep.open_turns.get(seat, 0)
 
     def act(self, ep: Episode, token: str, turn_id: int, action: Action | None, raw_text: str) -> ActResult:
-        seat = self.seat_of(ep, token)
+        seat = ep.tokens.get(token)
+        if seat is None:
+            raise PermissionDeniedError("this token does not hold a seat in this episode")
         key = (seat, turn_id)
-        if key in ep.acted:  # a retry of an act that was applied: same answer, no second move
-            prev = ep.acted[key]
+        prev = ep.acted.get(key)
+        if prev is not None:  # a retry of an act that was applied: same answer, no second move
             return ActResult(prev.accepted, prev.reason, prev.action, prev.defaulted, True)
         self._rate_limit(token)
         text = action.text if action is not None else raw_text
         if len(text) > self.limits.max_text_chars:
             raise SessionError(f"text is {len(text)} characters; the limit is {self.limits.max_text_chars}")
-        if ep.done:
+        if ep.closed or ep.env.done:
             raise FailedPreconditionError("the episode is over")
-        if seat not in ep.env.acting_seats():
+        # ``open_turns`` holds exactly the non-scripted acting seats (kept in step by ``_open_turns``).
+        current = ep.open_turns.get(seat, 0)
+        if not current:
             raise FailedPreconditionError(
                 f"seat {seat} is not to act now (phase {ep.env.observe(seat).phase})"
             )
-        current = ep.open_turns.get(seat, 0)
         if turn_id != current:
             raise FailedPreconditionError(
                 f"stale turn id {turn_id}; seat {seat}'s current turn id is {current}"
@@ -282,23 +296,22 @@ class EpisodeManager:
 
     def _apply(self, ep: Episode, seat: int, move: Action | str, timed_out: bool = False) -> ActResult:
         env = ep.env
-        fallback = env.default_action(seat)
         # Parse once, before the step: afterwards the phase may have moved on and the same text would
         # parse differently. An unparseable text goes to the engine as is, which records the reason.
         parsed = env.parse(seat, move).action if isinstance(move, str) else move
-        traced = ep.span is not None and ep.span.is_recording()
+        span = ep.span
+        traced = span is not None and span.is_recording()
         phase = env.observe(seat).phase if traced else ""
-        started = time.time_ns()
-        step = env.step({seat: parsed if parsed is not None else move})
-        info = step.infos.get(seat, {})
+        started = time.time_ns() if traced else 0
+        info = env.step_seat(seat, parsed if parsed is not None else move)
         reason = str(info.get("invalid_reason", ""))
         defaulted = bool(info.get("defaulted", False))
         accepted = not reason
-        applied = fallback if defaulted else parsed if accepted else None
+        applied = info.get("default_action") if defaulted else parsed if accepted else None
         if traced:  # a span per turn, child of the episode span (skipped entirely when not exported)
-            span = tracer.start_span(
+            tracer.start_span(
                 "turn",
-                context=trace.set_span_in_context(ep.span),  # type: ignore[arg-type]
+                context=trace.set_span_in_context(span),  # type: ignore[arg-type]
                 start_time=started,
                 attributes={
                     "wolfpack.episode.id": ep.episode_id,
@@ -309,28 +322,29 @@ class EpisodeManager:
                     "wolfpack.action.defaulted": defaulted,
                     "wolfpack.turn.timed_out": timed_out,
                 },
-            )
-            span.end()
+            ).end()
         if reason:
             ep.invalid_counts[seat] = ep.invalid_counts.get(seat, 0) + 1
         if defaulted:
             ep.default_counts[seat] = ep.default_counts.get(seat, 0) + 1
         if accepted or defaulted:  # the decision is made; a re-prompt keeps the same turn id
-            ep.open_turns.pop(seat, None)
+            del ep.open_turns[seat]
         self._advance(ep)
         return ActResult(accepted, reason, applied, defaulted, False)
 
     def _advance(self, ep: Episode) -> None:
         env = ep.env
-        moved = True
-        # Scripted seats act as soon as they are due; a long run of bot turns is applied at once.
-        while moved and not env.done:
-            moved = False
-            for seat in env.acting_seats():
-                bot = ep.bots.get(seat)
-                if bot is not None:
-                    env.step({seat: bot(env, seat, ep.bot_rng)})
-                    moved = True
+        bots = ep.bots
+        if bots:
+            moved = True
+            # Scripted seats act as soon as they are due; a long run of bot turns is applied at once.
+            while moved and not env.done:
+                moved = False
+                for seat in env.acting_seats():
+                    bot = bots.get(seat)
+                    if bot is not None:
+                        env.step_seat(seat, bot(env, seat, ep.bot_rng))
+                        moved = True
         ep.version += 1
         if env.done:
             self._finish(ep, aborted=False)
@@ -341,19 +355,32 @@ class EpisodeManager:
     def _open_turns(self, ep: Episode) -> None:
         """Give every newly due non-scripted seat a turn id and a deadline; drop turns that vanished
         (a seat that died or whose phase ended before it acted)."""
-        acting = set(ep.env.acting_seats())
-        for seat in [s for s in ep.open_turns if s not in acting]:
-            del ep.open_turns[seat]
+        acting = ep.env.acting_seats()
+        open_turns = ep.open_turns
+        if open_turns:
+            for seat in [s for s in open_turns if s not in acting]:
+                del open_turns[seat]
+        bots = ep.bots
+        new = [s for s in acting if s not in open_turns and s not in bots]
+        if not new:
+            return
         deadline = time.monotonic() + ep.turn_timeout_s
-        for seat in sorted(acting):
-            if seat in ep.bots or seat in ep.open_turns:
-                continue
+        deadlines = ep.turn_deadlines
+        for seat in sorted(new) if len(new) > 1 else new:
             ep.next_turn_id += 1
-            ep.open_turns[seat] = ep.next_turn_id
-            # One heap for every pending decision of every episode; entries whose turn was answered are
-            # simply skipped when they come up, so answering costs nothing (no timer to cancel).
-            heapq.heappush(self._deadlines, (deadline, ep.next_turn_id, ep.episode_id, seat))
-        self._ensure_sweeper()
+            open_turns[seat] = ep.next_turn_id
+            deadlines[seat] = deadline
+        if not ep.scheduled:
+            self._schedule(ep, deadline)
+
+    def _schedule(self, ep: Episode, deadline: float) -> None:
+        """One heap entry per episode with open turns, at its earliest deadline (turns open in time
+        order, so that is the oldest open turn's). Answering a turn costs nothing here; the sweeper
+        re-schedules an episode whose entry comes up while later turns are still open."""
+        ep.scheduled = True
+        heapq.heappush(self._deadlines, (deadline, ep.episode_id))
+        if self._sweeper is None:
+            self._ensure_sweeper()
 
     def _ensure_sweeper(self) -> None:
         if self._sweeper is not None or not self._deadlines:
@@ -364,33 +391,34 @@ class EpisodeManager:
             return  # used synchronously (tests, CLI): no timeouts
         self._sweeper = loop.create_task(self._sweep())
 
-    def _compact_deadlines(self) -> None:
-        """Drop heap entries of answered turns once they dominate (fast acts leave many behind)."""
-        live = [
-            entry
-            for entry in self._deadlines
-            if (ep := self.episodes.get(entry[2])) is not None and ep.open_turns.get(entry[3]) == entry[1]
-        ]
-        if len(live) * 2 < len(self._deadlines):
-            heapq.heapify(live)
-            self._deadlines = live
-
     async def _sweep(self) -> None:
         """Apply default actions to decisions whose deadline passed (checked at least every 50 ms)."""
         try:
             while self._deadlines:
-                now = time.monotonic()
-                while self._deadlines and self._deadlines[0][0] <= now:
-                    _deadline, turn_id, episode_id, seat = heapq.heappop(self._deadlines)
-                    ep = self.episodes.get(episode_id)
-                    if ep is not None:
-                        self._timeout(ep, seat, turn_id)
-                if len(self._deadlines) > 100_000:
-                    self._compact_deadlines()
+                self.expire(time.monotonic())
                 if self._deadlines:
                     await asyncio.sleep(min(0.05, max(0.001, self._deadlines[0][0] - time.monotonic())))
         finally:
             self._sweeper = None
+
+    def expire(self, now: float) -> int:
+        """Time out every open turn whose deadline is ``<= now``; returns how many. (The sweeper task
+        calls it; a synchronous user of the manager can call it directly.)"""
+        expired = 0
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _deadline, episode_id = heapq.heappop(heap)
+            ep = self.episodes.get(episode_id)
+            if ep is None or not ep.scheduled:
+                continue
+            ep.scheduled = False
+            for seat, turn_id in list(ep.open_turns.items()):
+                if ep.turn_deadlines.get(seat, now) <= now and not ep.done:
+                    self._timeout(ep, seat, turn_id)
+                    expired += 1
+            if ep.open_turns and not ep.scheduled and not ep.done:
+                self._schedule(ep, min(ep.turn_deadlines[s] for s in ep.open_turns))
+        return expired
 
     def _timeout(self, ep: Episode, seat: int, turn_id: int) -> None:
         if ep.done or ep.open_turns.get(seat) != turn_id:
@@ -406,7 +434,7 @@ class EpisodeManager:
         if ep.finished_at is not None:
             return
         ep.finished_at = time.monotonic()
-        self._finished.append((ep.finished_at, ep))
+        self._finished.append((ep.finished_at, ep.episode_id))
         if ep.span is not None:
             ep.span.set_attribute("wolfpack.episode.winner", ep.env.winner() if ep.env.done else "")
             ep.span.set_attribute("wolfpack.episode.aborted", aborted)
@@ -476,8 +504,7 @@ class EpisodeManager:
         so this looks only at the expired head, not at every episode."""
         now = time.monotonic()
         while self._finished and now - self._finished[0][0] > self.limits.finished_ttl_s:
-            _at, ep = self._finished.popleft()
-            if self.episodes.get(ep.episode_id) is ep:
-                del self.episodes[ep.episode_id]
-            for token in ep.tokens:
-                self._buckets.pop(token, None)
+            at, episode_id = self._finished.popleft()
+            ep = self.episodes.get(episode_id)
+            if ep is not None and ep.finished_at == at:  # not released already, nor a reused id
+                self.release(ep)

@@ -121,9 +121,20 @@ class GameEnv(abc.ABC):
     ) -> tuple[dict[int, Observation], dict[int, dict[str, Any]]]:
         """Start a new game; same seed and options give the same game."""
 
+    def start(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> None:
+        """``reset`` without returning the first observations (a session server starting thousands of
+        episodes never reads them); engines override it when building them costs something."""
+        self.reset(seed=seed, options=options)
+
     @abc.abstractmethod
     def step(self, actions: Mapping[int, Action | str]) -> StepResult:
         """Apply actions of (a subset of) the acting seats; strings are parsed with ``parse``."""
+
+    def step_seat(self, seat: int, move: Action | str) -> dict[str, Any]:
+        """``step({seat: move})`` returning only that seat's info (``invalid_reason``, ``defaulted`` with
+        the ``default_action`` applied, ...). Engines override it to skip building the step's
+        observations, which a networked session applying one act at a time never reads."""
+        return self.step({seat: move}).infos.get(seat, {})
 
     @abc.abstractmethod
     def acting_seats(self) -> list[int]:

@@ -202,7 +202,12 @@ class ScenarioGame(GameEnv):
                 msg, default_error = self._validate(seat, action)
                 if msg is None:  # a family bug, not a player error
                     raise RuntimeError(f"default action of {self.game_id} is invalid: {default_error}")
-                infos[seat] = {"invalid_reason": error, "defaulted": True, "penalty": True}
+                infos[seat] = {
+                    "invalid_reason": error,
+                    "defaulted": True,
+                    "penalty": True,
+                    "default_action": action,
+                }
             self._apply(seat, action.text, msg)
         if self.tracker.done and self.result is None:
             self.result = verify(self.sc, self.transcript)

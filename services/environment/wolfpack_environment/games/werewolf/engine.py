@@ -167,13 +167,18 @@ class WerewolfEnv(GameEnv):
         self._setup_for: WerewolfConfig | None = None
         self._base_roles: list[str] = []
         self._counts_text = ""
-        self.reset(seed=0)
+        self.start(seed=0)
 
     # --- setup ---------------------------------------------------------------------------------------
 
     def reset(
         self, seed: int | None = None, options: Mapping[str, Any] | None = None
     ) -> tuple[dict[int, Observation], dict[int, dict[str, Any]]]:
+        self.start(seed, options)
+        obs = {seat: self.observe(seat) for seat in self.possible_agents}
+        return obs, {seat: {} for seat in self.possible_agents}
+
+    def start(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> None:
         cfg = apply_overrides(self.base_config, options) if options else self.base_config
         self.config = cfg
         self.seed = seed
@@ -238,8 +243,6 @@ class WerewolfEnv(GameEnv):
         if self.wolves:
             self._emit("wolf_team", WOLVES_CHANNEL, text=",".join(map(str, self.wolves)))
         self._start_night()
-        obs = {seat: self.observe(seat) for seat in self.possible_agents}
-        return obs, {seat: {} for seat in self.possible_agents}
 
     @staticmethod
     def _noop() -> None:
@@ -420,12 +423,20 @@ class WerewolfEnv(GameEnv):
     # --- step ----------------------------------------------------------------------------------------
 
     def step(self, actions: Mapping[int, Action | str]) -> StepResult:
-        infos: dict[int, dict[str, Any]] = {}
         rewards: dict[int, float] = {}
+        return self._result(rewards, self._step(actions, rewards))
+
+    def step_seat(self, seat: int, move: Action | str) -> dict[str, Any]:
+        return self._step({seat: move}, {}).get(seat, {})
+
+    def _step(
+        self, actions: Mapping[int, Action | str], rewards: dict[int, float]
+    ) -> dict[int, dict[str, Any]]:
+        infos: dict[int, dict[str, Any]] = {}
         if self._done:
             for seat in actions:
                 infos[seat] = {"invalid_reason": "the game is over"}
-            return self._result(rewards, infos)
+            return infos
         self._turn += 1
         self.action_log.append(dict(actions))
         acting = self._acting
@@ -469,6 +480,7 @@ class WerewolfEnv(GameEnv):
                 parsed = self.default_action(seat)
                 info["defaulted"] = True
                 info["penalty"] = True
+                info["default_action"] = parsed
             if self._attempts[seat]:
                 self._attempts[seat] = 0
                 self._feedback[seat] = ""
@@ -478,7 +490,7 @@ class WerewolfEnv(GameEnv):
             for seat in actions:
                 if seat not in infos:
                     infos[seat] = {"invalid_reason": "it is not your turn"}
-        return self._result(rewards, infos)
+        return infos
 
     def _result(self, rewards: dict[int, float], infos: dict[int, dict[str, Any]]) -> StepResult:
         if self._done:
