@@ -149,7 +149,9 @@ async def over_play_episodes(
     def requests(first_seed: int) -> Iterator[pb.CreateEpisodeRequest]:
         seed = first_seed
         while time.perf_counter() < deadline:
-            yield episode_request("werewolf_v1", f"{players}p", seed=seed, external_seats=tuple(range(players)))
+            yield episode_request(
+                "werewolf_v1", f"{players}p", seed=seed, external_seats=tuple(range(players))
+            )
             seed += 1
 
     settings = load_settings(rpc_timeout_s=60)
