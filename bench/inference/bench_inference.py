@@ -86,10 +86,11 @@ def _client_process(
     asyncio.run(serve_requests())
 
 
-async def timed(fn: Callable[[], Awaitable[int]]) -> tuple[float, int]:
-    start = time.perf_counter()
+async def timed(fn: Callable[[], Awaitable[int]]) -> tuple[float, int, float]:
+    """(wall seconds, tokens, CPU seconds of this process: less sensitive than wall time to other load)."""
+    start, cpu = time.perf_counter(), time.process_time()
     tokens = await fn()
-    return time.perf_counter() - start, tokens
+    return time.perf_counter() - start, tokens, time.process_time() - cpu
 
 
 async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -131,6 +132,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         return sum(len(c.token_ids) for r in results for c in r.completions)
 
     grpc_call: Callable[[int], Awaitable[int]] | None = None
+    servicer_call: Callable[[int], Awaitable[int]] | None = None
     server = channel = None
     if not args.no_grpc:
         from wolfpack import rpc
@@ -156,6 +158,17 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             return sum(r.usage.completion_tokens for r in resps)
 
         grpc_call = via_grpc
+
+        async def via_servicer(b: int) -> int:
+            """The servicer's own work (request → Policy.prepare → backend → response proto), no transport:
+            replay mode shows it between the backend alone and the whole gRPC path."""
+            reqs = [pb.GenerateRequest(policy_id="bench", tokens=pb.TokenPrompt(token_ids=prompts[i]), sampling=params)
+                    for i in range(b)]  # fmt: skip
+            resps = await asyncio.gather(*[servicer.Generate(r, None) for r in reqs])
+            return sum(r.usage.completion_tokens for r in resps)
+
+        if args.backend == "replay":
+            servicer_call = via_servicer
         if args.client_process:
             import multiprocessing as mp
 
@@ -187,11 +200,13 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         await inproc(b)  # warm-up (allocator, kernels, CUDA graphs)
         if grpc_call is not None:
             await grpc_call(b)
-        local, remote, stag = [], [], []
+        local, remote, stag, direct = [], [], [], []
         for _ in range(args.repeats):  # interleaved, so drift hits both paths alike
             local.append(await timed(lambda b=b: inproc(b)))
             if grpc_call is not None:
                 remote.append(await timed(lambda b=b, g=grpc_call: g(b)))
+            if servicer_call is not None:
+                direct.append(await timed(lambda b=b, g=servicer_call: g(b)))
             if args.stagger_us:
                 stag.append(await timed(lambda b=b: staggered(b)))
         row: dict[str, Any] = {
@@ -199,11 +214,14 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             "tokens": local[0][1],
             "grpc_tokens": remote[0][1] if remote else 0,
         }
-        row["inproc"] = statistics.median(t / s for s, t in local)
-        row["grpc"] = statistics.median(t / s for s, t in remote) if remote else float("nan")
-        row["staggered"] = statistics.median(t / s for s, t in stag) if stag else float("nan")
-        row["inproc_us"] = statistics.median(s / b * 1e6 for s, _ in local)
-        row["grpc_us"] = statistics.median(s / b * 1e6 for s, _ in remote) if remote else float("nan")
+        row["inproc"] = statistics.median(t / s for s, t, _ in local)
+        row["grpc"] = statistics.median(t / s for s, t, _ in remote) if remote else float("nan")
+        row["staggered"] = statistics.median(t / s for s, t, _ in stag) if stag else float("nan")
+        row["inproc_us"] = statistics.median(s / b * 1e6 for s, _, _ in local)
+        row["grpc_us"] = statistics.median(s / b * 1e6 for s, _, _ in remote) if remote else float("nan")
+        row["inproc_cpu_us"] = statistics.median(c / b * 1e6 for _, _, c in local)
+        row["grpc_cpu_us"] = statistics.median(c / b * 1e6 for _, _, c in remote) if remote else float("nan")
+        row["servicer_us"] = statistics.median(s / b * 1e6 for s, _, _ in direct) if direct else float("nan")
         rows.append(row)
     if args.client_process and not args.no_grpc:
         parent.send(None)
@@ -255,10 +273,12 @@ def main() -> None:
     lp = " · logprobs" if args.logprobs else ""
     if args.backend == "replay":
         title = (f"replay (bench-only instant engine) · prompt {args.prompt_len} · {args.max_tokens} tokens per "
-                 f"response{lp} · µs of CPU per call, whole batch / batch size (median of {args.repeats})")  # fmt: skip
-        header: tuple[str, ...] = ("batch", "in-process µs/call", "gRPC µs/call", "service µs/call (gRPC − in-process)")  # fmt: skip
-        cells = [(str(r["batch"]), f"{r['inproc_us']:,.1f}", f"{r['grpc_us']:,.1f}",
-                  f"{r['grpc_us'] - r['inproc_us']:,.1f}") for r in rows]  # fmt: skip
+                 f"response{lp} · µs per call = whole batch / batch size, wall and process CPU (median of {args.repeats})")  # fmt: skip
+        header: tuple[str, ...] = ("batch", "in-process µs/call", "servicer µs/call (request built + served, no transport)", "gRPC µs/call",
+                                   "service µs/call (gRPC − in-process)", "service CPU µs/call (all threads)")  # fmt: skip
+        cells = [(str(r["batch"]), f"{r['inproc_us']:,.1f}", f"{r['servicer_us']:,.1f}", f"{r['grpc_us']:,.1f}",
+                  f"{r['grpc_us'] - r['inproc_us']:,.1f}", f"{r['grpc_cpu_us'] - r['inproc_cpu_us']:,.1f}")
+                 for r in rows]  # fmt: skip
     else:
         title = (f"{args.backend} · {args.model} · prompt {args.prompt_len} · {args.max_tokens} new tokens{lp} · "
                  f"generated tokens/s (median of {args.repeats})")  # fmt: skip

@@ -90,6 +90,7 @@ class Policy:
         request_id: str = "",
     ) -> Prepared:
         """Validate and turn a prompt into a backend request, compressing chat prompts over budget.
+        A ``token_ids`` list becomes the request's own (not copied: callers pass a fresh one).
 
         ``add_generation_prompt=None`` (the caller did not say): add the assistant prompt unless the last
         message is the assistant's, which the model then continues."""
@@ -112,7 +113,7 @@ class Policy:
             )
             ids, compressed = self._render(msgs, add_gen, sampling.max_tokens)
             return Prepared(Request(sampling, ids, msgs, request_id, self.cfg.strip_think), compressed)
-        ids = list(token_ids or [])
+        ids = token_ids if isinstance(token_ids, list) else list(token_ids or [])  # a list is taken as is
         if not ids:
             raise InferenceError(ErrorCode.INVALID_ARGUMENT, "prompt is empty")
         if self.backend.chat_only:

@@ -5,23 +5,36 @@ policies come from ``WOLFPACK_INFERENCE_*`` (see ``config.py``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, NoReturn
 
 import grpc
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
 
 from wolfpack import rpc, telemetry
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
-from wolfpack_inference.backends.base import ErrorCode, Finish, InferenceError, Result
+from wolfpack_inference.backends.base import ErrorCode, Finish, InferenceError, Result, Sampling
 from wolfpack_inference.policies import Policy, PolicyRegistry, Prepared, TensorAssembler, make_sampling
 from wolfpack_inference.settings import InferenceSettings
 
 SERVICE = "inference"
 _FINISH = {Finish.LENGTH: pb.FINISH_REASON_LENGTH, Finish.STOP: pb.FINISH_REASON_STOP, Finish.ABORT: pb.FINISH_REASON_ABORT}  # fmt: skip
 _tracer = telemetry.tracer("wolfpack.inference")
+_SAMPLING_CACHE_SIZE = 1024
+
+
+def _recording() -> bool:
+    """Whether anyone collects spans (an SDK provider is installed: ``telemetry.setup_telemetry``).
+
+    Checked per call, because tracing may be set up after the server started; it costs under 1 µs, while
+    building the GenAI attributes and entering a no-op span cost about 7 µs per call on the dev CPU, paid
+    for nothing when spans are not exported."""
+    return isinstance(trace.get_tracer_provider(), TracerProvider)
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: InferenceError) -> NoReturn:
@@ -40,25 +53,40 @@ def policy_info(p: Policy) -> pb.PolicyInfo:
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
     def __init__(self, registry: PolicyRegistry) -> None:
         self.registry = registry
+        self._samplings: dict[bytes, Sampling] = {}
+
+    def _sampling(self, s: pb.SamplingParams) -> Sampling:
+        """Validated ``Sampling`` for wire params, reused for identical params (a rollout sends the same
+        ones with every request; ``Sampling`` is frozen, so sharing it is safe)."""
+        key = s.SerializeToString(deterministic=True)
+        sampling = self._samplings.get(key)
+        if sampling is None:
+            sampling = make_sampling(
+                max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, stop=s.stop,
+                seed=s.seed if s.HasField("seed") else None, n=s.n, logprobs=s.logprobs,
+            )  # fmt: skip
+            if len(self._samplings) >= _SAMPLING_CACHE_SIZE:  # per-request seeds: keep it bounded
+                self._samplings.clear()
+            self._samplings[key] = sampling
+        return sampling
 
     def _prepare(self, r: pb.GenerateRequest) -> tuple[Policy, Prepared]:
         policy = self.registry.get(r.policy_id)
-        s = r.sampling
-        sampling = make_sampling(
-            max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, stop=s.stop,
-            seed=s.seed if s.HasField("seed") else None, n=s.n, logprobs=s.logprobs,
-        )  # fmt: skip
+        sampling = self._sampling(r.sampling)
         if r.WhichOneof("prompt") == "chat":
             msgs = [{"role": m.role, "content": m.content, "name": m.name} for m in r.chat.messages]
             # the field has presence: unset leaves the choice to ``prepare`` (continuation or not)
             add_gen = r.chat.add_generation_prompt if r.chat.HasField("add_generation_prompt") else None
             return policy, policy.prepare(sampling, messages=msgs, add_generation_prompt=add_gen,
                                           request_id=r.request_id)  # fmt: skip
-        return policy, policy.prepare(sampling, token_ids=r.tokens.token_ids, request_id=r.request_id)
+        # ``[:]`` is the quickest copy of a repeated field into a list (~30% faster than ``list()``)
+        return policy, policy.prepare(sampling, token_ids=r.tokens.token_ids[:], request_id=r.request_id)
 
     def _span(self, policy: Policy, r: pb.GenerateRequest) -> Any:
         """A span following the GenAI conventions, child of the caller's trace (the server interceptor
-        made it current)."""
+        made it current); a context yielding None when nobody collects spans."""
+        if not _recording():
+            return contextlib.nullcontext()
         op = "chat" if r.WhichOneof("prompt") == "chat" else "text_completion"
         attrs = telemetry.gen_ai_attributes(
             operation=op, model=policy.backend.model, temperature=r.sampling.temperature,
@@ -72,23 +100,16 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             policy, prep = self._prepare(request)
             with self._span(policy, request) as span:
                 result: Result = await policy.backend.generate(prep.request)
-                out = sum(len(c.token_ids) for c in result.completions)
-                span.set_attributes({
-                    "gen_ai.usage.input_tokens": result.prompt_tokens, "gen_ai.usage.output_tokens": out,
-                    "gen_ai.response.finish_reasons": [c.finish.value for c in result.completions],
-                    "wolfpack.policy.version": result.version,
-                })  # fmt: skip
+                if span is not None:
+                    span.set_attributes({
+                        "gen_ai.usage.input_tokens": result.prompt_tokens,
+                        "gen_ai.usage.output_tokens": sum(len(c.token_ids) for c in result.completions),
+                        "gen_ai.response.finish_reasons": [c.finish.value for c in result.completions],
+                        "wolfpack.policy.version": result.version,
+                    })  # fmt: skip
         except InferenceError as exc:
             await _abort(context, exc)
-        resp = pb.GenerateResponse(
-            prompt_token_ids=result.prompt_ids, prompt_compressed=prep.compressed,
-            usage=pb.Usage(prompt_tokens=result.prompt_tokens, completion_tokens=out),
-            policy=common_pb2.PolicyRef(policy_id=policy.policy_id, version=result.version),
-        )  # fmt: skip
-        for c in result.completions:
-            resp.completions.add(token_ids=c.token_ids, logprobs=c.logprobs, text=c.text,
-                                 finish_reason=_FINISH[c.finish])  # fmt: skip
-        return resp
+        return _response(request, policy, prep, result)
 
     async def GenerateStream(
         self, request: pb.GenerateStreamRequest, context: Any
@@ -139,6 +160,28 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         except InferenceError as exc:
             await _abort(context, exc)
         return pb.PushWeightsResponse(policy=policy_info(p), tensors=len(tensors))
+
+
+def _response(
+    request: pb.GenerateRequest, policy: Policy, prep: Prepared, result: Result
+) -> pb.GenerateResponse:
+    """The GenerateResponse for ``result``. Filling repeated fields from Python lists costs ~20 ns per
+    element; a token prompt's ids are therefore copied from the request's own repeated field (one C-level
+    copy, ~20x faster for 512 ids): they are exactly the ids the backend was given (token prompts are never
+    rewritten, only rejected), which the length check confirms."""
+    resp = pb.GenerateResponse(prompt_compressed=prep.compressed)
+    resp.policy.policy_id, resp.policy.version = policy.policy_id, result.version
+    completion_tokens = 0
+    add = resp.completions.add
+    for c in result.completions:
+        add(token_ids=c.token_ids, logprobs=c.logprobs, text=c.text, finish_reason=_FINISH[c.finish])
+        completion_tokens += len(c.token_ids)
+    resp.usage.prompt_tokens, resp.usage.completion_tokens = result.prompt_tokens, completion_tokens
+    if request.WhichOneof("prompt") == "tokens" and len(request.tokens.token_ids) == len(result.prompt_ids):
+        resp.prompt_token_ids.extend(request.tokens.token_ids)
+    else:
+        resp.prompt_token_ids.extend(result.prompt_ids)
+    return resp
 
 
 def register(server: grpc.aio.Server, servicer: InferenceServicer | None = None) -> Sequence[str]:

@@ -251,7 +251,7 @@ class TransformersBackend(Backend):
             gen = torch.Generator()
             gen.manual_seed(s.seed + i if s.seed is not None else random.getrandbits(63))
             tracker = TextTracker(self._decode, s.stop, request.strip_think)
-            rows.append(_Row(list(request.prompt_ids), s, tracker, gen))
+            rows.append(_Row(request.prompt_ids, s, tracker, gen))  # read only: rows share the prompt
         chunks: asyncio.Queue[StreamChunk | None] | None = asyncio.Queue() if streaming else None
         return _Job(self._current, rows, loop, loop.create_future(), chunks)
 
@@ -282,13 +282,13 @@ class TransformersBackend(Backend):
             text = row.tracker.text if row.tracker.stopped else self._decode(row.tracker.token_ids)
             completions.append(
                 Completion(
-                    token_ids=list(row.tracker.token_ids),
-                    logprobs=list(row.logprobs) if row.sampling.logprobs else [],
+                    token_ids=row.tracker.token_ids,  # the row is finished: its lists are handed over
+                    logprobs=row.logprobs if row.sampling.logprobs else [],
                     text=strip_think(text) if request.strip_think else text,
                     finish=row.finish or Finish.ABORT,
                 )
             )
-        return Result(completions, job.weights.version, list(request.prompt_ids), len(request.prompt_ids))
+        return Result(completions, job.weights.version, request.prompt_ids, len(request.prompt_ids))
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
         if request.sampling.n != 1:

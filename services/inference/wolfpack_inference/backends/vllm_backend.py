@@ -189,7 +189,8 @@ class VLLMBackend(Backend):
     def _logprobs(token_ids: list[int], entries: Any) -> list[float]:
         if not entries:
             return []
-        return [float(entries[i][t].logprob) for i, t in enumerate(token_ids)]
+        # zip, not entries[i]: indexing vLLM's flat logprobs container builds a dict per call
+        return [float(d[t].logprob) for d, t in zip(entries, token_ids, strict=True)]
 
     async def _run(self, request: Request, streaming: bool) -> AsyncIterator[tuple[int, Any]]:
         s = request.sampling
@@ -230,7 +231,8 @@ class VLLMBackend(Backend):
                     finish=_FINISH.get(o.finish_reason or "", Finish.ABORT),
                 )
             )
-        return Result(completions, version, list(request.prompt_ids), len(request.prompt_ids))
+        # the engine got its own copy of the prompt: this request's list is handed on as is
+        return Result(completions, version, request.prompt_ids, len(request.prompt_ids))
 
     async def stream(self, request: Request) -> AsyncIterator[StreamChunk]:
         if request.sampling.n != 1:
