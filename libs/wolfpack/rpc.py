@@ -12,8 +12,8 @@ service config, so a service restarting under ``wolfpack up`` does not fail a wh
 from __future__ import annotations
 
 import asyncio
-import gc
 import contextlib
+import gc
 import json
 import logging
 import signal

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import grpc
@@ -81,12 +82,13 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
     def _observation(
         self, ep: Episode, seat: int, obs: Observation | None = None, include_text: bool = True
     ) -> pb.Observation:
-        o = obs or self.manager.observe(ep, seat)
-        done = ep.done
+        o = obs or ep.env.observe(seat)
+        env_done = ep.env.done
+        done = env_done or ep.closed
         msg = pb.Observation(
             episode_id=ep.episode_id,
             seat=seat,
-            turn_id=self.manager.current_turn_id(ep, seat),
+            turn_id=0 if done else ep.open_turns.get(seat, 0),
             phase=o.phase,
             round=o.round,
             your_turn=o.your_turn and not done,
@@ -98,11 +100,12 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
             msg.text = o.text
             msg.messages.add(role="user", content=o.text)
         if not done:
+            add = msg.legal_actions.add
             for la in o.legal_actions:
-                msg.legal_actions.add(kind=la.kind, targets=list(la.targets), needs_text=la.needs_text)
-        if ep.env.done:
+                add(kind=la.kind, targets=la.targets, needs_text=la.needs_text)
+        if env_done:
             msg.outcome = _OUTCOME_PB[ep.env.outcome()[seat]]
-        elif ep.closed:
+        elif done:
             msg.outcome = common_pb2.OUTCOME_KIND_ABORTED
         return msg
 
@@ -275,6 +278,15 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
             stream.detach()
 
 
+@dataclass(slots=True)
+class _Joined:
+    """An episode as one PlaySeats stream sees it: the seats it plays and the turn id last sent to each."""
+
+    ep: Episode
+    seats: set[int] = field(default_factory=set)
+    sent: dict[int, int] = field(default_factory=dict)
+
+
 class _PlayStream:
     """State of one PlaySeats call: the seats it plays, what it last sent each of them, and the episodes
     it created. Episodes whose end was sent are forgotten at once, so a stream that plays episode after
@@ -284,9 +296,8 @@ class _PlayStream:
         self.servicer = servicer
         self.manager = servicer.manager
         self.queue: asyncio.Queue[pb.PlaySeatsRequest | str | None] = asyncio.Queue()
-        self.seats_of: dict[str, tuple[Episode, list[int]]] = {}  # episode id -> (episode, joined seats)
-        self.sent: dict[tuple[str, int], tuple[int, bool]] = {}  # (episode id, seat) -> (turn id, done)
-        self.dirty: set[str] = set()  # episodes changed since the last wake-up: only their seats are scanned
+        self.joined: dict[str, _Joined] = {}
+        self.dirty: set[str] = set()  # episodes changed since the last wake-up: only they are looked at
         self.owned: set[str] = set()  # created by this stream: released when close_finished is set
         self.include_text = False
         self.close_finished = False
@@ -312,7 +323,7 @@ class _PlayStream:
                 )
                 continue
             self.owned.add(ep.episode_id)
-            for seat in sorted(ep.tokens.values()):
+            for seat in ep.tokens.values():
                 self._join_seat(ep, seat)
             created.append(
                 pb.CreatedEpisode(episode=self.servicer._created(ep), request_id=create.request_id)
@@ -331,23 +342,27 @@ class _PlayStream:
             results.append(result)
             if not (result.accepted or result.defaulted or result.code):
                 # re-prompt: the same turn id is due again, now with feedback
-                self.sent.pop((result.episode_id, result.seat), None)
-                self.dirty.add(result.episode_id)
+                joined = self.joined.get(result.episode_id)
+                if joined is not None:
+                    joined.sent.pop(result.seat, None)
+                    self.dirty.add(result.episode_id)
 
     def _join_seat(self, ep: Episode, seat: int) -> None:
-        entry = self.seats_of.get(ep.episode_id)
-        if entry is None:
-            entry = self.seats_of[ep.episode_id] = (ep, [])
+        joined = self.joined.get(ep.episode_id)
+        if joined is None:
+            joined = self.joined[ep.episode_id] = _Joined(ep)
             ep.listeners.add(self.on_change)
-        if seat not in entry[1]:
-            entry[1].append(seat)
+        joined.seats.add(seat)
+        joined.sent.pop(seat, None)  # a (re-)join sends the seat's pending decision again
         self.dirty.add(ep.episode_id)
 
     def _act(self, act: pb.SeatAct) -> pb.SeatActResult | None:
         """Apply one act; its result, or ``None`` for an accepted act when only rejections are wanted."""
         try:
             ep = self.manager.get(act.episode_id)
-            action = action_from_pb(act.action) if act.HasField("action") and act.action.kind else None
+            a = act.action
+            kind = a.kind
+            action = Action(kind, a.target if a.HasField("target") else None, a.text) if kind else None
             result = self.manager.act(ep, act.token, act.turn_id, action, act.raw_text)
         except SessionError as exc:
             known = self.manager.episodes.get(act.episode_id)
@@ -364,32 +379,31 @@ class _PlayStream:
         )  # fmt: skip
 
     def decisions(self) -> list[pb.Observation]:
-        """Observations of joined seats whose decision or end is new since the last message."""
+        """Observations of joined seats whose decision is new since the last message, and every joined
+        seat's final observation once its episode ends."""
         out: list[pb.Observation] = []
         observation = self.servicer._observation
-        sent = self.sent
+        include_text = self.include_text
         for episode_id in self.dirty:
-            entry = self.seats_of.get(episode_id)
-            if entry is None:
+            joined = self.joined.get(episode_id)
+            if joined is None:
                 continue
-            ep, seats = entry
-            done = ep.closed or ep.env.done
-            open_turns = ep.open_turns
-            for seat in seats:
-                key = (episode_id, seat)
-                state = (0 if done else open_turns.get(seat, 0), done)
-                if (state[0] or done) and state != sent.get(key):
-                    sent[key] = state
-                    out.append(observation(ep, seat, include_text=self.include_text))
-            if done:  # every seat has its final observation now
-                self._forget(ep, seats)
+            ep = joined.ep
+            if ep.closed or ep.env.done:
+                out.extend(observation(ep, seat, include_text=include_text) for seat in sorted(joined.seats))
+                self._forget(joined)
+                continue
+            sent, seats = joined.sent, joined.seats
+            for seat, turn_id in ep.open_turns.items():
+                if sent.get(seat) != turn_id and seat in seats:
+                    sent[seat] = turn_id
+                    out.append(observation(ep, seat, include_text=include_text))
         self.dirty.clear()
         return out
 
-    def _forget(self, ep: Episode, seats: list[int]) -> None:
-        del self.seats_of[ep.episode_id]
-        for seat in seats:
-            self.sent.pop((ep.episode_id, seat), None)
+    def _forget(self, joined: _Joined) -> None:
+        ep = joined.ep
+        del self.joined[ep.episode_id]
         ep.listeners.discard(self.on_change)
         if ep.episode_id in self.owned:
             self.owned.discard(ep.episode_id)
@@ -397,8 +411,8 @@ class _PlayStream:
                 self.manager.release(ep)
 
     def detach(self) -> None:
-        for ep, _seats in self.seats_of.values():
-            ep.listeners.discard(self.on_change)
+        for joined in self.joined.values():
+            joined.ep.listeners.discard(self.on_change)
 
 
 def register(server: grpc.aio.Server, servicer: EnvironmentServicer | None = None) -> Sequence[str]:

@@ -78,7 +78,7 @@ class SeatPlan:
     display_name: str = ""
 
 
-@dataclass
+@dataclass(slots=True)
 class ActResult:
     accepted: bool
     reason: str
@@ -87,7 +87,7 @@ class ActResult:
     duplicate: bool
 
 
-@dataclass
+@dataclass(slots=True)
 class _Bucket:
     tokens: float
     last: float
@@ -111,6 +111,7 @@ class Episode:
     open_turns: dict[int, int] = field(default_factory=dict)  # seat -> id of its pending decision
     turn_deadlines: dict[int, float] = field(default_factory=dict)  # seat -> deadline of its open turn
     scheduled: bool = False  # has an entry in the manager's deadline heap
+    traced: bool = False  # the episode span records (an SDK exports spans): turns get spans too
     version: int = 0
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     acted: dict[tuple[int, int], ActResult] = field(default_factory=dict)
@@ -209,6 +210,7 @@ class EpisodeManager:
             bots=bots,
             bot_rng=random.Random(seed),
             span=span,
+            traced=span.is_recording(),
         )
         self.episodes[ep_id] = ep
         self._advance(ep)
@@ -300,7 +302,7 @@ class EpisodeManager:
         # parse differently. An unparseable text goes to the engine as is, which records the reason.
         parsed = env.parse(seat, move).action if isinstance(move, str) else move
         span = ep.span
-        traced = span is not None and span.is_recording()
+        traced = ep.traced
         phase = env.observe(seat).phase if traced else ""
         started = time.time_ns() if traced else 0
         info = env.step_seat(seat, parsed if parsed is not None else move)
@@ -488,10 +490,12 @@ class EpisodeManager:
     # ------------------------------------------------------------------ protections
     def _rate_limit(self, token: str) -> None:
         now = time.monotonic()
+        limits = self.limits
         b = self._buckets.get(token)
         if b is None:
-            b = self._buckets[token] = _Bucket(float(self.limits.burst), now)
-        b.tokens = min(float(self.limits.burst), b.tokens + (now - b.last) * self.limits.acts_per_second)
+            b = self._buckets[token] = _Bucket(float(limits.burst), now)
+        tokens = b.tokens + (now - b.last) * limits.acts_per_second
+        b.tokens = tokens if tokens < limits.burst else float(limits.burst)
         b.last = now
         if b.tokens < 1.0:
             raise ResourceExhaustedError(
