@@ -389,6 +389,120 @@ class GenerateStreamResponse(_message.Message):
 Global___GenerateStreamResponse: _TypeAlias = GenerateStreamResponse  # noqa: Y015
 
 @_typing.final
+class GenerateBatchRequest(_message.Message):
+    """Request for GenerateBatch."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requests(self) -> _containers.RepeatedCompositeFieldContainer[Global___GenerateRequest]:
+        """The prompts, each validated and answered exactly as Generate would; at least one, at most 4096.
+        Required.
+        """
+
+    def __init__(
+        self,
+        *,
+        requests: _abc.Iterable[Global___GenerateRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requests", b"requests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GenerateBatchRequest: _TypeAlias = GenerateBatchRequest  # noqa: Y015
+
+@_typing.final
+class GenerateBatchError(_message.Message):
+    """Why one request of a batch failed; the batch's other requests are unaffected."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    code: _builtins.str
+    """Name of the gRPC status code Generate would fail this request with, e.g. "NOT_FOUND"."""
+    message: _builtins.str
+    """What went wrong and what to fix."""
+    def __init__(
+        self,
+        *,
+        code: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GenerateBatchError: _TypeAlias = GenerateBatchError  # noqa: Y015
+
+@_typing.final
+class GenerateBatchResult(_message.Message):
+    """The outcome of one request of a batch."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """Position of the request in GenerateBatchRequest.requests."""
+    @_builtins.property
+    def response(self) -> Global___GenerateResponse:
+        """The completions, exactly as Generate returns them (policy.version is the version that produced them)."""
+
+    @_builtins.property
+    def error(self) -> Global___GenerateBatchError:
+        """Why this request failed."""
+
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        response: Global___GenerateResponse | None = ...,
+        error: Global___GenerateBatchError | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "outcome", b"outcome", "response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "index", b"index", "outcome", b"outcome", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["response", "error"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___GenerateBatchResult: _TypeAlias = GenerateBatchResult  # noqa: Y015
+
+@_typing.final
+class GenerateBatchResponse(_message.Message):
+    """Response for GenerateBatch: the requests that finished since the previous message."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___GenerateBatchResult]:
+        """Finished requests in completion order; over the whole stream every index appears exactly once.
+        Requests that finish together (same engine step) share one message.
+        """
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___GenerateBatchResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GenerateBatchResponse: _TypeAlias = GenerateBatchResponse  # noqa: Y015
+
+@_typing.final
 class ListPoliciesRequest(_message.Message):
     """Request for ListPolicies."""
 

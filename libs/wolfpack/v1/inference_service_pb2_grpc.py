@@ -45,6 +45,11 @@ class InferenceServiceStub:
                 request_serializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateStreamRequest.SerializeToString,
                 response_deserializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateStreamResponse.FromString,
                 _registered_method=True)
+        self.GenerateBatch = channel.unary_stream(
+                '/wolfpack.v1.InferenceService/GenerateBatch',
+                request_serializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchRequest.SerializeToString,
+                response_deserializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchResponse.FromString,
+                _registered_method=True)
         self.ListPolicies = channel.unary_unary(
                 '/wolfpack.v1.InferenceService/ListPolicies',
                 request_serializer=wolfpack_dot_v1_dot_inference__service__pb2.ListPoliciesRequest.SerializeToString,
@@ -75,6 +80,16 @@ class InferenceServiceServicer:
 
     def GenerateStream(self, request, context):
         """Generates one completion, streaming tokens as they are produced.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GenerateBatch(self, request, context):
+        """Generates completions for many prompts in one call (each with its own policy, prompt and sampling),
+        streaming each result as soon as it finishes. One call instead of one per prompt: the per-call cost of
+        the transport is paid once per batch. A bad request fails only its own item; an empty batch fails the
+        call with INVALID_ARGUMENT. Cancelling the call aborts the items still generating.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -114,6 +129,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.GenerateStream,
                     request_deserializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateStreamRequest.FromString,
                     response_serializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateStreamResponse.SerializeToString,
+            ),
+            'GenerateBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.GenerateBatch,
+                    request_deserializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchRequest.FromString,
+                    response_serializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchResponse.SerializeToString,
             ),
             'ListPolicies': grpc.unary_unary_rpc_method_handler(
                     servicer.ListPolicies,
@@ -186,6 +206,33 @@ class InferenceService:
             '/wolfpack.v1.InferenceService/GenerateStream',
             wolfpack_dot_v1_dot_inference__service__pb2.GenerateStreamRequest.SerializeToString,
             wolfpack_dot_v1_dot_inference__service__pb2.GenerateStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/wolfpack.v1.InferenceService/GenerateBatch',
+            wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchRequest.SerializeToString,
+            wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

