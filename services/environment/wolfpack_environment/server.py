@@ -16,7 +16,7 @@ from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
 from wolfpack.v1 import environment_service_pb2_grpc as pb_grpc
-from wolfpack_environment.games import Action, Event, Observation, list_games
+from wolfpack_environment.games import Action, Event, LegalAction, Observation, list_games
 from wolfpack_environment.sessions import Episode, EpisodeManager, NotFoundError, SeatPlan, SessionError
 
 SERVICE = "environment"
@@ -63,6 +63,7 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         self.manager = manager or EpisodeManager()
         self.scenario_store_url = scenario_store
         self._store: Any = None
+        self._legal_cache: dict[int, tuple[tuple[LegalAction, ...], bytes]] = {}
 
     def _scenario(self, scenario_id: str, game_id: str) -> Any:
         """Look a scenario up in the store (opened on first use) and check it belongs to ``game_id``."""
@@ -80,34 +81,56 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         return scenario
 
     def _observation(
-        self, ep: Episode, seat: int, obs: Observation | None = None, include_text: bool = True
+        self,
+        ep: Episode,
+        seat: int,
+        obs: Observation | None = None,
+        include_text: bool = True,
+        into: Any = None,
     ) -> pb.Observation:
+        """The seat's observation as a proto, appended to ``into`` (a repeated Observation field) when
+        given, which saves copying it into the response afterwards."""
         o = obs or ep.env.observe(seat)
         env_done = ep.env.done
         done = env_done or ep.closed
-        msg = pb.Observation(
-            episode_id=ep.episode_id,
-            seat=seat,
-            turn_id=0 if done else ep.open_turns.get(seat, 0),
-            phase=o.phase,
-            round=o.round,
-            your_turn=o.your_turn and not done,
-            done=done,
-            feedback=o.feedback,
-            role=o.role,
-        )
+        msg: pb.Observation = pb.Observation() if into is None else into.add()
+        if not done and o.legal_actions:
+            msg.MergeFromString(self._legal_bytes(o.legal_actions))
+        msg.episode_id = ep.episode_id
+        msg.seat = seat
+        msg.phase = o.phase
+        msg.round = o.round
+        msg.role = o.role
+        if done:
+            msg.done = True
+            msg.outcome = _OUTCOME_PB[ep.env.outcome()[seat]] if env_done else common_pb2.OUTCOME_KIND_ABORTED
+        else:
+            msg.turn_id = ep.open_turns.get(seat, 0)
+            msg.your_turn = o.your_turn
+        if o.feedback:
+            msg.feedback = o.feedback
         if include_text:  # rendering is the expensive part; PlaySeats clients may skip it
             msg.text = o.text
             msg.messages.add(role="user", content=o.text)
-        if not done:
-            add = msg.legal_actions.add
-            for la in o.legal_actions:
-                add(kind=la.kind, targets=la.targets, needs_text=la.needs_text)
-        if env_done:
-            msg.outcome = _OUTCOME_PB[ep.env.outcome()[seat]]
-        elif done:
-            msg.outcome = common_pb2.OUTCOME_KIND_ABORTED
         return msg
+
+    def _legal_bytes(self, legal: tuple[LegalAction, ...]) -> bytes:
+        """``legal`` encoded as Observation.legal_actions entries, cached by the tuple's identity: engines
+        reuse their legal-action tuples (every speech turn shares one), and parsing cached bytes into the
+        message costs a third of building the entries field by field. The cache holds the tuple, so its
+        id cannot be reused while cached."""
+        hit = self._legal_cache.get(id(legal))
+        if hit is not None and hit[0] is legal:
+            return hit[1]
+        encoded = pb.Observation(
+            legal_actions=[
+                pb.LegalAction(kind=la.kind, targets=la.targets, needs_text=la.needs_text) for la in legal
+            ]
+        ).SerializeToString()
+        if len(self._legal_cache) >= 4096:
+            self._legal_cache.clear()
+        self._legal_cache[id(legal)] = (legal, encoded)
+        return encoded
 
     async def ListGames(self, request: pb.ListGamesRequest, context: Any) -> pb.ListGamesResponse:
         resp = pb.ListGamesResponse()
@@ -270,9 +293,10 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
                         client_done = True
                     elif isinstance(item, pb.PlaySeatsRequest):
                         stream.handle(item, results, created)
-                decisions = stream.decisions()
-                if results or decisions or created:
-                    yield pb.PlaySeatsResponse(decisions=decisions, results=results, created=created)
+                response = pb.PlaySeatsResponse(results=results, created=created)
+                stream.decisions(response.decisions)
+                if results or created or response.decisions:
+                    yield response
         finally:
             reader.cancel()
             stream.detach()
@@ -378,10 +402,10 @@ class _PlayStream:
             duplicate=result.duplicate,
         )  # fmt: skip
 
-    def decisions(self) -> list[pb.Observation]:
-        """Observations of joined seats whose decision is new since the last message, and every joined
-        seat's final observation once its episode ends."""
-        out: list[pb.Observation] = []
+    def decisions(self, out: Any) -> None:
+        """Append to ``out`` (the response's repeated ``decisions``) the observations of joined seats
+        whose decision is new since the last message, and every joined seat's final observation once
+        its episode ends."""
         observation = self.servicer._observation
         include_text = self.include_text
         for episode_id in self.dirty:
@@ -390,16 +414,16 @@ class _PlayStream:
                 continue
             ep = joined.ep
             if ep.closed or ep.env.done:
-                out.extend(observation(ep, seat, include_text=include_text) for seat in sorted(joined.seats))
+                for seat in sorted(joined.seats):
+                    observation(ep, seat, include_text=include_text, into=out)
                 self._forget(joined)
                 continue
             sent, seats = joined.sent, joined.seats
             for seat, turn_id in ep.open_turns.items():
                 if sent.get(seat) != turn_id and seat in seats:
                     sent[seat] = turn_id
-                    out.append(observation(ep, seat, include_text=include_text))
+                    observation(ep, seat, include_text=include_text, into=out)
         self.dirty.clear()
-        return out
 
     def _forget(self, joined: _Joined) -> None:
         ep = joined.ep
