@@ -15,12 +15,18 @@ Service CPU per call:        python bench/inference/bench_inference.py --backend
 ``--backend replay`` (bench only, ``replay_backend.py``) swaps the engine for one that answers at once with
 precomputed ids/logprobs of the right sizes, so the table shows microseconds of CPU per call: in process
 (the backend alone) and over gRPC; their difference is what the service path costs per call.
+
+``--grpc-mode`` picks how a batch goes over gRPC: ``unary`` (one Generate call per prompt, concurrently),
+``batch`` (one GenerateBatch call for the whole batch, results streamed back as they finish), or ``both``
+(the default: both, interleaved with the in-process runs, as separate columns). ``--uncoalesced`` adds a
+GenerateBatch column served with one message per finished request, to show what coalescing saves.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import random
 import statistics
 import sys
@@ -58,9 +64,15 @@ def random_qwen_05b(cache_dir: Path) -> Path:
 
 
 def _client_process(
-    conn: Any, target: str, prompts: list[list[int]], max_tokens: int, temperature: float, logprobs: bool
+    conn: Any,
+    targets: dict[str, str],
+    prompts: list[list[int]],
+    max_tokens: int,
+    temperature: float,
+    logprobs: bool,
 ) -> None:
-    """A separate client process (like a rollout worker): runs batch b on request, answers (seconds, tokens)."""
+    """A separate client process (like a rollout worker): runs batch b in mode m on request (m names its
+    server in ``targets``), answers (seconds, tokens)."""
     for p in (ROOT / "libs", ROOT / "services" / "inference"):
         sys.path.insert(0, str(p))
     from wolfpack import rpc
@@ -69,21 +81,46 @@ def _client_process(
     from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 
     async def serve_requests() -> None:
-        channel = rpc.channel(target, load_settings(rpc_timeout_s=3600), traced=False)
-        stub = pb_grpc.InferenceServiceStub(channel)
+        settings = load_settings(rpc_timeout_s=3600)
+        channels = {m: rpc.channel(t, settings, traced=False) for m, t in targets.items()}
+        stubs = {m: pb_grpc.InferenceServiceStub(c) for m, c in channels.items()}
         params = pb.SamplingParams(max_tokens=max_tokens, temperature=temperature, logprobs=logprobs)
         while True:
-            b = conn.recv()
-            if b is None:
+            job = conn.recv()
+            if job is None:
                 break
-            reqs = [pb.GenerateRequest(policy_id="bench", tokens=pb.TokenPrompt(token_ids=prompts[i]), sampling=params)
-                    for i in range(b)]  # fmt: skip
+            b, mode = job
             start = time.perf_counter()
-            resps = await asyncio.gather(*[stub.Generate(r) for r in reqs])
-            conn.send((time.perf_counter() - start, sum(r.usage.completion_tokens for r in resps)))
-        await channel.close()
+            tokens = await _grpc_batch(stubs[mode], mode, prompts[:b], params)
+            conn.send((time.perf_counter() - start, tokens))
+        for c in channels.values():
+            await c.close()
 
     asyncio.run(serve_requests())
+
+
+async def _grpc_batch(stub: Any, mode: str, prompts: list[list[int]], params: Any) -> int:
+    """Send ``prompts`` over gRPC as a client would (requests built here, inside the timing): ``unary``
+    as one Generate call each, concurrently; ``batch``/``batch-uncoalesced`` as one GenerateBatch through
+    the client helper. Returns the generated tokens."""
+    from wolfpack.v1 import inference_service_pb2 as pb
+    from wolfpack_inference.client import generate_batch
+
+    if mode == "unary":
+        reqs = [pb.GenerateRequest(policy_id="bench", tokens=pb.TokenPrompt(token_ids=p), sampling=params)
+                for p in prompts]  # fmt: skip
+        resps = await asyncio.gather(*[stub.Generate(r) for r in reqs])
+        return sum(r.usage.completion_tokens for r in resps)
+    batch = pb.GenerateBatchRequest()
+    add = batch.requests.add
+    for p in prompts:
+        add(policy_id="bench", tokens=pb.TokenPrompt(token_ids=p), sampling=params)
+    tokens = 0
+    async for item in generate_batch(stub, batch):
+        if item.response is None:
+            raise RuntimeError(f"request {item.index} failed: {item.code.name} {item.message}")
+        tokens += item.response.usage.completion_tokens
+    return tokens
 
 
 async def timed(fn: Callable[[], Awaitable[int]]) -> tuple[float, int, float]:
@@ -131,9 +168,13 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         results = await asyncio.gather(*[one(i) for i in range(b)])
         return sum(len(c.token_ids) for r in results for c in r.completions)
 
-    grpc_call: Callable[[int], Awaitable[int]] | None = None
-    servicer_call: Callable[[int], Awaitable[int]] | None = None
-    server = channel = None
+    modes = ["unary", "batch"] if args.grpc_mode == "both" else [args.grpc_mode]
+    if args.uncoalesced:
+        modes.append("batch-uncoalesced")
+    grpc_calls: dict[str, Callable[[int], Awaitable[int]]] = {}
+    servicer_calls: dict[str, Callable[[int], Awaitable[int]]] = {}
+    servers: list[Any] = []
+    channels: list[Any] = []
     if not args.no_grpc:
         from wolfpack import rpc
         from wolfpack.settings import load_settings
@@ -145,19 +186,28 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         settings = load_settings(rpc_timeout_s=3600)
         servicer = InferenceServicer(registry)
         server = await rpc.start_server("inference", lambda s: register(s, servicer), settings, "127.0.0.1:0")
-        channel = rpc.channel(f"127.0.0.1:{server.port}", settings, traced=False)
-        stub = pb_grpc.InferenceServiceStub(channel)
+        servers.append(server)
+        targets = {m: f"127.0.0.1:{server.port}" for m in modes}
+        if "batch-uncoalesced" in modes:  # a second server whose servicer sends a message per result
+            uncoalesced = InferenceServicer(registry, coalesce=False)
+            server = await rpc.start_server(
+                "inference", lambda s: register(s, uncoalesced), settings, "127.0.0.1:0"
+            )
+            servers.append(server)
+            targets["batch-uncoalesced"] = f"127.0.0.1:{server.port}"
+        stubs: dict[str, Any] = {}
+        for mode, target in targets.items():
+            channels.append(rpc.channel(target, settings, traced=False))
+            stubs[mode] = pb_grpc.InferenceServiceStub(channels[-1])
         params = pb.SamplingParams(
             max_tokens=args.max_tokens, temperature=args.temperature, logprobs=args.logprobs
         )
+        for mode in modes:
 
-        async def via_grpc(b: int) -> int:
-            reqs = [pb.GenerateRequest(policy_id="bench", tokens=pb.TokenPrompt(token_ids=prompts[i]), sampling=params)
-                    for i in range(b)]  # fmt: skip
-            resps = await asyncio.gather(*[stub.Generate(r) for r in reqs])
-            return sum(r.usage.completion_tokens for r in resps)
+            async def via_grpc(b: int, mode: str = mode) -> int:
+                return await _grpc_batch(stubs[mode], mode, prompts[:b], params)
 
-        grpc_call = via_grpc
+            grpc_calls[mode] = via_grpc
 
         async def via_servicer(b: int) -> int:
             """The servicer's own work (request → Policy.prepare → backend → response proto), no transport:
@@ -167,8 +217,20 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             resps = await asyncio.gather(*[servicer.Generate(r, None) for r in reqs])
             return sum(r.usage.completion_tokens for r in resps)
 
+        async def via_servicer_batch(b: int) -> int:
+            """GenerateBatch's servicer work alone: the batch request built, the handler iterated."""
+            batch = pb.GenerateBatchRequest()
+            for i in range(b):
+                batch.requests.add(
+                    policy_id="bench", tokens=pb.TokenPrompt(token_ids=prompts[i]), sampling=params
+                )
+            tokens = 0
+            async for msg in servicer.GenerateBatch(batch, None):
+                tokens += sum(r.response.usage.completion_tokens for r in msg.results)
+            return tokens
+
         if args.backend == "replay":
-            servicer_call = via_servicer
+            servicer_calls = {"unary": via_servicer, "batch": via_servicer_batch}
         if args.client_process:
             import multiprocessing as mp
 
@@ -176,59 +238,55 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             parent, child = ctx.Pipe()
             client = ctx.Process(
                 target=_client_process,
-                args=(
-                    child,
-                    f"127.0.0.1:{server.port}",
-                    prompts,
-                    args.max_tokens,
-                    args.temperature,
-                    args.logprobs,
-                ),
+                args=(child, targets, prompts, args.max_tokens, args.temperature, args.logprobs),
                 daemon=True,
             )
             client.start()
+            for mode in modes:
 
-            async def via_client_process(b: int) -> int:
-                parent.send(b)
-                _seconds, tokens = await asyncio.to_thread(parent.recv)
-                return int(tokens)
+                async def via_client_process(b: int, mode: str = mode) -> int:
+                    parent.send((b, mode))
+                    _seconds, tokens = await asyncio.to_thread(parent.recv)
+                    return int(tokens)
 
-            grpc_call = via_client_process
+                grpc_calls[mode] = via_client_process
 
     rows = []
     for b in sizes:
         await inproc(b)  # warm-up (allocator, kernels, CUDA graphs)
-        if grpc_call is not None:
-            await grpc_call(b)
-        local, remote, stag, direct = [], [], [], []
-        for _ in range(args.repeats):  # interleaved, so drift hits both paths alike
-            local.append(await timed(lambda b=b: inproc(b)))
-            if grpc_call is not None:
-                remote.append(await timed(lambda b=b, g=grpc_call: g(b)))
-            if servicer_call is not None:
-                direct.append(await timed(lambda b=b, g=servicer_call: g(b)))
+        for call in grpc_calls.values():
+            await call(b)
+        local: list[tuple[float, int, float]] = []
+        stag: list[tuple[float, int, float]] = []
+        remote: dict[str, list[tuple[float, int, float]]] = {m: [] for m in grpc_calls}
+        direct: dict[str, list[tuple[float, int, float]]] = {m: [] for m in servicer_calls}
+        for _ in range(args.repeats):  # interleaved, so drift hits every path alike
+            local.append(await timed(functools.partial(inproc, b)))
+            for mode, call in grpc_calls.items():
+                remote[mode].append(await timed(functools.partial(call, b)))
+            for mode, call in servicer_calls.items():
+                direct[mode].append(await timed(functools.partial(call, b)))
             if args.stagger_us:
-                stag.append(await timed(lambda b=b: staggered(b)))
-        row: dict[str, Any] = {
-            "batch": b,
-            "tokens": local[0][1],
-            "grpc_tokens": remote[0][1] if remote else 0,
-        }
+                stag.append(await timed(functools.partial(staggered, b)))
+        row: dict[str, Any] = {"batch": b, "tokens": local[0][1]}
         row["inproc"] = statistics.median(t / s for s, t, _ in local)
-        row["grpc"] = statistics.median(t / s for s, t, _ in remote) if remote else float("nan")
         row["staggered"] = statistics.median(t / s for s, t, _ in stag) if stag else float("nan")
         row["inproc_us"] = statistics.median(s / b * 1e6 for s, _, _ in local)
-        row["grpc_us"] = statistics.median(s / b * 1e6 for s, _, _ in remote) if remote else float("nan")
         row["inproc_cpu_us"] = statistics.median(c / b * 1e6 for _, _, c in local)
-        row["grpc_cpu_us"] = statistics.median(c / b * 1e6 for _, _, c in remote) if remote else float("nan")
-        row["servicer_us"] = statistics.median(s / b * 1e6 for s, _, _ in direct) if direct else float("nan")
+        for mode, runs in remote.items():
+            row[f"{mode}_tokens"] = runs[0][1]
+            row[f"{mode}_tok_s"] = statistics.median(t / s for s, t, _ in runs)
+            row[f"{mode}_us"] = statistics.median(s / b * 1e6 for s, _, _ in runs)
+            row[f"{mode}_cpu_us"] = statistics.median(c / b * 1e6 for _, _, c in runs)
+        for mode, runs in direct.items():
+            row[f"servicer_{mode}_us"] = statistics.median(s / b * 1e6 for s, _, _ in runs)
         rows.append(row)
-    if args.client_process and not args.no_grpc:
+    if args.client_process and grpc_calls:
         parent.send(None)
         client.join(timeout=30)
-    if channel is not None:
+    for channel in channels:
         await channel.close()
-    if server is not None:
+    for server in servers:
         await server.stop(0)
     await backend.close()
     return rows
@@ -255,6 +313,15 @@ def main() -> None:
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
     ap.add_argument("--no-grpc", action="store_true", help="in-process only (no wolfpack gRPC deps needed)")
     ap.add_argument(
+        "--grpc-mode", choices=["unary", "batch", "both"], default="both",
+        help="unary: one Generate per prompt; batch: one GenerateBatch per batch; both: a column each",
+    )  # fmt: skip
+    ap.add_argument(
+        "--uncoalesced", action="store_true",
+        help="also GenerateBatch with one message per finished request (a second server), to see what "
+        "sending same-tick results together saves",
+    )  # fmt: skip
+    ap.add_argument(
         "--stagger-us", type=float, default=0.0,
         help="also run in process with requests arriving this many microseconds apart (arrival-skew control)",
     )  # fmt: skip
@@ -271,25 +338,41 @@ def main() -> None:
 
         Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
     lp = " · logprobs" if args.logprobs else ""
+    modes = [k for k in ("unary", "batch", "batch-uncoalesced") if rows and f"{k}_us" in rows[0]]
+    names = {
+        "unary": "unary gRPC",
+        "batch": "GenerateBatch",
+        "batch-uncoalesced": "GenerateBatch 1 msg/result",
+    }
     if args.backend == "replay":
         title = (f"replay (bench-only instant engine) · prompt {args.prompt_len} · {args.max_tokens} tokens per "
-                 f"response{lp} · µs per call = whole batch / batch size, wall and process CPU (median of {args.repeats})")  # fmt: skip
-        header: tuple[str, ...] = ("batch", "in-process µs/call", "servicer µs/call (request built + served, no transport)", "gRPC µs/call",
-                                   "service µs/call (gRPC − in-process)", "service CPU µs/call (all threads)")  # fmt: skip
-        cells = [(str(r["batch"]), f"{r['inproc_us']:,.1f}", f"{r['servicer_us']:,.1f}", f"{r['grpc_us']:,.1f}",
-                  f"{r['grpc_us'] - r['inproc_us']:,.1f}", f"{r['grpc_cpu_us'] - r['inproc_cpu_us']:,.1f}")
-                 for r in rows]  # fmt: skip
+                 f"response{lp} · µs per request = whole batch / batch size, wall and process CPU (median of "
+                 f"{args.repeats}); service = gRPC path − in-process")  # fmt: skip
+        header: tuple[str, ...] = ("batch", "in-process µs", "servicer µs (unary / batch, no transport)")
+        for m in modes:
+            header = (*header, f"{names[m]} µs", f"{names[m]} service µs", f"{names[m]} service CPU µs")
+        cells = []
+        for r in rows:
+            direct = " / ".join(f"{r[k]:,.1f}" for k in ("servicer_unary_us", "servicer_batch_us") if k in r)
+            cell: tuple[str, ...] = (str(r["batch"]), f"{r['inproc_us']:,.1f}", direct or "-")
+            for m in modes:
+                cell = (*cell, f"{r[m + '_us']:,.1f}", f"{r[m + '_us'] - r['inproc_us']:,.1f}",
+                        f"{r[m + '_cpu_us'] - r['inproc_cpu_us']:,.1f}")  # fmt: skip
+            cells.append(cell)
     else:
         title = (f"{args.backend} · {args.model} · prompt {args.prompt_len} · {args.max_tokens} new tokens{lp} · "
-                 f"generated tokens/s (median of {args.repeats})")  # fmt: skip
-        header = ("batch", "tokens/run", "in-process tok/s", "gRPC tok/s", "in-process / gRPC")
+                 f"generated tokens/s (median of {args.repeats}); overhead = in-process / gRPC − 1")  # fmt: skip
+        header = ("batch", "tokens/run", "in-process tok/s")
+        for m in modes:
+            header = (*header, f"{names[m]} tok/s", f"{names[m]} overhead")
         if args.stagger_us:
             header = (*header, f"in-process, {args.stagger_us:g} µs apart")
         cells = []
         for r in rows:
-            ratio = r["inproc"] / r["grpc"] if r["grpc"] == r["grpc"] else float("nan")
-            cell: tuple[str, ...] = (str(r["batch"]), str(r["tokens"]), f"{r['inproc']:,.0f}", f"{r['grpc']:,.0f}",
-                                     f"{ratio:.3f}")  # fmt: skip
+            cell = (str(r["batch"]), str(r["tokens"]), f"{r['inproc']:,.0f}")
+            for m in modes:
+                tok_s = r[f"{m}_tok_s"]
+                cell = (*cell, f"{tok_s:,.0f}", f"{(r['inproc'] / tok_s - 1) * 100:+.1f}%")
             if args.stagger_us:
                 cell = (*cell, f"{r['staggered']:,.0f}")
             cells.append(cell)

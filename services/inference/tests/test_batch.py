@@ -17,6 +17,7 @@ from wolfpack import rpc, telemetry
 from wolfpack.settings import load_settings
 from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+from wolfpack_inference import server as server_module
 from wolfpack_inference.backends.base import Backend, Request, Result, StreamChunk
 from wolfpack_inference.client import BatchItem, generate_batch, generate_batch_ordered
 from wolfpack_inference.policies import Policy, PolicyRegistry, build_backend
@@ -96,6 +97,25 @@ async def test_rejected_items_come_first(stub: pb_grpc.InferenceServiceStub) -> 
         [(1, False, "NOT_FOUND")],
         [(0, True, "")],
     ]
+
+
+async def test_same_tick_results_share_a_message(stub: pb_grpc.InferenceServiceStub) -> None:
+    """Requests the backend rejects on admission all end in the same event-loop tick: one message."""
+    reqs = [tokens([5] * 600, max_tokens=4) for _ in range(3)]
+    call = stub.GenerateBatch(pb.GenerateBatchRequest(requests=reqs), timeout=60)
+    messages = [[(r.index, r.error.code) for r in m.results] async for m in call]
+    assert messages == [[(0, "INVALID_ARGUMENT"), (1, "INVALID_ARGUMENT"), (2, "INVALID_ARGUMENT")]]
+
+
+async def test_large_results_are_split_into_messages(
+    stub: pb_grpc.InferenceServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message is sent once its results reach the size limit (here: 1 byte, so one result each)."""
+    monkeypatch.setattr(server_module, "_MESSAGE_BYTES", 1)
+    reqs = [tokens([5, 6, i], max_tokens=3) for i in range(4)]
+    call = stub.GenerateBatch(pb.GenerateBatchRequest(requests=reqs), timeout=60)
+    messages = [[r.index for r in m.results if r.HasField("response")] async for m in call]
+    assert all(len(m) == 1 for m in messages) and sorted(i for m in messages for i in m) == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("size", [0, 4097])

