@@ -1,5 +1,6 @@
-"""bench/inference/bench_inference.py --backend replay: both paths return full-size responses, and the
-table's per-call numbers come from them (a bench that silently measured empty responses would lie)."""
+"""bench/inference/bench_inference.py --backend replay: every path (in process, unary Generate, GenerateBatch
+coalesced or not) returns full-size responses, and the table's per-call numbers come from them (a bench that
+silently measured empty responses would lie)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,18 @@ def test_replay_mode_measures_full_responses(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     cmd = [sys.executable, str(ROOT / "bench" / "inference" / "bench_inference.py"), "--backend", "replay",
            "--prompt-len", "64", "--max-tokens", "32", "--batch-sizes", "2,5", "--repeats", "1", "--logprobs",
-           "--json", str(out)]  # fmt: skip
+           "--uncoalesced", "--json", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["batch"] for r in rows] == [2, 5]
     for r in rows:
-        assert r["tokens"] == r["grpc_tokens"] == r["batch"] * 32
-        assert 0 < r["inproc_us"] < r["servicer_us"] < r["grpc_us"]
+        expected = r["batch"] * 32
+        assert (
+            r["tokens"] == r["unary_tokens"] == r["batch_tokens"] == r["batch-uncoalesced_tokens"] == expected
+        )
+        assert 0 < r["inproc_us"] < r["servicer_unary_us"] < r["unary_us"]
+        assert r["inproc_us"] < r["servicer_batch_us"] < r["batch_us"]
+        assert r["inproc_us"] < r["batch-uncoalesced_us"]
     assert "replay (bench-only instant engine)" in proc.stdout
+    assert "GenerateBatch" in proc.stdout
