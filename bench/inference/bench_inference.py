@@ -389,7 +389,8 @@ def main() -> None:
         table.add_column(col, justify="right")
     for row in cells:
         table.add_row(*row)
-    Console().print(table)
+    # piped into a log or a file: wide enough for every column (rich cuts headers at 80 otherwise)
+    Console(width=None if sys.stdout.isatty() else 240).print(table)
 
 
 if __name__ == "__main__":
