@@ -1,11 +1,29 @@
-"""The embedded backend: a Hugging Face causal LM (CPU or GPU) behind a micro-batching queue.
+"""The embedded backend: a Hugging Face causal LM (CPU or GPU) behind a continuous (step-level) batcher.
 
 How a request runs: ``generate`` binds the request to the weights current *now* (``_Weights``, one object
-per version) and queues it. A worker task takes the first queued job, waits ``batch_wait_ms`` for more,
-and runs each group of jobs that share the same weights as one left-padded batch with an attention mask
-and a KV cache, in a thread so the event loop keeps serving. Jobs bound to an older version keep that
+per version) and puts it in an inbox. One decode thread (started when work arrives, gone when idle) keeps a
+*running batch*: a KV cache with every row right-aligned (left padding), an attention mask that marks the
+pads, and per-row position ids. Between two decode steps the thread admits waiting jobs bound to the
+batch's weights, up to ``max_batch`` rows: their prompts are prefilled together in one forward pass of
+their own and their rows appended to the running cache (whichever side is shorter is left-padded to the
+same width). Rows that finish stop being sampled at once and are dropped from the cache when at least a
+quarter of the batch is done (or when newcomers are merged anyway); leading columns that no remaining
+row uses are cut at the same time, so the cache stays as wide as its longest live row even when the batch
+never empties. A request therefore waits at most one decode step (plus its prefill) to start, and
+finishes when *its* rows do, not when the longest row of the batch does. Why a thread of its own rather
+than a thread hop per step: a step of a small model takes about a millisecond on CPU, the same order as
+an ``asyncio.to_thread`` round trip through a busy event loop.
+
+Versions: rows bound to different weights never share a forward pass. A running batch keeps its weights;
+jobs for a newer version wait until it drains (it admits no one else, so that takes at most its longest
+remaining ``max_tokens``) and then start together as the next batch. Why not run a second batch
+alongside: every step would then be two forward passes, slower for both versions, and versions change
+once per training step, rarely compared with decode steps. Jobs bound to an older version keep that
 version's model alive (they hold a reference to it) until they finish; then it is garbage-collected. This
 is how "in-flight requests finish on the old version" holds without any pause.
+
+Models whose cache is not a plain full-attention ``DynamicLayer`` per layer (sliding windows, linear
+attention) cannot be re-aligned this way: their batches run to completion as before and admit no one.
 
 Sampling is per row, so rows with different temperature/top-p/top-k/seed share a batch: each row has its
 own ``torch.Generator`` (seeded rows are reproducible whatever else is in the batch).
@@ -23,6 +41,9 @@ import asyncio
 import copy
 import logging
 import random
+import threading
+import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,8 +101,38 @@ class _Job:
     cancelled: bool = False
 
     def notify(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the job's event loop (called from the decode thread)."""
-        self.loop.call_soon_threadsafe(fn, *args)
+        """Run ``fn(*args)`` on the job's event loop (called from the decode thread). A loop that is closed
+        has no one left to hear about the job: it is treated as cancelled, so its rows leave the batch."""
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            self.cancelled = True
+
+    @property
+    def finished(self) -> bool:
+        return all(row.finish is not None for row in self.rows)
+
+
+@dataclass(eq=False)
+class _Batch:
+    """Rows decoding together; only the decode thread touches it. Row ``i`` of ``mask``, ``next_pos``,
+    ``feed`` and of every cache layer belongs to ``owners[i]``. Each row's tokens end at the last column;
+    ``mask`` is 1 where the cache holds a real token of that row and 0 on its left padding."""
+
+    weights: _Weights
+    owners: list[tuple[_Job, _Row]]
+    cache: Any
+    mask: torch.Tensor
+    """``[rows, width]`` long, on the model's device."""
+    next_pos: torch.Tensor
+    """``[rows]`` position id of each row's next token (its own length, whatever the padding)."""
+    feed: list[int]
+    """The token each row feeds at the next step (its last sample; the pad id once finished)."""
+    joinable: bool
+    """Whether the cache is plain full attention, which rows can be appended to and dropped from."""
+
+    def live(self) -> list[int]:
+        return [i for i, (_, row) in enumerate(self.owners) if row.finish is None]
 
 
 def _set_done(fut: asyncio.Future[None], exc: BaseException | None) -> None:
@@ -209,10 +260,12 @@ class TransformersBackend(Backend):
         self.eos_ids = frozenset() if ignore_eos else frozenset(int(e) for e in eos_ids)
         pad = self._tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else min(self.eos_ids, default=0))
-        self._queue: asyncio.Queue[_Job] | None = None
-        self._worker: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._held: list[_Job] = []
+        self._inbox: deque[_Job] = deque()
+        """Jobs not yet admitted, in arrival order (appended by event loops, taken by the decode thread)."""
+        self._lock = threading.Lock()
+        """Guards ``_inbox`` hand-over, ``_thread`` and ``_closing``."""
+        self._thread: threading.Thread | None = None
+        self._closing = False
         self.adapter_dirs = AdapterDirs()
         """Directories of pushed adapters, one per version that still names one."""
 
@@ -258,17 +311,20 @@ class TransformersBackend(Backend):
     def _decode(self, ids: list[int]) -> str:
         return str(self._tokenizer.decode(ids, skip_special_tokens=True))
 
-    async def _submit(self, job: _Job) -> None:
-        if self._loop is not job.loop:  # first use, or a new event loop (an asyncio.Queue binds to one)
-            self._loop, self._queue, self._worker, self._held = job.loop, asyncio.Queue(), None, []
-        assert self._queue is not None
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.create_task(self._run_worker(), name="transformers-batcher")
-        await self._queue.put(job)
+    def _submit(self, job: _Job) -> None:
+        """Hand ``job`` to the decode thread, starting it if it is idle. Jobs carry their own event loop,
+        so one thread serves callers on any loop."""
+        with self._lock:
+            self._inbox.append(job)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._decode_loop, name="transformers-batcher", daemon=True
+                )
+                self._thread.start()
 
     async def generate(self, request: Request) -> Result:
         job = self._job(request, streaming=False)
-        await self._submit(job)
+        self._submit(job)
         try:
             await asyncio.shield(job.done)
         except asyncio.CancelledError:
@@ -295,7 +351,7 @@ class TransformersBackend(Backend):
             raise InferenceError(ErrorCode.INVALID_ARGUMENT, "streaming supports n == 1 only")
         job = self._job(request, streaming=True)
         assert job.chunks is not None
-        await self._submit(job)
+        self._submit(job)
         try:
             while True:
                 chunk = await job.chunks.get()
@@ -308,96 +364,163 @@ class TransformersBackend(Backend):
         finally:
             job.cancelled = True  # no-op when finished; stops decoding when the client went away
 
-    # --- the batching worker --------------------------------------------------------------------------
-
-    async def _run_worker(self) -> None:
-        assert self._queue is not None
-        while True:
-            jobs = self._held or [await self._queue.get()]
-            self._held = []
-            await self._gather_more(jobs)
-            batch: list[_Job] = []
-            rows = 0
-            for job in jobs:
-                if job.cancelled:
-                    _set_done(job.done, None)
-                elif batch and (rows + len(job.rows) > self.max_batch or job.weights is not batch[0].weights):
-                    self._held.append(job)  # next round: too many rows or another version
-                else:
-                    batch.append(job)
-                    rows += len(job.rows)
-            if not batch:
-                continue
-            try:
-                await asyncio.to_thread(self._run_batch, batch)
-            except Exception as exc:  # a failed batch fails its requests, not the worker
-                log.exception("batch failed")
-                for job in batch:
-                    err = InferenceError(ErrorCode.INTERNAL, f"generation failed: {exc}")
-                    _set_done(job.done, err)
-                    if job.chunks is not None:
-                        job.chunks.put_nowait(None)
-
-    async def _gather_more(self, jobs: list[_Job]) -> None:
-        """Wait ``batch_wait_ms`` for more jobs, and keep waiting (up to 4x) while they keep coming.
-
-        Why adaptive: a burst of N concurrent gRPC calls reaches the queue spread over several
-        milliseconds (each is deserialised on the event loop); a fixed window cut such bursts in two
-        batches decoded one after the other."""
-        assert self._queue is not None
-        waited, step = 0.0, self.batch_wait_s
-        # queued jobs count as one row each here (n > 1 is rare); the batch itself is cut exactly later
-        while (
-            step > 0 and len(jobs) + self._queue.qsize() < self.max_batch and waited < 4 * self.batch_wait_s
-        ):
-            before = self._queue.qsize()
-            await asyncio.sleep(step)
-            waited += step
-            if self._queue.qsize() == before:
-                break  # a quiet period: the burst is over
-            step = self.batch_wait_s / 2
-        while not self._queue.empty():
-            jobs.append(self._queue.get_nowait())
+    # --- the decode thread ----------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def _run_batch(self, jobs: list[_Job]) -> None:
-        """Decode one batch to completion (runs in a worker thread)."""
-        model = jobs[0].weights.model
-        version = jobs[0].weights.version
-        owners = [(job, row) for job in jobs for row in job.rows]
-        rows = [row for _, row in owners]
-        b = len(rows)
-        width = max(len(r.prompt) for r in rows)
-        ids = torch.full((b, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((b, width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r.prompt) :] = torch.tensor(r.prompt)
-            mask[i, width - len(r.prompt) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        from transformers import DynamicCache
+    def _decode_loop(self) -> None:
+        """Run iterations until no row is live and no job waits; then the thread ends (``_submit`` starts
+        another when work comes)."""
+        batch: _Batch | None = None
+        while True:
+            with self._lock:
+                if self._closing:
+                    self._closing = False
+                    aborted = [job for job, _ in batch.owners] if batch is not None else []
+                    aborted += self._inbox
+                    self._inbox.clear()
+                    self._abort(aborted)
+                    batch = None
+                if batch is None and not self._inbox:
+                    self._thread = None
+                    return
+            try:
+                batch = self._iteration(batch)
+            except Exception as exc:  # a bug outside the forward passes: fail what is in flight, keep serving
+                self._fail([job for job, _ in batch.owners] if batch is not None else [], exc)
+                batch = None
 
-        cache = DynamicCache(config=model.config)
-        dev = self.device
-        out = model(
+    def _iteration(self, batch: _Batch | None) -> _Batch | None:
+        """Admit and prefill newcomers, merge them in, drop finished rows when worthwhile, decode one step;
+        the batch that runs on (``None`` when no row is live)."""
+        if batch is None:
+            self._gather()
+        else:
+            self._drop_cancelled(batch)
+        newcomers = self._admit(batch)
+        parts = [batch] if batch is not None else []
+        if newcomers:
+            try:
+                parts.append(self._prefill(newcomers))
+            except Exception as exc:  # a failed prefill fails its newcomers, not the running batch
+                self._fail(newcomers, exc)
+        try:
+            merged = self._compacted(parts)
+            if merged is not None:
+                self._step(merged)
+        except Exception as exc:  # a failed merge or step fails its batch, not the thread
+            self._fail([job for part in parts for job, _ in part.owners], exc)
+            return None
+        return merged
+
+    def _gather(self) -> None:
+        """Before starting a batch from idle, wait ``batch_wait_ms`` for more jobs, and keep waiting (up to
+        4x) while they keep coming.
+
+        Why adaptive: a burst of N concurrent gRPC calls reaches the inbox spread over several milliseconds
+        (each is deserialised on the event loop). Late members could join at the next step, but each join
+        is a prefill pass of its own; one prefill for the whole burst is cheaper."""
+        waited, step = 0.0, self.batch_wait_s
+        # waiting jobs count as one row each here (n > 1 is rare); admission counts rows exactly
+        while step > 0 and len(self._inbox) < self.max_batch and waited < 4 * self.batch_wait_s:
+            before = len(self._inbox)
+            time.sleep(step)
+            waited += step
+            if len(self._inbox) == before:
+                break  # a quiet period: the burst is over
+            step = self.batch_wait_s / 2
+
+    def _admit(self, batch: _Batch | None) -> list[_Job]:
+        """Waiting jobs that join now, in arrival order: bound to the batch's weights (the first job's when
+        there is no batch), while their rows fit ``max_batch``. A job of another version stops admission,
+        so versions are served in the order they were bound (see the module docstring)."""
+        if batch is not None and not batch.joinable:
+            return []
+        weights = batch.weights if batch is not None else None
+        rows = len(batch.live()) if batch is not None else 0
+        taken: list[_Job] = []
+        with self._lock:
+            while self._inbox:
+                job = self._inbox[0]
+                if job.cancelled:
+                    self._inbox.popleft()
+                    job.notify(_set_done, job.done, None)
+                    continue
+                if weights is None:
+                    weights = job.weights
+                if job.weights is not weights or (rows and rows + len(job.rows) > self.max_batch):
+                    break
+                self._inbox.popleft()
+                taken.append(job)
+                rows += len(job.rows)
+        return taken
+
+    def _prefill(self, jobs: list[_Job]) -> _Batch:
+        """A batch of ``jobs``' rows with their prompts in the cache and their first token sampled. Each
+        job's prompt is computed once; its ``n`` rows then share copies of that cache row."""
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        weights, dev = jobs[0].weights, self.device
+        prompts = [job.rows[0].prompt for job in jobs]
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(jobs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(jobs), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            mask[i, width - len(prompt) :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=weights.model.config)
+        mask = mask.to(dev)
+        out = weights.model(
             input_ids=ids.to(dev),
-            attention_mask=mask.to(dev),
+            attention_mask=mask,
             position_ids=positions.to(dev),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
         )
-        next_pos = positions[:, -1] + 1
-        steps = max(r.sampling.max_tokens for r in rows)
-        for step in range(steps):
-            logits = out.logits[:, -1, :].float().cpu()
-            tokens, logprobs = sample(logits, [r.sampling for r in rows], [r.generator for r in rows])
-            for i, (job, row) in enumerate(owners):
-                if row.finish is not None:
-                    continue
-                tok, lp = int(tokens[i]), float(logprobs[i])
-                if job.cancelled:
-                    row.finish = Finish.ABORT
-                    continue
+        logits = out.logits[:, -1, :]
+        next_pos = positions[:, -1].to(dev) + 1
+        owners = [(job, row) for job in jobs for row in job.rows]
+        if len(owners) > len(jobs):  # n > 1: one cache row per sample
+            rows = torch.tensor([j for j, job in enumerate(jobs) for _ in job.rows], device=dev)
+            cache.batch_select_indices(rows)
+            logits, mask, next_pos = logits[rows], mask[rows], next_pos[rows]
+        joinable = all(type(layer) is DynamicLayer for layer in cache.layers)
+        batch = _Batch(weights, owners, cache, mask, next_pos, [self.pad_id] * len(owners), joinable)
+        self._sample(batch, list(range(len(owners))), logits)
+        return batch
+
+    def _step(self, batch: _Batch) -> None:
+        """One decode step: every row feeds its last token (finished rows still in the cache feed a pad and
+        are not sampled)."""
+        dev = self.device
+        batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch.owners), 1))], dim=1)
+        out = batch.weights.model(
+            input_ids=torch.tensor(batch.feed, dtype=torch.long)[:, None].to(dev),
+            attention_mask=batch.mask,
+            position_ids=batch.next_pos[:, None],
+            past_key_values=batch.cache,
+            use_cache=True,
+        )
+        batch.next_pos = batch.next_pos + 1
+        self._sample(batch, batch.live(), out.logits[:, -1, :])
+
+    def _sample(self, batch: _Batch, live: list[int], logits: torch.Tensor) -> None:
+        """Sample the ``live`` rows from ``logits`` (one row per batch row), record and stream each token,
+        finish rows, and complete jobs whose rows are all finished."""
+        if len(live) < logits.shape[0]:
+            logits = logits[torch.tensor(live, device=logits.device)]
+        rows = [batch.owners[i][1] for i in live]
+        tokens, logprobs = sample(
+            logits.float().cpu(), [r.sampling for r in rows], [r.generator for r in rows]
+        )
+        version = batch.weights.version
+        for i, tok, lp in zip(live, tokens.tolist(), logprobs.tolist(), strict=True):
+            job, row = batch.owners[i]
+            if job.cancelled:
+                row.finish = Finish.ABORT
+            else:
                 needs_text = bool(row.sampling.stop) or job.chunks is not None
                 if needs_text:  # decoding every step only when stop strings or a stream need the text
                     stopped = row.tracker.add(tok)
@@ -416,31 +539,66 @@ class TransformersBackend(Backend):
                         row.finish,
                     )  # fmt: skip
                     job.notify(job.chunks.put_nowait, chunk)
-            if all(r.finish is not None for r in rows) or step == steps - 1:
-                break
-            feed = torch.tensor(
-                [[t if r.finish is None else self.pad_id] for t, r in zip(tokens.tolist(), rows, strict=True)]
-            )
-            mask = torch.cat([mask, torch.ones((b, 1), dtype=torch.long)], dim=1)
-            out = model(
-                input_ids=feed.to(dev),
-                attention_mask=mask.to(dev),
-                position_ids=next_pos[:, None].to(dev),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            next_pos = next_pos + 1
-        for job in jobs:
+            if row.finish is None:
+                batch.feed[i] = tok
+            else:
+                batch.feed[i] = self.pad_id
+                if job.finished:
+                    job.notify(_set_done, job.done, None)
+
+    def _drop_cancelled(self, batch: _Batch) -> None:
+        """Finish the rows of jobs whose caller went away, before spending a step on them."""
+        for i, (job, row) in enumerate(batch.owners):
+            if job.cancelled and row.finish is None:
+                row.finish = Finish.ABORT
+                batch.feed[i] = self.pad_id
+                if job.finished:
+                    job.notify(_set_done, job.done, None)
+
+    def _compacted(self, parts: list[_Batch]) -> _Batch | None:
+        """The running batch after merging newcomers (``parts[1]``, if any) and maybe dropping finished
+        rows; ``None`` when no row is live.
+
+        Why a quarter: dropping rows copies the whole cache once (about what one step reads anyway), while a
+        finished row left in place only costs its share of each step; past a quarter the copy pays off
+        within a few steps. Merging copies everything anyway, so it always drops finished rows too."""
+        if len(parts) == 1:
+            batch = parts[0]
+            rows, live = len(batch.owners), len(batch.live())
+            if live == 0:
+                return None
+            if live == rows or not batch.joinable or 4 * (rows - live) < rows:
+                return batch
+        if not parts:
+            return None
+        return _rebuild(parts)
+
+    def _fail(self, jobs: list[_Job], exc: Exception) -> None:
+        log.error("batch failed", exc_info=exc)
+        for job in dict.fromkeys(jobs):  # each job once, in order
+            for row in job.rows:
+                row.finish = row.finish or Finish.ABORT
+            err = InferenceError(ErrorCode.INTERNAL, f"generation failed: {exc}")
+            job.notify(_set_done, job.done, err)
+            if job.chunks is not None:
+                job.notify(job.chunks.put_nowait, None)
+
+    def _abort(self, jobs: list[_Job]) -> None:
+        """End ``jobs`` now: unfinished rows finish with ``ABORT`` (streams get a last, empty chunk)."""
+        for job in dict.fromkeys(jobs):
             for row in job.rows:
                 if row.finish is None:
                     row.finish = Finish.ABORT
                     if job.chunks is not None:
-                        job.notify(job.chunks.put_nowait, StreamChunk([], [], "", version, Finish.ABORT))
+                        chunk = StreamChunk([], [], "", job.weights.version, Finish.ABORT)
+                        job.notify(job.chunks.put_nowait, chunk)
             job.notify(_set_done, job.done, None)
 
     async def close(self) -> None:
-        if self._worker is not None and not self._worker.done():
-            self._worker.cancel()
+        """Abort what is decoding or waiting (each job ends with its rows' ``ABORT``), so a closed policy
+        stops using the CPU/GPU at the next step; the backend stays usable."""
+        with self._lock:
+            self._closing = self._thread is not None
         self.adapter_dirs.close()
 
     # --- new weights ----------------------------------------------------------------------------------
@@ -489,6 +647,54 @@ class TransformersBackend(Backend):
         # no job holding it (jobs keep their ``_Weights`` alive).
         self.adapter_dirs.bind(weights, weights.adapter)
         self._current = weights
+
+
+def _rebuild(parts: list[_Batch]) -> _Batch | None:
+    """One batch holding the unfinished rows of ``parts`` (all bound to the same weights, with plain
+    full-attention caches), every row right-aligned in a cache as wide as the widest row needs.
+
+    Each part's leading columns that none of its kept rows uses are cut, then the narrower parts are
+    left-padded with zeros (masked out). Exact: a masked key/value gets zero attention weight whatever it
+    holds, and position ids are per row, independent of the column a token sits in."""
+    kept = []
+    for part in parts:
+        live = part.live()
+        if live:
+            kept.append((part, torch.tensor(live, device=part.mask.device)))
+    if not kept:
+        return None
+    spans = []
+    for part, idx in kept:
+        mask = part.mask.index_select(0, idx)
+        start = int(mask.any(dim=0).int().argmax())  # first column a kept row uses
+        spans.append((idx, start, mask[:, start:]))
+    width = max(mask.shape[1] for _, _, mask in spans)
+    rows = sum(idx.numel() for idx, _, _ in spans)
+    base = kept[0][0]
+    merged_mask = base.mask.new_zeros((rows, width))
+    offset = 0
+    for idx, _, mask in spans:
+        merged_mask[offset : offset + idx.numel(), width - mask.shape[1] :] = mask
+        offset += idx.numel()
+    for layer_no, layer in enumerate(base.cache.layers):
+        for attr in ("keys", "values"):
+            sources = [getattr(part.cache.layers[layer_no], attr) for part, _ in kept]
+            first = sources[0]
+            merged = first.new_zeros((rows, first.shape[1], width, first.shape[3]))
+            offset = 0
+            for source, (part, _), (idx, start, mask) in zip(sources, kept, spans, strict=True):
+                if source.shape[2] != part.mask.shape[1]:  # a layout this code does not know: stop, loudly
+                    raise RuntimeError(f"cache length {source.shape[2]} != mask width {part.mask.shape[1]}")
+                n = idx.numel()
+                merged[offset : offset + n, :, width - mask.shape[1] :] = source.index_select(0, idx)[
+                    :, :, start:
+                ]
+                offset += n
+            setattr(layer, attr, merged)
+    owners = [part.owners[i] for part, idx in kept for i in idx.tolist()]
+    feed = [part.feed[i] for part, idx in kept for i in idx.tolist()]
+    next_pos = torch.cat([part.next_pos.index_select(0, idx) for part, idx in kept])
+    return _Batch(base.weights, owners, base.cache, merged_mask, next_pos, feed, joinable=True)
 
 
 def _updated_copy(model: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
