@@ -9,6 +9,7 @@ CPU (tiny random Qwen2):     python bench/inference/bench_inference.py
 CPU (SmolLM2-135M):          python bench/inference/bench_inference.py --model smollm2 --batch-sizes 1,8
 GPU (vLLM, 0.5B-shaped):     python bench/inference/bench_inference.py --backend vllm \\
                                  --model random-qwen2.5-0.5b --prompt-len 512 --max-tokens 256 --batch-sizes 64,256
+                                 (unary Generate and GenerateBatch columns side by side: ``--grpc-mode both``)
 Service CPU per call:        python bench/inference/bench_inference.py --backend replay \\
                                  --prompt-len 512 --max-tokens 256 --batch-sizes 64,128,256 --repeats 20
 
