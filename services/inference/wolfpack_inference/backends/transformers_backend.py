@@ -263,8 +263,10 @@ class TransformersBackend(Backend):
         self._inbox: deque[_Job] = deque()
         """Jobs not yet admitted, in arrival order (appended by event loops, taken by the decode thread)."""
         self._lock = threading.Lock()
-        """Guards ``_inbox`` hand-over, ``_thread`` and ``_closing``."""
+        """Guards ``_inbox`` hand-over, ``_thread``, ``_start_loop`` and ``_closing``."""
         self._thread: threading.Thread | None = None
+        self._start_loop: asyncio.AbstractEventLoop | None = None
+        """The loop on which a start of the decode thread is scheduled, if any."""
         self._closing = False
         self.adapter_dirs = AdapterDirs()
         """Directories of pushed adapters, one per version that still names one."""
@@ -312,11 +314,23 @@ class TransformersBackend(Backend):
         return str(self._tokenizer.decode(ids, skip_special_tokens=True))
 
     def _submit(self, job: _Job) -> None:
-        """Hand ``job`` to the decode thread, starting it if it is idle. Jobs carry their own event loop,
-        so one thread serves callers on any loop."""
+        """Hand ``job`` to the decode thread, starting it (on the loop's next turn) if it is idle. Jobs carry
+        their own event loop, so one thread serves callers on any loop.
+
+        Why start on the next turn: concurrent calls that arrive together are submitted in one turn of the
+        loop, so they are all waiting when the thread's first ``batch_wait_ms`` window opens, which then
+        ends after one quiet window (or at once for a full batch) instead of seeing them trickle in."""
         with self._lock:
             self._inbox.append(job)
-            if self._thread is None:
+            if self._thread is not None or self._start_loop is job.loop:
+                return
+            self._start_loop = job.loop  # another loop's pending start may never run: schedule one here too
+        job.loop.call_soon(self._start_thread)
+
+    def _start_thread(self) -> None:
+        with self._lock:
+            self._start_loop = None
+            if self._thread is None and self._inbox:
                 self._thread = threading.Thread(
                     target=self._decode_loop, name="transformers-batcher", daemon=True
                 )
@@ -413,8 +427,8 @@ class TransformersBackend(Backend):
         return merged
 
     def _gather(self) -> None:
-        """Before starting a batch from idle, wait ``batch_wait_ms`` for more jobs, and keep waiting (up to
-        4x) while they keep coming.
+        """Before starting a batch from idle, wait ``batch_wait_ms`` for more jobs (not at all when a full
+        batch is waiting), and keep waiting (up to 4x) while they keep coming.
 
         Why adaptive: a burst of N concurrent gRPC calls reaches the inbox spread over several milliseconds
         (each is deserialised on the event loop). Late members could join at the next step, but each join
