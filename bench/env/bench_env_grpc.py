@@ -2,14 +2,18 @@
 
 Why: external agents and rollout workers play through the environment service, so its per-action
 overhead bounds rollout throughput. The server runs in its own process (as in production); every seat of
-every episode is an external client (Observe stream + Act) choosing a random legal action from its
-observation. The in-process row plays the same games with the engine's random bot and no network.
-The two are measured side by side in one run because this machine's CPUs are shared and noisy.
+every episode is an external client choosing a random legal action from its observation. The in-process
+row plays the same games with the engine's random bot and no network. In-process and gRPC cells
+alternate for several rounds and each ratio uses the in-process rate measured just before it, because
+this machine's CPUs are shared and noisy.
 
-    .venv/bin/python bench/env/bench_env_grpc.py --seconds 5 --episodes 64
+    .venv/bin/python bench/env/bench_env_grpc.py              # 6, 9, 12 players, ~3 minutes
+    .venv/bin/python bench/env/bench_env_grpc.py --players 6 --rounds 5
 
 Rows: in process; one Observe stream + unary Act per seat (what a single external agent does); the
-batched ``PlaySeats`` stream without observation text (structure only) and with text.
+batched ``PlaySeats`` stream joined to episodes created with unary calls, in waves; ``play_episodes``
+(episodes created inside the stream, always ``--episodes`` in flight over ``--streams`` streams) without
+observation text (structure only) and with text.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import asyncio
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -25,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from wolfpack import rpc
@@ -168,29 +174,37 @@ async def over_play_episodes(
         return counts["games"], counts["actions"], time.perf_counter() - start
 
 
-async def measure(target: str, players: int, episodes: int, seconds: float) -> list[tuple[str, Any]]:
-    """The three gRPC modes in one event loop; a mode that fails shows its error instead of a number."""
-    modes: list[tuple[str, Any]] = [
+def modes(target: str, players: int, episodes: int, seconds: float, streams: int) -> list[tuple[str, Any]]:
+    """The gRPC modes, each a coroutine factory returning (games, actions, seconds)."""
+    return [
         # Many concurrent Observe streams on one client connection sometimes end CANCELLED before their
         # first message (grpcio 1.85 aio, >~1,000 calls): this per-seat mode stays well below that.
         (
-            "gRPC Observe+Act per seat",
+            "Observe + Act per seat",
             lambda: over_grpc(target, players, min(episodes, 480 // players), seconds),
         ),
         (
-            "gRPC PlaySeats, waves of games",
+            "PlaySeats, waves",
             lambda: over_play_seats(target, players, episodes, seconds, False),
         ),
-        ("gRPC play_episodes", lambda: over_play_episodes(target, players, episodes, seconds, False)),
-        ("gRPC play_episodes + text", lambda: over_play_episodes(target, players, episodes, seconds, True)),
+        (
+            f"play_episodes ×{streams}",
+            lambda: over_play_episodes(target, players, episodes, seconds, False, streams),
+        ),
+        (
+            f"play_episodes ×{streams} + text",
+            lambda: over_play_episodes(target, players, episodes, seconds, True, streams),
+        ),
     ]
-    rows: list[tuple[str, Any]] = []
-    for name, run in modes:
-        try:
-            rows.append((name, await run()))
-        except Exception as exc:  # a benchmark reports failures, it does not hide them
-            rows.append((name, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:60]}"))
-    return rows
+
+
+async def measure(factory: Any) -> tuple[int, int, float] | str:
+    """One cell; a mode that fails shows its error instead of a number (a benchmark reports failures)."""
+    try:
+        result: tuple[int, int, float] = await factory()
+        return result
+    except Exception as exc:
+        return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:60]}"
 
 
 async def wait_serving(target: str) -> None:
@@ -205,8 +219,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per cell")
-    parser.add_argument("--episodes", type=int, default=64, help="concurrent episodes over gRPC")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per cell")
+    parser.add_argument("--episodes", type=int, default=256, help="concurrent episodes over gRPC")
+    parser.add_argument(
+        "--streams", type=int, default=2, help="PlaySeats streams play_episodes spreads them over"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="in-process and gRPC cells alternate this often"
+    )
     parser.add_argument("--players", type=int, nargs="+", default=[6, 9, 12], choices=[6, 9, 12])
     args = parser.parse_args()
 
@@ -217,27 +237,62 @@ def main() -> None:
         env=env,
     )
     target = f"127.0.0.1:{port}"
-    try:
-        asyncio.run(wait_serving(target))
-        table = Table(
-            title=f"werewolf_v1: in process vs over gRPC ({args.episodes} concurrent episodes, {args.seconds:g}s per cell)"
-        )
-        for col in ("players", "mode", "games/s", "actions/s", "gRPC / in-process"):
-            table.add_column(col, justify="right")
+    rows: list[tuple[str, ...]] = []
+
+    async def run_all(progress: Progress, task: TaskID) -> None:
+        """Every cell in one event loop (grpc.aio misbehaves across several loops in one process); the
+        in-process cells run synchronously in between, with no call in flight."""
+        await wait_serving(target)
         for players in args.players:
-            g0, a0, t0 = in_process(players, args.seconds)
-            table.add_row(str(players), "in process (random bot)", f"{g0 / t0:,.0f}", f"{a0 / t0:,.0f}", "")
-            for name, result in asyncio.run(measure(target, players, args.episodes, args.seconds)):
-                if isinstance(result, str):
-                    table.add_row(str(players), name, "-", result, "-")
+            rates: dict[str, list[float]] = {}
+            games: dict[str, list[float]] = {}
+            ratios: dict[str, list[float]] = {}
+            failures: dict[str, str] = {}
+            base = "in process"
+            for _round in range(args.rounds):
+                g0, a0, t0 = in_process(players, args.seconds)
+                progress.advance(task)
+                rates.setdefault(base, []).append(a0 / t0)
+                games.setdefault(base, []).append(g0 / t0)
+                for name, factory in modes(target, players, args.episodes, args.seconds, args.streams):
+                    result = await measure(factory)
+                    progress.advance(task)
+                    if isinstance(result, str):
+                        failures[name] = result
+                        continue
+                    g1, a1, t1 = result
+                    rates.setdefault(name, []).append(a1 / t1)
+                    games.setdefault(name, []).append(g1 / t1)
+                    ratios.setdefault(name, []).append((a1 / t1) / (a0 / t0))
+            for name in [base, *(m for m, _f in modes(target, players, 0, 0, args.streams))]:
+                if name not in rates:
+                    rows.append((str(players), name, "-", failures.get(name, "no result"), "-", "-"))
                     continue
-                g1, a1, t1 = result
-                ratio = (a1 / t1) / (a0 / t0)
-                table.add_row(str(players), name, f"{g1 / t1:,.1f}", f"{a1 / t1:,.0f}", f"{ratio:.3f}")
-        Console().print(table)
+                r = ratios.get(name, [])
+                rows.append((
+                    str(players), name, f"{statistics.median(games[name]):,.1f}",
+                    f"{statistics.median(rates[name]):,.0f}",
+                    f"{statistics.median(r):.3f}" if r else "",
+                    f"{min(r):.3f}–{max(r):.3f}" if r else "",
+                ))  # fmt: skip
+
+    try:
+        with Progress(transient=True) as progress:
+            task = progress.add_task("measuring", total=len(args.players) * args.rounds * 5)
+            asyncio.run(run_all(progress, task))
     finally:
         server.terminate()
         server.wait(timeout=30)
+    table = Table(
+        title=f"werewolf_v1: in process vs over gRPC ({args.episodes} concurrent episodes, medians of "
+        f"{args.rounds} alternating rounds of {args.seconds:g}s)"
+    )
+    for col in ("players", "mode", "games/s", "actions/s", "gRPC / in-process", "range"):
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+    print("gRPC / in-process: each round's gRPC rate over the in-process rate measured just before it.")
 
 
 if __name__ == "__main__":

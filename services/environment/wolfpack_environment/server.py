@@ -63,7 +63,8 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         self.manager = manager or EpisodeManager()
         self.scenario_store_url = scenario_store
         self._store: Any = None
-        self._legal_cache: dict[int, tuple[tuple[LegalAction, ...], bytes]] = {}
+        self._legal_by_id: dict[int, tuple[tuple[LegalAction, ...], bytes]] = {}
+        self._legal_by_value: dict[tuple[LegalAction, ...], bytes] = {}
 
     def _scenario(self, scenario_id: str, game_id: str) -> Any:
         """Look a scenario up in the store (opened on first use) and check it belongs to ``game_id``."""
@@ -115,21 +116,26 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         return msg
 
     def _legal_bytes(self, legal: tuple[LegalAction, ...]) -> bytes:
-        """``legal`` encoded as Observation.legal_actions entries, cached by the tuple's identity: engines
-        reuse their legal-action tuples (every speech turn shares one), and parsing cached bytes into the
-        message costs a third of building the entries field by field. The cache holds the tuple, so its
-        id cannot be reused while cached."""
-        hit = self._legal_cache.get(id(legal))
+        """``legal`` encoded as Observation.legal_actions entries. Parsing cached bytes into the message
+        costs a third of building the entries field by field, and the same templates recur endlessly
+        (every speech turn, every "vote for one of these seats"), so encodings are cached by value, with
+        the tuple's identity as a cheaper first key: engines reuse tuples within a phase. The identity
+        cache holds the tuple, so its id cannot be reused while cached."""
+        hit = self._legal_by_id.get(id(legal))
         if hit is not None and hit[0] is legal:
             return hit[1]
-        encoded = pb.Observation(
-            legal_actions=[
-                pb.LegalAction(kind=la.kind, targets=la.targets, needs_text=la.needs_text) for la in legal
-            ]
-        ).SerializeToString()
-        if len(self._legal_cache) >= 4096:
-            self._legal_cache.clear()
-        self._legal_cache[id(legal)] = (legal, encoded)
+        encoded = self._legal_by_value.get(legal)
+        if encoded is None:
+            if len(self._legal_by_value) >= 8192:
+                self._legal_by_value.clear()
+            encoded = self._legal_by_value[legal] = pb.Observation(
+                legal_actions=[
+                    pb.LegalAction(kind=la.kind, targets=la.targets, needs_text=la.needs_text) for la in legal
+                ]
+            ).SerializeToString()
+        if len(self._legal_by_id) >= 4096:
+            self._legal_by_id.clear()
+        self._legal_by_id[id(legal)] = (legal, encoded)
         return encoded
 
     async def ListGames(self, request: pb.ListGamesRequest, context: Any) -> pb.ListGamesResponse:
@@ -386,8 +392,11 @@ class _PlayStream:
             ep = self.manager.get(act.episode_id)
             a = act.action
             kind = a.kind
-            action = Action(kind, a.target if a.HasField("target") else None, a.text) if kind else None
-            result = self.manager.act(ep, act.token, act.turn_id, action, act.raw_text)
+            if kind:
+                action: Action | None = Action(kind, a.target if a.HasField("target") else None, a.text)
+                result = self.manager.act(ep, act.token, act.turn_id, action, "")
+            else:
+                result = self.manager.act(ep, act.token, act.turn_id, None, act.raw_text)
         except SessionError as exc:
             known = self.manager.episodes.get(act.episode_id)
             seat = known.tokens.get(act.token, 0) if known is not None else 0

@@ -444,7 +444,7 @@ class EpisodeManager:
         self._notify(ep)
 
     def _notify(self, ep: Episode) -> None:
-        for listener in list(ep.listeners):
+        for listener in ep.listeners:  # listeners only mark work for later; they never change this set
             listener(ep)
         if not ep.watchers:
             return  # nobody waits on the condition: skip scheduling a wake-up task
