@@ -60,6 +60,17 @@ def policy_info(p: Policy) -> pb.PolicyInfo:
     )  # fmt: skip
 
 
+def _span_attributes(policy: Policy, r: pb.GenerateRequest) -> tuple[str, dict[str, Any]]:
+    """The GenAI operation name and span attributes of one generate request."""
+    op = "chat" if r.WhichOneof("prompt") == "chat" else "text_completion"
+    attrs = telemetry.gen_ai_attributes(
+        operation=op, model=policy.backend.model, temperature=r.sampling.temperature,
+        top_p=r.sampling.top_p or 1.0, max_tokens=r.sampling.max_tokens, policy_id=policy.policy_id,
+    )  # fmt: skip
+    attrs["wolfpack.request_id"] = r.request_id
+    return op, attrs
+
+
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
     def __init__(self, registry: PolicyRegistry, *, coalesce: bool = True) -> None:
         """``coalesce=False`` sends one GenerateBatch message per finished request instead of one per
@@ -100,24 +111,14 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         made it current); a context yielding None when nobody collects spans."""
         if not _recording():
             return contextlib.nullcontext()
-        op = "chat" if r.WhichOneof("prompt") == "chat" else "text_completion"
-        attrs = telemetry.gen_ai_attributes(
-            operation=op, model=policy.backend.model, temperature=r.sampling.temperature,
-            top_p=r.sampling.top_p or 1.0, max_tokens=r.sampling.max_tokens, policy_id=policy.policy_id,
-        )  # fmt: skip
-        attrs["wolfpack.request_id"] = r.request_id
+        op, attrs = _span_attributes(policy, r)
         return _tracer.start_as_current_span(f"{op} {policy.policy_id}", attributes=attrs)
 
     def _batch_span(self, policy: Policy, r: pb.GenerateRequest, index: int, size: int) -> Any:
         """The span of one request of a batch (only called when spans are recorded): the same name and
         attributes as Generate's, plus its place in the batch; a child of the call's span, ended by
         ``_end_span`` when the request finishes, since the requests overlap in one handler."""
-        op = "chat" if r.WhichOneof("prompt") == "chat" else "text_completion"
-        attrs = telemetry.gen_ai_attributes(
-            operation=op, model=policy.backend.model, temperature=r.sampling.temperature,
-            top_p=r.sampling.top_p or 1.0, max_tokens=r.sampling.max_tokens, policy_id=policy.policy_id,
-        )  # fmt: skip
-        attrs["wolfpack.request_id"] = r.request_id
+        op, attrs = _span_attributes(policy, r)
         attrs["wolfpack.batch.index"], attrs["wolfpack.batch.size"] = index, size
         return _tracer.start_span(f"{op} {policy.policy_id}", attributes=attrs)
 
