@@ -65,6 +65,7 @@ from wolfpack_environment.games.werewolf.models import (
     WerewolfConfig,
     apply_overrides,
     make_config,
+    shared_preset,
     team_of,
 )
 from wolfpack_environment.games.werewolf.parser import parse_action
@@ -154,8 +155,11 @@ class WerewolfEnv(GameEnv):
     game_id: ClassVar[str] = "werewolf_v1"
 
     def __init__(self, variant: str = "6p", config: WerewolfConfig | None = None, **options: Any) -> None:
-        base = config if config is not None else make_config(variant)
-        self.base_config = apply_overrides(base, options) if options else base.validate()
+        if config is None and not options:
+            self.base_config = shared_preset(variant)
+        else:
+            base = config if config is not None else make_config(variant)
+            self.base_config = apply_overrides(base, options) if options else base.validate()
         self.config = self.base_config
         self.variant = variant
         n = self.config.n_players

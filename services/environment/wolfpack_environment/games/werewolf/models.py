@@ -262,5 +262,15 @@ def _preset(variant: str) -> WerewolfConfig:
     return config_from_yaml(PRESET_DIR / f"{variant}.yaml")
 
 
+def shared_preset(variant: str) -> WerewolfConfig:
+    """The validated preset object itself, shared by every engine built without overrides: engines only
+    read their config, so a server starting hundreds of games a second skips a copy, a validation and the
+    per-config setup in ``start`` (keyed by the config object) for each. Don't mutate it; take
+    ``make_config`` for a copy of your own."""
+    if variant not in PRESETS:
+        raise KeyError(f"unknown werewolf preset {variant!r}; presets: {', '.join(PRESETS)}")
+    return _preset(variant)
+
+
 def preset_description(variant: str) -> str:
     return str(_load_yaml(str(PRESET_DIR / f"{variant}.yaml")).get("description", variant))
