@@ -26,8 +26,10 @@ def test_replay_mode_measures_full_responses(tmp_path: Path) -> None:
         assert (
             r["tokens"] == r["unary_tokens"] == r["batch_tokens"] == r["batch-uncoalesced_tokens"] == expected
         )
-        assert 0 < r["inproc_us"] < r["servicer_unary_us"] < r["unary_us"]
-        assert r["inproc_us"] < r["servicer_batch_us"] < r["batch_us"]
-        assert r["inproc_us"] < r["batch-uncoalesced_us"]
+        # Every path was timed (no ordering between them is asserted: timings belong to the bench's
+        # table, and on a loaded machine a single repeat can come out in any order).
+        for key in ("inproc_us", "servicer_unary_us", "unary_us", "servicer_batch_us", "batch_us",
+                    "batch-uncoalesced_us"):  # fmt: skip
+            assert r[key] > 0, key
     assert "replay (bench-only instant engine)" in proc.stdout
     assert "GenerateBatch" in proc.stdout

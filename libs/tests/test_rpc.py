@@ -159,3 +159,46 @@ async def test_light_interceptors_carry_trace_context_without_an_sdk() -> None:
     finally:
         await server.stop(0)
     assert seen == [0, 0xABC123]
+
+
+async def test_light_interceptors_carry_trace_context_into_short_server_streams() -> None:
+    """GenerateBatch (a server stream that is one request's worth of work) continues its caller's trace
+    without an SDK too; episode-long streams such as Observe are left alone."""
+    from collections.abc import AsyncIterator
+
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    from wolfpack.telemetry import (
+        ContextClientInterceptor,
+        ContextServerInterceptor,
+        ContextStreamClientInterceptor,
+    )
+    from wolfpack.v1 import inference_service_pb2 as ipb
+    from wolfpack.v1 import inference_service_pb2_grpc as ipb_grpc
+
+    seen: list[int] = []
+
+    class Batch(ipb_grpc.InferenceServiceServicer):
+        async def GenerateBatch(
+            self, request: ipb.GenerateBatchRequest, context: object
+        ) -> AsyncIterator[ipb.GenerateBatchResponse]:
+            for i in range(2):  # the context stays current across the stream's yields
+                seen.append(trace.get_current_span().get_span_context().trace_id)
+                yield ipb.GenerateBatchResponse(results=[ipb.GenerateBatchResult(index=i + 1)])
+
+    server = grpc.aio.server(interceptors=[ContextServerInterceptor()])
+    ipb_grpc.add_InferenceServiceServicer_to_server(Batch(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    caller = SpanContext(trace_id=0xFEED, span_id=0x7, is_remote=False, trace_flags=TraceFlags(1))
+    try:
+        async with grpc.aio.insecure_channel(
+            f"127.0.0.1:{port}", interceptors=[ContextClientInterceptor(), ContextStreamClientInterceptor()]
+        ) as ch:
+            stub = ipb_grpc.InferenceServiceStub(ch)
+            assert len([r async for r in stub.GenerateBatch(ipb.GenerateBatchRequest())]) == 2
+            with trace.use_span(NonRecordingSpan(caller)):
+                assert len([r async for r in stub.GenerateBatch(ipb.GenerateBatchRequest())]) == 2
+    finally:
+        await server.stop(0)
+    assert seen == [0, 0, 0xFEED, 0xFEED]

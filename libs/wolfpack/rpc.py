@@ -181,36 +181,25 @@ async def serve(
 # --- client side -----------------------------------------------------------------------------------
 
 
-class DefaultDeadlineInterceptor(
-    grpc.aio.UnaryUnaryClientInterceptor,  # type: ignore[misc]
-    grpc.aio.UnaryStreamClientInterceptor,  # type: ignore[misc]
-    grpc.aio.StreamUnaryClientInterceptor,  # type: ignore[misc]
-):
-    """Gives every call a deadline: calls without ``timeout=`` get the default (streams are exempt,
-    because an Observe stream legitimately lasts a whole episode)."""
+class DefaultDeadlineInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Gives every unary call a deadline: calls without ``timeout=`` get the default. Streams are left
+    to their callers (an Observe stream lasts a whole episode, a PushWeights transfer or a GenerateBatch
+    as long as its size needs): pass ``timeout=`` there. (A grpc.aio channel files an interceptor under
+    the first call kind it implements only, so one class per kind.)"""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
 
-    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
-        if details.timeout is not None:
-            return details
-        return grpc.aio.ClientCallDetails(
-            method=details.method,
-            timeout=self.timeout_s,
-            metadata=details.metadata,
-            credentials=details.credentials,
-            wait_for_ready=details.wait_for_ready,
-        )
-
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        return await continuation(self._details(details), request)
-
-    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        if details.timeout is None:
+            details = grpc.aio.ClientCallDetails(
+                method=details.method,
+                timeout=self.timeout_s,
+                metadata=details.metadata,
+                credentials=details.credentials,
+                wait_for_ready=details.wait_for_ready,
+            )
         return await continuation(details, request)
-
-    async def intercept_stream_unary(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
-        return await continuation(self._details(details), request_iterator)
 
 
 def service_config(idempotent_methods: dict[str, Sequence[str]], timeout_s: float) -> str:

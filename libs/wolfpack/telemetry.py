@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import grpc
@@ -112,16 +112,31 @@ def client_interceptors() -> list[Any]:
     """gRPC asyncio client interceptors that send the current trace context in metadata (a client span
     per call when spans are exported; only the ``traceparent`` header otherwise)."""
     if not _sdk_active():
-        return [ContextClientInterceptor()]
+        return [ContextClientInterceptor(), ContextStreamClientInterceptor()]
     from opentelemetry.instrumentation.grpc import aio_client_interceptors, filters
 
     skip = filters.any_of(*(filters.method_name(m) for m in LONG_STREAMS), filters.health_check())
     return list(aio_client_interceptors(filter_=filters.negate(skip)))
 
 
+def _incoming_context(context: Any) -> Context | None:
+    """The caller's trace context from the call's metadata, or None when it sent none."""
+    metadata = dict(context.invocation_metadata() or ())
+    parent = metadata.get("traceparent")
+    if not parent:
+        return None
+    return extract_carrier({"traceparent": str(parent), "tracestate": str(metadata.get("tracestate", ""))})
+
+
+def _short_stream(method: str) -> bool:
+    """A server-streaming method that is one request's worth of work (``GenerateBatch``), not one that
+    lasts an episode: those are traced per turn inside the services (see ``LONG_STREAMS``)."""
+    return method.rsplit("/", 1)[-1] not in LONG_STREAMS
+
+
 class ContextServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Makes the caller's W3C trace context current inside unary handlers; nothing else. Wrapped
-    handlers are cached per method, so a call costs one metadata lookup."""
+    """Makes the caller's W3C trace context current inside unary handlers and short server streams;
+    nothing else. Wrapped handlers are cached per method, so a call costs one metadata lookup."""
 
     def __init__(self) -> None:
         self._wrapped: dict[str, Any] = {}
@@ -132,45 +147,90 @@ class ContextServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc
         if cached is not None:
             return cached
         handler = await continuation(details)
-        if handler is None or handler.unary_unary is None:
+        if handler is None:
             return handler
+        if handler.unary_unary is not None:
+            wrapped = self._unary(handler)
+        elif handler.unary_stream is not None and _short_stream(method):
+            wrapped = self._unary_stream(handler)
+        else:
+            return handler
+        self._wrapped[method] = wrapped
+        return wrapped
+
+    @staticmethod
+    def _unary(handler: Any) -> Any:
         inner = handler.unary_unary
 
         async def with_context(request: Any, context: Any) -> Any:
-            metadata = dict(context.invocation_metadata() or ())
-            parent = metadata.get("traceparent")
-            if not parent:
+            parent = _incoming_context(context)
+            if parent is None:
                 return await inner(request, context)
-            carrier = {"traceparent": str(parent), "tracestate": str(metadata.get("tracestate", ""))}
-            token = otel_context.attach(extract_carrier(carrier))
+            token = otel_context.attach(parent)
             try:
                 return await inner(request, context)
             finally:
                 otel_context.detach(token)
 
-        wrapped = grpc.unary_unary_rpc_method_handler(
+        return grpc.unary_unary_rpc_method_handler(
             with_context,
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
-        self._wrapped[method] = wrapped
-        return wrapped
+
+    @staticmethod
+    def _unary_stream(handler: Any) -> Any:
+        inner = handler.unary_stream
+
+        async def with_context(request: Any, context: Any) -> AsyncIterator[Any]:
+            # The handler runs in the call's own task, so the context attached here stays current
+            # across its yields and is detached in the same task when the stream ends.
+            parent = _incoming_context(context)
+            token = otel_context.attach(parent) if parent is not None else None
+            try:
+                async for response in inner(request, context):
+                    yield response
+            finally:
+                if token is not None:
+                    otel_context.detach(token)
+
+        return grpc.unary_stream_rpc_method_handler(
+            with_context,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _with_trace_metadata(details: Any) -> Any:
+    """``details`` with the current context's ``traceparent``/``tracestate`` added, when there is one."""
+    if not trace.get_current_span().get_span_context().is_valid:
+        return details
+    metadata = list(details.metadata or ())
+    metadata.extend(inject_carrier().items())
+    return grpc.aio.ClientCallDetails(
+        method=details.method,
+        timeout=details.timeout,
+        metadata=grpc.aio.Metadata(*metadata),
+        credentials=details.credentials,
+        wait_for_ready=details.wait_for_ready,
+    )
 
 
 class ContextClientInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
     """Adds ``traceparent``/``tracestate`` of the current context to unary calls, when there is one."""
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        if trace.get_current_span().get_span_context().is_valid:
-            metadata = list(details.metadata or ())
-            metadata.extend(inject_carrier().items())
-            details = grpc.aio.ClientCallDetails(
-                method=details.method,
-                timeout=details.timeout,
-                metadata=grpc.aio.Metadata(*metadata),
-                credentials=details.credentials,
-                wait_for_ready=details.wait_for_ready,
-            )
+        return await continuation(_with_trace_metadata(details), request)
+
+
+class ContextStreamClientInterceptor(grpc.aio.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """The same for short server streams (``GenerateBatch``). A separate class because a grpc.aio
+    channel files each interceptor under the first call kind it implements only."""
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        method = details.method.decode() if isinstance(details.method, bytes) else str(details.method)
+        if _short_stream(method):
+            details = _with_trace_metadata(details)
         return await continuation(details, request)
 
 
