@@ -328,3 +328,37 @@ async def test_deadlines_cost_one_heap_entry_per_episode(servicer: EnvironmentSe
     assert all(ep.acted[(seat, turn)].defaulted for seat, turn in pending.items())
     assert len(manager._deadlines) <= 1  # re-scheduled at most once, for the turns opened since
     manager.close_all()
+
+
+def test_released_episodes_are_freed_without_the_cycle_collector(servicer: EnvironmentServicer) -> None:
+    """A finished, released episode leaves no reference cycle behind (the engine's continuations are
+    dropped by ``close``), so a server finishing hundreds of games a second does not feed the cyclic
+    collector a dead engine per game."""
+    import gc
+
+    from wolfpack_environment.games import Action
+    from wolfpack_environment.games.werewolf.engine import WerewolfEnv
+    from wolfpack_environment.sessions import SeatPlan
+
+    manager = servicer.manager
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for seed in range(3):
+            ep = manager.create(
+                "werewolf_v1", "6p", seed=seed, seats={s: SeatPlan("external") for s in range(6)}
+            )
+            tokens = {s: t for t, s in ep.tokens.items()}
+            while not ep.done:
+                seat, turn_id = next(iter(ep.open_turns.items()))
+                la = ep.env.legal_actions(seat)[0]
+                action = Action(la.kind, la.targets[0] if la.targets else None, "x" if la.needs_text else "")
+                manager.act(ep, tokens[seat], turn_id, action, "")
+            manager.release(ep)
+            del ep
+        gc.collect()
+        engines = [o for o in gc.garbage if isinstance(o, WerewolfEnv)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert engines == []

@@ -260,6 +260,7 @@ class EpisodeManager:
             del self.episodes[ep.episode_id]
         for token in ep.tokens:
             self._buckets.pop(token, None)
+        ep.env.close()
 
     def close_all(self) -> None:
         for ep in list(self.episodes.values()):

@@ -121,6 +121,13 @@ class GameEnv(abc.ABC):
     ) -> tuple[dict[int, Observation], dict[int, dict[str, Any]]]:
         """Start a new game; same seed and options give the same game."""
 
+    def close(self) -> None:
+        """Release what the engine holds (PettingZoo's ``close``). State stays readable; the game cannot
+        go on. Engines that keep continuations as bound methods drop them here, so a finished game is
+        freed by reference counting instead of waiting for the cyclic collector (a server finishing
+        hundreds of games a second otherwise runs it constantly)."""
+        return None
+
     def start(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> None:
         """``reset`` without returning the first observations (a session server starting thousands of
         episodes never reads them); engines override it when building them costs something."""

@@ -252,6 +252,10 @@ class WerewolfEnv(GameEnv):
     def _noop() -> None:
         return None
 
+    def close(self) -> None:
+        # ``_after``/``_cont`` hold bound methods (the engine referring to itself): drop the cycle.
+        self._after = self._cont = WerewolfEnv._noop
+
     def _emit(self, kind: str, channel: str, actor: int = -1, target: int = -1, text: str = "") -> None:
         # Plain tuples in the hot path; ``events`` turns them into ``Event`` objects on access.
         ev = self._ev
