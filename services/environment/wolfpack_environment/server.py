@@ -390,11 +390,8 @@ class _PlayStream:
         """Apply one act; its result, or ``None`` for an accepted act when only rejections are wanted."""
         try:
             ep = self.manager.get(act.episode_id)
-            a = act.action
-            kind = a.kind
-            if kind:
-                action: Action | None = Action(kind, a.target if a.HasField("target") else None, a.text)
-                result = self.manager.act(ep, act.token, act.turn_id, action, "")
+            if act.action.kind:
+                result = self.manager.act(ep, act.token, act.turn_id, action_from_pb(act.action), "")
             else:
                 result = self.manager.act(ep, act.token, act.turn_id, None, act.raw_text)
         except SessionError as exc:
@@ -422,7 +419,7 @@ class _PlayStream:
             if joined is None:
                 continue
             ep = joined.ep
-            if ep.closed or ep.env.done:
+            if ep.done:
                 for seat in sorted(joined.seats):
                     observation(ep, seat, include_text=include_text, into=out)
                 self._forget(joined)

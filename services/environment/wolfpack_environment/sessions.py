@@ -269,17 +269,12 @@ class EpisodeManager:
                 self._finish(ep, aborted=not ep.env.done)
 
     # ------------------------------------------------------------------ playing
-    def observe(self, ep: Episode, seat: int) -> Observation:
-        return ep.env.observe(seat)
-
     def current_turn_id(self, ep: Episode, seat: int) -> int:
         """Id of the seat's pending decision (0 when it has none); ``act`` must echo it."""
-        return 0 if ep.closed or ep.env.done else ep.open_turns.get(seat, 0)
+        return 0 if ep.done else ep.open_turns.get(seat, 0)
 
     def act(self, ep: Episode, token: str, turn_id: int, action: Action | None, raw_text: str) -> ActResult:
-        seat = ep.tokens.get(token)
-        if seat is None:
-            raise PermissionDeniedError("this token does not hold a seat in this episode")
+        seat = self.seat_of(ep, token)
         key = (seat, turn_id)
         prev = ep.acted.get(key)
         if prev is not None:  # a retry of an act that was applied: same answer, no second move
@@ -288,7 +283,7 @@ class EpisodeManager:
         text = action.text if action is not None else raw_text
         if len(text) > self.limits.max_text_chars:
             raise SessionError(f"text is {len(text)} characters; the limit is {self.limits.max_text_chars}")
-        if ep.closed or ep.env.done:
+        if ep.done:
             raise FailedPreconditionError("the episode is over")
         # ``open_turns`` holds exactly the non-scripted acting seats (kept in step by ``_open_turns``).
         current = ep.open_turns.get(seat, 0)
