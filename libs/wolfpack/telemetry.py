@@ -89,7 +89,9 @@ instrumentation's stream wrapper also fails ("token created in a different Conte
 such streams end at once; their work is traced per turn/request inside the services instead."""
 
 
-def _sdk_active() -> bool:
+def sdk_active() -> bool:
+    """Whether anyone collects spans (an SDK provider is installed, see ``setup_telemetry``). Cheap enough
+    to check per call, which services do because tracing may be set up after they started."""
     return isinstance(trace.get_tracer_provider(), TracerProvider)
 
 
@@ -100,7 +102,7 @@ def server_interceptors() -> list[Any]:
     interceptor that only carries an incoming ``traceparent`` into the handler: spans nobody collects are
     not worth their cost on every request, but a caller's trace must still pass through this service.
     """
-    if not _sdk_active():
+    if not sdk_active():
         return [ContextServerInterceptor()]
     from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 
@@ -111,7 +113,7 @@ def server_interceptors() -> list[Any]:
 def client_interceptors() -> list[Any]:
     """gRPC asyncio client interceptors that send the current trace context in metadata (a client span
     per call when spans are exported; only the ``traceparent`` header otherwise)."""
-    if not _sdk_active():
+    if not sdk_active():
         return [ContextClientInterceptor(), ContextStreamClientInterceptor()]
     from opentelemetry.instrumentation.grpc import aio_client_interceptors, filters
 
