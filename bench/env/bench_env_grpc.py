@@ -60,8 +60,12 @@ def in_process(players: int, seconds: float) -> tuple[int, int, float]:
     return games, actions, time.perf_counter() - start
 
 
-def random_legal(rng: random.Random):  # type: ignore[no-untyped-def]
+def random_legal(rng: random.Random, counts: dict[str, int] | None = None):  # type: ignore[no-untyped-def]
+    """A decider choosing a random legal action; counts its decisions in ``counts["actions"]``."""
+
     def decide(obs: pb.Observation) -> common_pb2.Action:
+        if counts is not None:
+            counts["actions"] += 1
         la = rng.choice(list(obs.legal_actions))
         action = common_pb2.Action(kind=la.kind, text="I have nothing to add." if la.needs_text else "")
         if la.targets:
@@ -80,11 +84,7 @@ async def over_grpc(target: str, players: int, episodes: int, seconds: float) ->
         async def worker(w: int) -> None:
             rng = random.Random(w)
             seed = w * 100_000
-            decide = random_legal(rng)
-
-            def counted(obs: pb.Observation) -> common_pb2.Action:
-                counts["actions"] += 1
-                return decide(obs)
+            counted = random_legal(rng, counts)
 
             while time.perf_counter() < deadline:
                 ep = await client.create_episode(
@@ -108,12 +108,7 @@ async def over_play_seats(
     """Batched path: ``episodes`` games at a time over one PlaySeats stream, all answers to a batch of
     decisions in one message."""
     counts = {"games": 0, "actions": 0}
-    rng = random.Random(0)
-    decide = random_legal(rng)
-
-    def counted(obs: pb.Observation) -> common_pb2.Action:
-        counts["actions"] += 1
-        return decide(obs)
+    counted = random_legal(random.Random(0), counts)
 
     settings = load_settings(rpc_timeout_s=60)
     async with EnvironmentClient(target, settings) as client:
@@ -143,11 +138,7 @@ async def over_play_episodes(
     created in the stream as others end (no unary call per game), every seat external. Two streams keep
     the server busy while the client answers the other one's decisions."""
     counts = {"games": 0, "actions": 0}
-    decide = random_legal(random.Random(0))
-
-    def counted(obs: pb.Observation) -> common_pb2.Action:
-        counts["actions"] += 1
-        return decide(obs)
+    counted = random_legal(random.Random(0), counts)
 
     start = time.perf_counter()
     deadline = start + seconds
