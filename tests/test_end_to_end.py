@@ -84,7 +84,9 @@ async def play_episode(stack: dict[str, Any], seed: int) -> trajectory_pb2.Traje
                 inf_pb.GenerateRequest(
                     policy_id="learner",
                     chat=inf_pb.ChatPrompt(messages=obs.messages, add_generation_prompt=True),
-                    sampling=inf_pb.SamplingParams(max_tokens=12, temperature=1.0, seed=seed, logprobs=True),
+                    sampling=common_pb2.SamplingParams(
+                        max_tokens=12, temperature=1.0, seed=seed, logprobs=True
+                    ),
                 )
             )
             completion = gen.completions[0]

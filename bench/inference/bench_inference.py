@@ -78,14 +78,14 @@ def _client_process(
         sys.path.insert(0, str(p))
     from wolfpack import rpc
     from wolfpack.settings import load_settings
-    from wolfpack.v1 import inference_service_pb2 as pb
+    from wolfpack.v1 import common_pb2
     from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 
     async def serve_requests() -> None:
         settings = load_settings(rpc_timeout_s=3600)
         channels = {m: rpc.channel(t, settings, traced=False) for m, t in targets.items()}
         stubs = {m: pb_grpc.InferenceServiceStub(c) for m, c in channels.items()}
-        params = pb.SamplingParams(max_tokens=max_tokens, temperature=temperature, logprobs=logprobs)
+        params = common_pb2.SamplingParams(max_tokens=max_tokens, temperature=temperature, logprobs=logprobs)
         while True:
             job = conn.recv()
             if job is None:
@@ -179,6 +179,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     if not args.no_grpc:
         from wolfpack import rpc
         from wolfpack.settings import load_settings
+        from wolfpack.v1 import common_pb2
         from wolfpack.v1 import inference_service_pb2 as pb
         from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
         from wolfpack_inference.server import InferenceServicer, register
@@ -200,7 +201,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         for mode, target in targets.items():
             channels.append(rpc.channel(target, settings, traced=False))
             stubs[mode] = pb_grpc.InferenceServiceStub(channels[-1])
-        params = pb.SamplingParams(
+        params = common_pb2.SamplingParams(
             max_tokens=args.max_tokens, temperature=args.temperature, logprobs=args.logprobs
         )
         for mode in modes:

@@ -3,8 +3,10 @@
 isort:skip_file
 Shared value types used by every Wolfpack service and by the Trajectory message."""
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -76,6 +78,34 @@ OUTCOME_KIND_DRAW: OutcomeKind.ValueType  # 3
 OUTCOME_KIND_ABORTED: OutcomeKind.ValueType  # 4
 """The episode was aborted (timeout, closed early, error)."""
 Global___OutcomeKind: _TypeAlias = OutcomeKind  # noqa: Y015
+
+class _FinishReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FinishReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FinishReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FINISH_REASON_UNSPECIFIED: _FinishReason.ValueType  # 0
+    """Unknown."""
+    FINISH_REASON_LENGTH: _FinishReason.ValueType  # 1
+    """Hit max_tokens."""
+    FINISH_REASON_STOP: _FinishReason.ValueType  # 2
+    """Hit an end-of-sequence token or a stop string."""
+    FINISH_REASON_ABORT: _FinishReason.ValueType  # 3
+    """Aborted (cancelled or shutting down)."""
+
+class FinishReason(_FinishReason, metaclass=_FinishReasonEnumTypeWrapper):
+    """Why generation stopped."""
+
+FINISH_REASON_UNSPECIFIED: FinishReason.ValueType  # 0
+"""Unknown."""
+FINISH_REASON_LENGTH: FinishReason.ValueType  # 1
+"""Hit max_tokens."""
+FINISH_REASON_STOP: FinishReason.ValueType  # 2
+"""Hit an end-of-sequence token or a stop string."""
+FINISH_REASON_ABORT: FinishReason.ValueType  # 3
+"""Aborted (cancelled or shutting down)."""
+Global___FinishReason: _TypeAlias = FinishReason  # noqa: Y015
 
 @_typing.final
 class PolicyRef(_message.Message):
@@ -256,3 +286,57 @@ class Action(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__target) -> _WhichOneofReturnType__target | None: ...
 
 Global___Action: _TypeAlias = Action  # noqa: Y015
+
+@_typing.final
+class SamplingParams(_message.Message):
+    """Sampling controls."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_TOKENS_FIELD_NUMBER: _builtins.int
+    TEMPERATURE_FIELD_NUMBER: _builtins.int
+    TOP_P_FIELD_NUMBER: _builtins.int
+    TOP_K_FIELD_NUMBER: _builtins.int
+    STOP_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    N_FIELD_NUMBER: _builtins.int
+    LOGPROBS_FIELD_NUMBER: _builtins.int
+    max_tokens: _builtins.int
+    """Maximum new tokens; must be > 0. Required."""
+    temperature: _builtins.float
+    """Temperature; 0 means greedy."""
+    top_p: _builtins.float
+    """Nucleus sampling mass in (0, 1]; 0 means 1."""
+    top_k: _builtins.int
+    """Top-k cutoff; 0 disables it."""
+    seed: _builtins.int
+    """Seed for reproducible sampling."""
+    n: _builtins.int
+    """Number of completions to sample for the prompt; 0 means 1."""
+    logprobs: _builtins.bool
+    """Return per-token logprobs of the sampled tokens."""
+    @_builtins.property
+    def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Stop strings; the match is excluded from the text but its tokens are reported."""
+
+    def __init__(
+        self,
+        *,
+        max_tokens: _builtins.int = ...,
+        temperature: _builtins.float = ...,
+        top_p: _builtins.float = ...,
+        top_k: _builtins.int = ...,
+        stop: _abc.Iterable[_builtins.str] | None = ...,
+        seed: _builtins.int | None = ...,
+        n: _builtins.int = ...,
+        logprobs: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_seed", b"_seed", "seed", b"seed"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seed", b"_seed", "logprobs", b"logprobs", "max_tokens", b"max_tokens", "n", b"n", "seed", b"seed", "stop", b"stop", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__seed: _TypeAlias = _typing.Literal["seed"]  # noqa: Y015
+    _WhichOneofArgType__seed: _TypeAlias = _typing.Literal["_seed", b"_seed"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__seed) -> _WhichOneofReturnType__seed | None: ...
+
+Global___SamplingParams: _TypeAlias = SamplingParams  # noqa: Y015

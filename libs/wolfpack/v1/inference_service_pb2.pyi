@@ -7,7 +7,6 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
-from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from wolfpack.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -19,88 +18,6 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class _FinishReason:
-    ValueType = _typing.NewType("ValueType", _builtins.int)
-    V: _TypeAlias = ValueType  # noqa: Y015
-
-class _FinishReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FinishReason.ValueType], _builtins.type):
-    DESCRIPTOR: _descriptor.EnumDescriptor
-    FINISH_REASON_UNSPECIFIED: _FinishReason.ValueType  # 0
-    """Unknown."""
-    FINISH_REASON_LENGTH: _FinishReason.ValueType  # 1
-    """Hit max_tokens."""
-    FINISH_REASON_STOP: _FinishReason.ValueType  # 2
-    """Hit an end-of-sequence token or a stop string."""
-    FINISH_REASON_ABORT: _FinishReason.ValueType  # 3
-    """Aborted (cancelled or shutting down)."""
-
-class FinishReason(_FinishReason, metaclass=_FinishReasonEnumTypeWrapper):
-    """Why generation stopped."""
-
-FINISH_REASON_UNSPECIFIED: FinishReason.ValueType  # 0
-"""Unknown."""
-FINISH_REASON_LENGTH: FinishReason.ValueType  # 1
-"""Hit max_tokens."""
-FINISH_REASON_STOP: FinishReason.ValueType  # 2
-"""Hit an end-of-sequence token or a stop string."""
-FINISH_REASON_ABORT: FinishReason.ValueType  # 3
-"""Aborted (cancelled or shutting down)."""
-Global___FinishReason: _TypeAlias = FinishReason  # noqa: Y015
-
-@_typing.final
-class SamplingParams(_message.Message):
-    """Sampling controls."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    MAX_TOKENS_FIELD_NUMBER: _builtins.int
-    TEMPERATURE_FIELD_NUMBER: _builtins.int
-    TOP_P_FIELD_NUMBER: _builtins.int
-    TOP_K_FIELD_NUMBER: _builtins.int
-    STOP_FIELD_NUMBER: _builtins.int
-    SEED_FIELD_NUMBER: _builtins.int
-    N_FIELD_NUMBER: _builtins.int
-    LOGPROBS_FIELD_NUMBER: _builtins.int
-    max_tokens: _builtins.int
-    """Maximum new tokens; must be > 0. Required."""
-    temperature: _builtins.float
-    """Temperature; 0 means greedy."""
-    top_p: _builtins.float
-    """Nucleus sampling mass in (0, 1]; 0 means 1."""
-    top_k: _builtins.int
-    """Top-k cutoff; 0 disables it."""
-    seed: _builtins.int
-    """Seed for reproducible sampling."""
-    n: _builtins.int
-    """Number of completions to sample for the prompt; 0 means 1."""
-    logprobs: _builtins.bool
-    """Return per-token logprobs of the sampled tokens."""
-    @_builtins.property
-    def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Stop strings; the match is excluded from the text but its tokens are reported."""
-
-    def __init__(
-        self,
-        *,
-        max_tokens: _builtins.int = ...,
-        temperature: _builtins.float = ...,
-        top_p: _builtins.float = ...,
-        top_k: _builtins.int = ...,
-        stop: _abc.Iterable[_builtins.str] | None = ...,
-        seed: _builtins.int | None = ...,
-        n: _builtins.int = ...,
-        logprobs: _builtins.bool = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_seed", b"_seed", "seed", b"seed"]  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_seed", b"_seed", "logprobs", b"logprobs", "max_tokens", b"max_tokens", "n", b"n", "seed", b"seed", "stop", b"stop", "temperature", b"temperature", "top_k", b"top_k", "top_p", b"top_p"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType__seed: _TypeAlias = _typing.Literal["seed"]  # noqa: Y015
-    _WhichOneofArgType__seed: _TypeAlias = _typing.Literal["_seed", b"_seed"]  # noqa: Y015
-    def WhichOneof(self, oneof_group: _WhichOneofArgType__seed) -> _WhichOneofReturnType__seed | None: ...
-
-Global___SamplingParams: _TypeAlias = SamplingParams  # noqa: Y015
 
 @_typing.final
 class TokenPrompt(_message.Message):
@@ -182,7 +99,7 @@ class GenerateRequest(_message.Message):
         """Raw token ids."""
 
     @_builtins.property
-    def sampling(self) -> Global___SamplingParams:
+    def sampling(self) -> _common_pb2.SamplingParams:
         """Sampling controls. Required."""
 
     def __init__(
@@ -191,7 +108,7 @@ class GenerateRequest(_message.Message):
         policy_id: _builtins.str = ...,
         chat: Global___ChatPrompt | None = ...,
         tokens: Global___TokenPrompt | None = ...,
-        sampling: Global___SamplingParams | None = ...,
+        sampling: _common_pb2.SamplingParams | None = ...,
         request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "prompt", b"prompt", "sampling", b"sampling", "tokens", b"tokens"]  # noqa: Y015
@@ -216,7 +133,7 @@ class Completion(_message.Message):
     FINISH_REASON_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """Decoded text."""
-    finish_reason: Global___FinishReason.ValueType
+    finish_reason: _common_pb2.FinishReason.ValueType
     """Why it stopped."""
     @_builtins.property
     def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -232,7 +149,7 @@ class Completion(_message.Message):
         token_ids: _abc.Iterable[_builtins.int] | None = ...,
         logprobs: _abc.Iterable[_builtins.float] | None = ...,
         text: _builtins.str = ...,
-        finish_reason: Global___FinishReason.ValueType = ...,
+        finish_reason: _common_pb2.FinishReason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -352,7 +269,7 @@ class GenerateStreamResponse(_message.Message):
     POLICY_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """Their decoded text."""
-    finish_reason: Global___FinishReason.ValueType
+    finish_reason: _common_pb2.FinishReason.ValueType
     """Set on the last chunk."""
     @_builtins.property
     def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -376,7 +293,7 @@ class GenerateStreamResponse(_message.Message):
         token_ids: _abc.Iterable[_builtins.int] | None = ...,
         logprobs: _abc.Iterable[_builtins.float] | None = ...,
         text: _builtins.str = ...,
-        finish_reason: Global___FinishReason.ValueType = ...,
+        finish_reason: _common_pb2.FinishReason.ValueType = ...,
         prompt_token_ids: _abc.Iterable[_builtins.int] | None = ...,
         policy: _common_pb2.PolicyRef | None = ...,
     ) -> None: ...

@@ -26,21 +26,25 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from wolfpack.v1 import common_pb2 as wolfpack_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cwolfpack/v1/trajectory.proto\x12\x0bwolfpack.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18wolfpack/v1/common.proto\"\xd5\x03\n\x04Turn\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04seat\x18\x02 \x01(\x05\x12\r\n\x05phase\x18\x03 \x01(\t\x12\r\n\x05round\x18\x04 \x01(\x05\x12\x18\n\x10observation_text\x18\x05 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x06 \x03(\x05\x12\x1a\n\x12response_token_ids\x18\x07 \x03(\x05\x12\x19\n\x11response_logprobs\x18\x08 \x03(\x02\x12\x15\n\rresponse_text\x18\t \x01(\t\x12#\n\x06\x61\x63tion\x18\n \x01(\x0b\x32\x13.wolfpack.v1.Action\x12\r\n\x05valid\x18\x0b \x01(\x08\x12\x16\n\x0einvalid_reason\x18\x0c \x01(\t\x12\x0f\n\x07\x61ttempt\x18\r \x01(\x05\x12\x11\n\tdefaulted\x18\x0e \x01(\x08\x12\x0e\n\x06reward\x18\x0f \x01(\x02\x12\x12\n\nprediction\x18\x10 \x01(\t\x12&\n\x06policy\x18\x11 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x0f\n\x07turn_id\x18\x12 \x01(\x03\x12.\n\nstarted_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bgenerate_ms\x18\x14 \x01(\x01\"x\n\x0bSeatOutcome\x12\x0c\n\x04seat\x18\x01 \x01(\x05\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0c\n\x04team\x18\x03 \x01(\t\x12)\n\x07outcome\x18\x04 \x01(\x0e\x32\x18.wolfpack.v1.OutcomeKind\x12\x14\n\x0c\x66inal_reward\x18\x05 \x01(\x02\"\x8c\x04\n\nTrajectory\x12\x15\n\rtrajectory_id\x18\x01 \x01(\t\x12\x12\n\nepisode_id\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\"\n\x04game\x18\x04 \x01(\x0b\x32\x14.wolfpack.v1.GameRef\x12\x0c\n\x04seed\x18\x05 \x01(\x04\x12\'\n\x05seats\x18\x06 \x03(\x0b\x32\x18.wolfpack.v1.SeatBinding\x12 \n\x05turns\x18\x07 \x03(\x0b\x32\x11.wolfpack.v1.Turn\x12*\n\x08outcomes\x18\x08 \x03(\x0b\x32\x18.wolfpack.v1.SeatOutcome\x12\x0e\n\x06winner\x18\t \x01(\t\x12/\n\x0fpolicy_versions\x18\n \x03(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12(\n\x05trace\x18\x0b \x01(\x0b\x32\x19.wolfpack.v1.TraceContext\x12\x13\n\x0breward_spec\x18\x0c \x01(\t\x12/\n\x0b\x66inished_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x08metadata\x18\x0e \x03(\x0b\x32%.wolfpack.v1.Trajectory.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cwolfpack/v1/trajectory.proto\x12\x0bwolfpack.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18wolfpack/v1/common.proto\"\xb3\x05\n\x04Turn\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04seat\x18\x02 \x01(\x05\x12\r\n\x05phase\x18\x03 \x01(\t\x12\r\n\x05round\x18\x04 \x01(\x05\x12\x18\n\x10observation_text\x18\x05 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x06 \x03(\x05\x12\x1a\n\x12response_token_ids\x18\x07 \x03(\x05\x12\x19\n\x11response_logprobs\x18\x08 \x03(\x02\x12\x15\n\rresponse_text\x18\t \x01(\t\x12#\n\x06\x61\x63tion\x18\n \x01(\x0b\x32\x13.wolfpack.v1.Action\x12\r\n\x05valid\x18\x0b \x01(\x08\x12\x16\n\x0einvalid_reason\x18\x0c \x01(\t\x12\x0f\n\x07\x61ttempt\x18\r \x01(\x05\x12\x11\n\tdefaulted\x18\x0e \x01(\x08\x12\x0e\n\x06reward\x18\x0f \x01(\x02\x12\x12\n\nprediction\x18\x10 \x01(\t\x12&\n\x06policy\x18\x11 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x0f\n\x07turn_id\x18\x12 \x01(\x03\x12.\n\nstarted_at\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bgenerate_ms\x18\x14 \x01(\x01\x12\x30\n\rfinish_reason\x18\x15 \x01(\x0e\x32\x19.wolfpack.v1.FinishReason\x12-\n\x08sampling\x18\x16 \x01(\x0b\x32\x1b.wolfpack.v1.SamplingParams\x12\x42\n\x11reward_components\x18\x17 \x03(\x0b\x32\'.wolfpack.v1.Turn.RewardComponentsEntry\x1a\x37\n\x15RewardComponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"\x96\x01\n\x0bSeatOutcome\x12\x0c\n\x04seat\x18\x01 \x01(\x05\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0c\n\x04team\x18\x03 \x01(\t\x12)\n\x07outcome\x18\x04 \x01(\x0e\x32\x18.wolfpack.v1.OutcomeKind\x12\x14\n\x0c\x66inal_reward\x18\x05 \x01(\x02\x12\x12\n\x05\x61live\x18\x06 \x01(\x08H\x00\x88\x01\x01\x42\x08\n\x06_alive\"\xb2\x04\n\nTrajectory\x12\x15\n\rtrajectory_id\x18\x01 \x01(\t\x12\x12\n\nepisode_id\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\"\n\x04game\x18\x04 \x01(\x0b\x32\x14.wolfpack.v1.GameRef\x12\x0c\n\x04seed\x18\x05 \x01(\x04\x12\'\n\x05seats\x18\x06 \x03(\x0b\x32\x18.wolfpack.v1.SeatBinding\x12 \n\x05turns\x18\x07 \x03(\x0b\x32\x11.wolfpack.v1.Turn\x12*\n\x08outcomes\x18\x08 \x03(\x0b\x32\x18.wolfpack.v1.SeatOutcome\x12\x0e\n\x06winner\x18\t \x01(\t\x12/\n\x0fpolicy_versions\x18\n \x03(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12(\n\x05trace\x18\x0b \x01(\x0b\x32\x19.wolfpack.v1.TraceContext\x12\x13\n\x0breward_spec\x18\x0c \x01(\t\x12/\n\x0b\x66inished_at\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x08metadata\x18\x0e \x03(\x0b\x32%.wolfpack.v1.Trajectory.MetadataEntry\x12\x10\n\x08group_id\x18\x0f \x01(\t\x12\x12\n\ngroup_size\x18\x10 \x01(\x05\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'wolfpack.v1.trajectory_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_TURN_REWARDCOMPONENTSENTRY']._loaded_options = None
+  _globals['_TURN_REWARDCOMPONENTSENTRY']._serialized_options = b'8\001'
   _globals['_TRAJECTORY_METADATAENTRY']._loaded_options = None
   _globals['_TRAJECTORY_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_TURN']._serialized_start=105
-  _globals['_TURN']._serialized_end=574
-  _globals['_SEATOUTCOME']._serialized_start=576
-  _globals['_SEATOUTCOME']._serialized_end=696
-  _globals['_TRAJECTORY']._serialized_start=699
-  _globals['_TRAJECTORY']._serialized_end=1223
-  _globals['_TRAJECTORY_METADATAENTRY']._serialized_start=1176
-  _globals['_TRAJECTORY_METADATAENTRY']._serialized_end=1223
+  _globals['_TURN']._serialized_end=796
+  _globals['_TURN_REWARDCOMPONENTSENTRY']._serialized_start=741
+  _globals['_TURN_REWARDCOMPONENTSENTRY']._serialized_end=796
+  _globals['_SEATOUTCOME']._serialized_start=799
+  _globals['_SEATOUTCOME']._serialized_end=949
+  _globals['_TRAJECTORY']._serialized_start=952
+  _globals['_TRAJECTORY']._serialized_end=1514
+  _globals['_TRAJECTORY_METADATAENTRY']._serialized_start=1467
+  _globals['_TRAJECTORY_METADATAENTRY']._serialized_end=1514
 # @@protoc_insertion_point(module_scope)

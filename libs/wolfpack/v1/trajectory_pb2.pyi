@@ -26,6 +26,26 @@ class Turn(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class RewardComponentsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     INDEX_FIELD_NUMBER: _builtins.int
     SEAT_FIELD_NUMBER: _builtins.int
     PHASE_FIELD_NUMBER: _builtins.int
@@ -46,6 +66,9 @@ class Turn(_message.Message):
     TURN_ID_FIELD_NUMBER: _builtins.int
     STARTED_AT_FIELD_NUMBER: _builtins.int
     GENERATE_MS_FIELD_NUMBER: _builtins.int
+    FINISH_REASON_FIELD_NUMBER: _builtins.int
+    SAMPLING_FIELD_NUMBER: _builtins.int
+    REWARD_COMPONENTS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     """Position of this turn in the episode, 0-based. Required."""
     seat: _builtins.int
@@ -74,6 +97,10 @@ class Turn(_message.Message):
     """Environment turn id this action answered (for idempotent acts)."""
     generate_ms: _builtins.float
     """Generation latency in milliseconds."""
+    finish_reason: _common_pb2.FinishReason.ValueType
+    """Why generation stopped: STOP (end-of-sequence or stop string) or LENGTH (hit sampling.max_tokens;
+    the response is truncated). UNSPECIFIED for scripted or external seats.
+    """
     @_builtins.property
     def prompt_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Exact prompt token ids sent to the policy (never re-tokenized later)."""
@@ -84,7 +111,11 @@ class Turn(_message.Message):
 
     @_builtins.property
     def response_logprobs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
-        """Log-probability of each response token under the sampling policy; same length as response_token_ids."""
+        """Log-probability of each response token under the sampling policy; same length as response_token_ids.
+        Convention (every backend honours it): log softmax(logits / T) at the sampled token, where T is
+        `sampling.temperature` (T = 1 when the temperature is 0, i.e. greedy), computed before any top-k /
+        top-p truncation -- the quantity a learner recomputes from the same token ids at the same temperature.
+        """
 
     @_builtins.property
     def action(self) -> _common_pb2.Action:
@@ -97,6 +128,14 @@ class Turn(_message.Message):
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp:
         """When the decision was requested."""
+
+    @_builtins.property
+    def sampling(self) -> _common_pb2.SamplingParams:
+        """The sampling parameters the response was generated with (the temperature defines the logprobs)."""
+
+    @_builtins.property
+    def reward_components(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """Named reward components of this turn (outcome, invalid_penalty, prediction, ...), summing to `reward`."""
 
     def __init__(
         self,
@@ -121,10 +160,13 @@ class Turn(_message.Message):
         turn_id: _builtins.int = ...,
         started_at: _timestamp_pb2.Timestamp | None = ...,
         generate_ms: _builtins.float = ...,
+        finish_reason: _common_pb2.FinishReason.ValueType = ...,
+        sampling: _common_pb2.SamplingParams | None = ...,
+        reward_components: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "policy", b"policy", "started_at", b"started_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "policy", b"policy", "sampling", b"sampling", "started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "attempt", b"attempt", "defaulted", b"defaulted", "generate_ms", b"generate_ms", "index", b"index", "invalid_reason", b"invalid_reason", "observation_text", b"observation_text", "phase", b"phase", "policy", b"policy", "prediction", b"prediction", "prompt_token_ids", b"prompt_token_ids", "response_logprobs", b"response_logprobs", "response_text", b"response_text", "response_token_ids", b"response_token_ids", "reward", b"reward", "round", b"round", "seat", b"seat", "started_at", b"started_at", "turn_id", b"turn_id", "valid", b"valid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "attempt", b"attempt", "defaulted", b"defaulted", "finish_reason", b"finish_reason", "generate_ms", b"generate_ms", "index", b"index", "invalid_reason", b"invalid_reason", "observation_text", b"observation_text", "phase", b"phase", "policy", b"policy", "prediction", b"prediction", "prompt_token_ids", b"prompt_token_ids", "response_logprobs", b"response_logprobs", "response_text", b"response_text", "response_token_ids", b"response_token_ids", "reward", b"reward", "reward_components", b"reward_components", "round", b"round", "sampling", b"sampling", "seat", b"seat", "started_at", b"started_at", "turn_id", b"turn_id", "valid", b"valid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -141,6 +183,7 @@ class SeatOutcome(_message.Message):
     TEAM_FIELD_NUMBER: _builtins.int
     OUTCOME_FIELD_NUMBER: _builtins.int
     FINAL_REWARD_FIELD_NUMBER: _builtins.int
+    ALIVE_FIELD_NUMBER: _builtins.int
     seat: _builtins.int
     """Seat index. Required."""
     role: _builtins.str
@@ -151,6 +194,8 @@ class SeatOutcome(_message.Message):
     """Win, loss or draw for this seat."""
     final_reward: _builtins.float
     """Final scalar reward after the reward spec."""
+    alive: _builtins.bool
+    """Whether the seat was still alive (in play) when the episode ended; unset for games without elimination."""
     def __init__(
         self,
         *,
@@ -159,12 +204,15 @@ class SeatOutcome(_message.Message):
         team: _builtins.str = ...,
         outcome: _common_pb2.OutcomeKind.ValueType = ...,
         final_reward: _builtins.float = ...,
+        alive: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_alive", b"_alive", "alive", b"alive"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["final_reward", b"final_reward", "outcome", b"outcome", "role", b"role", "seat", b"seat", "team", b"team"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_alive", b"_alive", "alive", b"alive", "final_reward", b"final_reward", "outcome", b"outcome", "role", b"role", "seat", b"seat", "team", b"team"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__alive: _TypeAlias = _typing.Literal["alive"]  # noqa: Y015
+    _WhichOneofArgType__alive: _TypeAlias = _typing.Literal["_alive", b"_alive"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__alive) -> _WhichOneofReturnType__alive | None: ...
 
 Global___SeatOutcome: _TypeAlias = SeatOutcome  # noqa: Y015
 
@@ -208,6 +256,8 @@ class Trajectory(_message.Message):
     REWARD_SPEC_FIELD_NUMBER: _builtins.int
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    GROUP_SIZE_FIELD_NUMBER: _builtins.int
     trajectory_id: _builtins.str
     """Unique id; consumers are idempotent by it. Required."""
     episode_id: _builtins.str
@@ -220,6 +270,12 @@ class Trajectory(_message.Message):
     """Winning team, empty for a draw or an aborted episode."""
     reward_spec: _builtins.str
     """Name and version of the reward spec that filled the rewards, e.g. "werewolf_outcome@1"."""
+    group_id: _builtins.str
+    """Episodes played from the same task and seed share a group id; grouped advantage estimators (GRPO,
+    RLOO) normalise rewards within it. Empty: the trajectory is its own group.
+    """
+    group_size: _builtins.int
+    """Planned number of episodes in the group (>= 1), so a consumer knows when a group is complete."""
     @_builtins.property
     def game(self) -> _common_pb2.GameRef:
         """Game and variant played. Required."""
@@ -269,10 +325,12 @@ class Trajectory(_message.Message):
         reward_spec: _builtins.str = ...,
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        group_id: _builtins.str = ...,
+        group_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "game", b"game", "trace", b"trace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "finished_at", b"finished_at", "game", b"game", "metadata", b"metadata", "outcomes", b"outcomes", "policy_versions", b"policy_versions", "reward_spec", b"reward_spec", "seats", b"seats", "seed", b"seed", "task_id", b"task_id", "trace", b"trace", "trajectory_id", b"trajectory_id", "turns", b"turns", "winner", b"winner"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "finished_at", b"finished_at", "game", b"game", "group_id", b"group_id", "group_size", b"group_size", "metadata", b"metadata", "outcomes", b"outcomes", "policy_versions", b"policy_versions", "reward_spec", b"reward_spec", "seats", b"seats", "seed", b"seed", "task_id", b"task_id", "trace", b"trace", "trajectory_id", b"trajectory_id", "turns", b"turns", "winner", b"winner"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

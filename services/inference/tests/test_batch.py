@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from wolfpack import rpc, telemetry
 from wolfpack.settings import load_settings
+from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 from wolfpack_inference import server as server_module
@@ -72,7 +73,7 @@ async def test_bad_items_fail_alone(stub: pb_grpc.InferenceServiceStub) -> None:
         good,
         chat("hi", "nope", max_tokens=4),  # unknown policy
         chat("hi", max_tokens=-3),  # bad sampling
-        pb.GenerateRequest(policy_id="tiny", sampling=pb.SamplingParams(max_tokens=4)),  # no prompt
+        pb.GenerateRequest(policy_id="tiny", sampling=common_pb2.SamplingParams(max_tokens=4)),  # no prompt
         tokens([5] * 600, max_tokens=4),  # rejected by the backend, not by validation
         chat(PROMPTS[2], "strict", max_tokens=5, temperature=0, logprobs=True),
     ]
@@ -217,7 +218,7 @@ def long_batch() -> pb.GenerateBatchRequest:
     for i, m in enumerate([1, 480, 480, 480]):
         batch.requests.add(
             policy_id="strict" if i == 0 else "watched", tokens=pb.TokenPrompt(token_ids=[5, 6, 7]),
-            sampling=pb.SamplingParams(max_tokens=m), request_id=f"r{i}",
+            sampling=common_pb2.SamplingParams(max_tokens=m), request_id=f"r{i}",
         )  # fmt: skip
     return batch
 

@@ -23,7 +23,7 @@ def tokens(ids: list[int], policy: str = "strict", **sampling: object) -> pb.Gen
     return pb.GenerateRequest(
         policy_id=policy,
         tokens=pb.TokenPrompt(token_ids=ids),
-        sampling=pb.SamplingParams(**sampling),  # type: ignore[arg-type]
+        sampling=common_pb2.SamplingParams(**sampling),  # type: ignore[arg-type]
     )
 
 
@@ -58,17 +58,17 @@ async def test_bad_sampling(stub: pb_grpc.InferenceServiceStub) -> None:
 
 
 async def test_empty_prompts(stub: pb_grpc.InferenceServiceStub) -> None:
-    none = pb.GenerateRequest(policy_id="tiny", sampling=pb.SamplingParams(max_tokens=4))
+    none = pb.GenerateRequest(policy_id="tiny", sampling=common_pb2.SamplingParams(max_tokens=4))
     await expect(stub.Generate(none), grpc.StatusCode.INVALID_ARGUMENT, "prompt is empty")
     await expect(stub.Generate(tokens([], max_tokens=4)), grpc.StatusCode.INVALID_ARGUMENT, "prompt is empty")
     empty_chat = pb.GenerateRequest(
         policy_id="tiny", chat=pb.ChatPrompt(messages=[common_pb2.ChatMessage(role="user", content="")]),
-        sampling=pb.SamplingParams(max_tokens=4),
+        sampling=common_pb2.SamplingParams(max_tokens=4),
     )  # fmt: skip
     await expect(stub.Generate(empty_chat), grpc.StatusCode.INVALID_ARGUMENT, "prompt is empty")
     bad_role = pb.GenerateRequest(
         policy_id="tiny", chat=pb.ChatPrompt(messages=[common_pb2.ChatMessage(role="wizard", content="x")]),
-        sampling=pb.SamplingParams(max_tokens=4),
+        sampling=common_pb2.SamplingParams(max_tokens=4),
     )  # fmt: skip
     await expect(stub.Generate(bad_role), grpc.StatusCode.INVALID_ARGUMENT, "role")
 

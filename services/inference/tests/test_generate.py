@@ -19,7 +19,7 @@ def chat(text: str, policy: str = "tiny", **sampling: object) -> pb.GenerateRequ
         chat=pb.ChatPrompt(
             messages=[common_pb2.ChatMessage(role="user", content=text)], add_generation_prompt=True
         ),
-        sampling=pb.SamplingParams(**sampling),  # type: ignore[arg-type]
+        sampling=common_pb2.SamplingParams(**sampling),  # type: ignore[arg-type]
     )
 
 
@@ -35,7 +35,7 @@ async def test_greedy_is_deterministic(stub: pb_grpc.InferenceServiceStub) -> No
     assert a.policy.policy_id == "tiny" and a.policy.version == 0
     assert a.usage.prompt_tokens == len(a.prompt_token_ids)
     assert a.usage.completion_tokens == len(ca.token_ids)
-    assert ca.finish_reason in (pb.FINISH_REASON_LENGTH, pb.FINISH_REASON_STOP)
+    assert ca.finish_reason in (common_pb2.FINISH_REASON_LENGTH, common_pb2.FINISH_REASON_STOP)
 
 
 async def test_logprobs_match_teacher_forced_forward(
@@ -88,7 +88,7 @@ async def test_token_prompt_equals_chat_prompt(stub: pb_grpc.InferenceServiceStu
         pb.GenerateRequest(
             policy_id="tiny",
             tokens=pb.TokenPrompt(token_ids=a.prompt_token_ids),
-            sampling=pb.SamplingParams(max_tokens=8),
+            sampling=common_pb2.SamplingParams(max_tokens=8),
         )
     )
     assert list(b.prompt_token_ids) == list(a.prompt_token_ids)
@@ -101,7 +101,7 @@ async def test_stop_string_cuts_text_but_keeps_tokens(stub: pb_grpc.InferenceSer
     assert len(free.text) > 4
     stop = free.text[2:4]
     cut = (await stub.Generate(chat(PROMPTS[0], max_tokens=16, temperature=0, stop=[stop]))).completions[0]
-    assert cut.finish_reason == pb.FINISH_REASON_STOP
+    assert cut.finish_reason == common_pb2.FINISH_REASON_STOP
     assert cut.text == free.text[: free.text.find(stop)]
     assert list(free.token_ids[: len(cut.token_ids)]) == list(cut.token_ids)
     assert len(cut.token_ids) < len(free.token_ids)

@@ -36,7 +36,7 @@ async def test_chat_and_completions_match_grpc(http_url: str, stub: pb_grpc.Infe
     grpc_resp = await stub.Generate(
         pb.GenerateRequest(
             policy_id="tiny", chat=pb.ChatPrompt(messages=[common_pb2.ChatMessage(role="user", content=msg)]),
-            sampling=pb.SamplingParams(max_tokens=8, logprobs=True),
+            sampling=common_pb2.SamplingParams(max_tokens=8, logprobs=True),
         )
     )  # fmt: skip
     async with httpx.AsyncClient(base_url=http_url, headers=auth(), timeout=30) as client:
@@ -93,7 +93,7 @@ async def test_openai_backend_against_http_front(
         return pb.GenerateRequest(
             policy_id=policy,
             chat=pb.ChatPrompt(messages=[common_pb2.ChatMessage(role="user", content="Who is the wolf?")]),
-            sampling=pb.SamplingParams(max_tokens=8, logprobs=True),
+            sampling=common_pb2.SamplingParams(max_tokens=8, logprobs=True),
         )
 
     local, remote = await stub.Generate(req("tiny")), await stub.Generate(req("remote"))
@@ -108,7 +108,7 @@ async def test_openai_backend_against_http_front(
         await stub.Generate(req("remote-down"))
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     tokens_req = pb.GenerateRequest(policy_id="remote", tokens=pb.TokenPrompt(token_ids=[1, 2]),
-                                    sampling=pb.SamplingParams(max_tokens=2))  # fmt: skip
+                                    sampling=common_pb2.SamplingParams(max_tokens=2))  # fmt: skip
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await stub.Generate(tokens_req)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

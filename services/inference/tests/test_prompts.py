@@ -28,7 +28,7 @@ def chat_request(messages: list[tuple[str, str]], max_tokens: int = 8) -> pb.Gen
             messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in messages],
             add_generation_prompt=True,
         ),
-        sampling=pb.SamplingParams(max_tokens=max_tokens),
+        sampling=common_pb2.SamplingParams(max_tokens=max_tokens),
     )
 
 
@@ -137,7 +137,7 @@ async def test_add_generation_prompt_has_presence(
     assert prompt.HasField("add_generation_prompt") == (flag is not None)
     # same field number and wire type as the old plain bool; an explicit false now travels (tag 0x10, 0)
     assert pb.ChatPrompt(add_generation_prompt=False).SerializeToString() == b"\x10\x00"
-    req = pb.GenerateRequest(policy_id="tiny", chat=prompt, sampling=pb.SamplingParams(max_tokens=2))
+    req = pb.GenerateRequest(policy_id="tiny", chat=prompt, sampling=common_pb2.SamplingParams(max_tokens=2))
     resp = await stub.Generate(req)
     as_dicts = [{"role": r, "content": c} for r, c in msgs]
     assert list(resp.prompt_token_ids) == render_chat(tok, as_dicts, expected)

@@ -31,7 +31,7 @@ def ask(policy: str, text: str, max_tokens: int = 8) -> pb.GenerateRequest:
     return pb.GenerateRequest(
         policy_id=policy,
         chat=pb.ChatPrompt(messages=[common_pb2.ChatMessage(role="user", content=text)]),
-        sampling=pb.SamplingParams(max_tokens=max_tokens),
+        sampling=common_pb2.SamplingParams(max_tokens=max_tokens),
     )
 
 
@@ -94,7 +94,7 @@ async def test_smollm2_answers(tmp_path: Path) -> None:
                 ask("smol", "What is the capital of France? Answer in one sentence.", 20)
             )
             assert "Paris" in resp.completions[0].text
-            assert resp.completions[0].finish_reason == pb.FINISH_REASON_STOP
+            assert resp.completions[0].finish_reason == common_pb2.FINISH_REASON_STOP
     finally:
         await server.stop(0)
         await registry.close()

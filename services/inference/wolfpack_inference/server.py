@@ -24,7 +24,7 @@ from wolfpack_inference.policies import Policy, PolicyRegistry, Prepared, Tensor
 from wolfpack_inference.settings import InferenceSettings
 
 SERVICE = "inference"
-_FINISH = {Finish.LENGTH: pb.FINISH_REASON_LENGTH, Finish.STOP: pb.FINISH_REASON_STOP, Finish.ABORT: pb.FINISH_REASON_ABORT}  # fmt: skip
+_FINISH = {Finish.LENGTH: common_pb2.FINISH_REASON_LENGTH, Finish.STOP: common_pb2.FINISH_REASON_STOP, Finish.ABORT: common_pb2.FINISH_REASON_ABORT}  # fmt: skip
 _tracer = telemetry.tracer("wolfpack.inference")
 _SAMPLING_CACHE_SIZE = 1024
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         self.coalesce = coalesce
         self._samplings: dict[bytes, Sampling] = {}
 
-    def _sampling(self, s: pb.SamplingParams) -> Sampling:
+    def _sampling(self, s: common_pb2.SamplingParams) -> Sampling:
         """Validated ``Sampling`` for wire params, reused for identical params (a rollout sends the same
         ones with every request; ``Sampling`` is frozen, so sharing it is safe)."""
         key = s.SerializeToString(deterministic=True)
@@ -227,7 +227,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                 async for ch in policy.backend.stream(prep.request):
                     msg = pb.GenerateStreamResponse(
                         token_ids=ch.token_ids, logprobs=ch.logprobs, text=ch.text,
-                        finish_reason=_FINISH[ch.finish] if ch.finish else pb.FINISH_REASON_UNSPECIFIED,
+                        finish_reason=_FINISH[ch.finish] if ch.finish else common_pb2.FINISH_REASON_UNSPECIFIED,
                         policy=common_pb2.PolicyRef(policy_id=policy.policy_id, version=ch.version),
                     )  # fmt: skip
                     if first:
