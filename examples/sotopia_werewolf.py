@@ -17,7 +17,7 @@ import argparse
 import asyncio
 from typing import Any
 
-from wolfpack_environment.games.werewolf import WerewolfEnv, render_transcript
+from wolfpack_games.werewolf import WerewolfEnv, render_transcript
 from wolfpack_environment.sotopia_compat import (
     ScriptedSotopiaAgent,
     SotopiaAgent,

@@ -39,8 +39,8 @@ from wolfpack.settings import load_settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
 from wolfpack_environment.client import EnvironmentClient, episode_request
-from wolfpack_environment.games import make_game
-from wolfpack_environment.games.werewolf import random_bot
+from wolfpack_games import make_game
+from wolfpack_games.werewolf import random_bot
 
 
 def in_process(players: int, seconds: float) -> tuple[int, int, float]:

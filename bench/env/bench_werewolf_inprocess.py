@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from wolfpack_environment.games.base import Action, GameEnv
-from wolfpack_environment.games.werewolf import WerewolfEnv, heuristic_bot, random_bot
+from wolfpack_games.base import Action, GameEnv
+from wolfpack_games.werewolf import WerewolfEnv, heuristic_bot, random_bot
 
 BOTS: dict[str, Callable[[GameEnv, int, random.Random], Action]] = {
     "random": random_bot,

@@ -57,7 +57,7 @@ def test_scenarios_generate_list_show_verify(tmp_path: Path) -> None:
         app, ["scenarios", "list", "--family", "bargaining", "--limit", "3", "--store", store]
     )
     assert listed.exit_code == 0 and "bargaining-" in listed.output
-    from wolfpack_environment.games.scenarios import open_store
+    from wolfpack_games.scenarios import open_store
 
     db = open_store(store)
     sid = db.list(family="bargaining", limit=1)[0].id

@@ -173,7 +173,7 @@ async def test_one_trace_per_episode_with_a_span_per_turn(env_client: Environmen
 
 
 async def test_episodes_from_the_scenario_store(env_client: EnvironmentClient, scenario_store: str) -> None:
-    from wolfpack_environment.games.scenarios import generate_scenario, open_store
+    from wolfpack_games.scenarios import generate_scenario, open_store
 
     scenario = generate_scenario("bargaining", seed=9, difficulty="hard")
     db = open_store(scenario_store)
@@ -302,7 +302,7 @@ async def test_deadlines_cost_one_heap_entry_per_episode(servicer: EnvironmentSe
     and ``expire`` times out exactly the turns whose deadline passed."""
     import time
 
-    from wolfpack_environment.games import Action
+    from wolfpack_games import Action
     from wolfpack_environment.sessions import SeatPlan
 
     manager = servicer.manager
@@ -336,8 +336,8 @@ def test_released_episodes_are_freed_without_the_cycle_collector(servicer: Envir
     collector a dead engine per game."""
     import gc
 
-    from wolfpack_environment.games import Action
-    from wolfpack_environment.games.werewolf.engine import WerewolfEnv
+    from wolfpack_games import Action
+    from wolfpack_games.werewolf.engine import WerewolfEnv
     from wolfpack_environment.sessions import SeatPlan
 
     manager = servicer.manager

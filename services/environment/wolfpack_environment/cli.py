@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from wolfpack_environment.games import GameEnv, get_game, list_games, make_game
+from wolfpack_games import GameEnv, get_game, list_games, make_game
 
 console = Console()
 err = Console(stderr=True)
@@ -38,10 +38,10 @@ def resolve_game(name: str) -> str:
 
 def transcript(env: GameEnv, game_id: str, language: str) -> str:
     if game_id == "werewolf_v1":
-        from wolfpack_environment.games.werewolf import render_transcript as werewolf_transcript
+        from wolfpack_games.werewolf import render_transcript as werewolf_transcript
 
         return werewolf_transcript(env, language)  # type: ignore[arg-type]
-    from wolfpack_environment.games.scenarios import render_transcript as scenario_transcript
+    from wolfpack_games.scenarios import render_transcript as scenario_transcript
 
     return scenario_transcript(env)  # type: ignore[arg-type]
 
@@ -175,7 +175,7 @@ def scenarios_generate(
     """Generate N distinct, valid, solvable scenarios into the store and summarise them."""
     from rich.progress import track
 
-    from wolfpack_environment.games.scenarios import generate_scenarios, open_store
+    from wolfpack_games.scenarios import generate_scenarios, open_store
 
     try:
         scenarios = generate_scenarios(n, seed, families=family, difficulty=difficulty)
@@ -185,7 +185,7 @@ def scenarios_generate(
     if llm_base_url:
         import os
 
-        from wolfpack_environment.games.scenarios.variation import openai_chat, vary
+        from wolfpack_games.scenarios.variation import openai_chat, vary
 
         chat = openai_chat(llm_base_url, llm_model, os.environ.get(llm_api_key_env, ""))
         varied = [vary(sc, chat) for sc in track(scenarios, description="LLM variation", console=err)]
@@ -229,7 +229,7 @@ def scenarios_list(
     store: StoreOpt = None,
 ) -> None:
     """List stored scenarios."""
-    from wolfpack_environment.games.scenarios import open_store
+    from wolfpack_games.scenarios import open_store
 
     db = open_store(_store_url(store))
     rows = db.list(family=family, split=split, tag=tag, difficulty=difficulty, limit=limit)
@@ -246,7 +246,7 @@ def scenarios_list(
 @scenarios_app.command("show")
 def scenarios_show(scenario_id: str, store: StoreOpt = None) -> None:
     """Print one scenario as JSON."""
-    from wolfpack_environment.games.scenarios import open_store
+    from wolfpack_games.scenarios import open_store
 
     db = open_store(_store_url(store))
     sc = db.get(scenario_id)
@@ -264,7 +264,7 @@ def scenarios_verify(
     store: StoreOpt = None,
 ) -> None:
     """Verify a transcript against a stored scenario and print the per-seat outcome."""
-    from wolfpack_environment.games.scenarios import open_store, verify_transcript
+    from wolfpack_games.scenarios import open_store, verify_transcript
 
     db = open_store(_store_url(store))
     sc = db.get(scenario_id)

@@ -16,7 +16,7 @@ from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
 from wolfpack.v1 import environment_service_pb2_grpc as pb_grpc
-from wolfpack_environment.games import Action, Event, LegalAction, Observation, list_games
+from wolfpack_games import Action, Event, LegalAction, Observation, list_games
 from wolfpack_environment.sessions import Episode, EpisodeManager, NotFoundError, SeatPlan, SessionError
 
 SERVICE = "environment"
@@ -70,7 +70,7 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         """Look a scenario up in the store (opened on first use) and check it belongs to ``game_id``."""
         if self.scenario_store_url is None:
             raise SessionError("scenario_id needs a scenario store (WOLFPACK_SCENARIO_STORE)")
-        from wolfpack_environment.games.scenarios import open_store
+        from wolfpack_games.scenarios import open_store
 
         if self._store is None:
             self._store = open_store(self.scenario_store_url)

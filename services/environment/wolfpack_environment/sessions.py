@@ -30,7 +30,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from wolfpack_environment.games import Action, GameEnv, Observation, get_game, make_game
+from wolfpack_games import Action, GameEnv, Observation, get_game, make_game
 
 tracer = trace.get_tracer("wolfpack.environment")
 

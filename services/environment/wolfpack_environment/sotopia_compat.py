@@ -56,7 +56,7 @@ from sotopia.messages import (
     SimpleMessage,
 )
 
-from wolfpack_environment.games.base import Action, GameEnv, get_game, make_game
+from wolfpack_games.base import Action, GameEnv, get_game, make_game
 
 __all__ = [
     "AVAILABLE_ACTION_TYPES",

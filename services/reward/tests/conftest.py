@@ -12,7 +12,7 @@ from wolfpack import rpc
 from wolfpack.settings import load_settings
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
-from wolfpack_environment.games.scenarios import Scenario, generate_scenario
+from wolfpack_games.scenarios import Scenario, generate_scenario
 from wolfpack_reward.server import register
 
 WIN, LOSS, DRAW = common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS, common_pb2.OUTCOME_KIND_DRAW

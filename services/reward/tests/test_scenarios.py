@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
-from wolfpack_environment.games.scenarios import Scenario, generate_scenario
+from wolfpack_games.scenarios import Scenario, generate_scenario
 from wolfpack_reward.outcome import transcript_of
 from wolfpack_reward.result import ScoreError
 from wolfpack_reward.specs import get_spec

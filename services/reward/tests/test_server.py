@@ -12,7 +12,7 @@ from wolfpack import telemetry
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import reward_service_pb2 as pb
 from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
-from wolfpack_environment.games.scenarios import Scenario
+from wolfpack_games.scenarios import Scenario
 
 Stub = pb_grpc.RewardServiceStub
 RATIO = 34 / 38  # see test_specs.py

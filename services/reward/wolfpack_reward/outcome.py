@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
-from wolfpack_environment.games.scenarios import Scenario, VerificationResult, get_family, verify
-from wolfpack_environment.games.werewolf.models import TEAM_VILLAGE, TEAM_WOLVES, WOLF_ROLES
+from wolfpack_games.scenarios import Scenario, VerificationResult, get_family, verify
+from wolfpack_games.werewolf.models import TEAM_VILLAGE, TEAM_WOLVES, WOLF_ROLES
 from wolfpack_reward.config import OutcomeConfig
 from wolfpack_reward.result import ScoreError
 

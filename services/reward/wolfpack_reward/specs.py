@@ -21,8 +21,8 @@ import yaml
 from pydantic import ValidationError
 
 from wolfpack.v1 import trajectory_pb2
-from wolfpack_environment.games.scenarios import available_families, get_family
-from wolfpack_environment.games.werewolf import GAME_ID as WEREWOLF_GAME_ID
+from wolfpack_games.scenarios import available_families, get_family
+from wolfpack_games.werewolf import GAME_ID as WEREWOLF_GAME_ID
 from wolfpack_reward import credit, outcome, shaping
 from wolfpack_reward.config import (
     OutcomeConfig,

@@ -1,0 +1,183 @@
+"""Shared conformance checks, registry wiring, determinism, replay, transcripts and bot behaviour."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from wolfpack_games import get_game, make_game
+from wolfpack_games.conformance import api_test, malformed_action_test, play, seed_test
+from wolfpack_games.werewolf import (
+    WerewolfEnv,
+    config_from_yaml,
+    heuristic_bot,
+    make_config,
+    random_bot,
+    render_transcript,
+    replay,
+)
+from wolfpack_games.werewolf.models import PRESET_DIR
+
+VARIANTS = ("6p", "9p", "12p")
+BOTS = {"random": random_bot, "heuristic": heuristic_bot}
+
+
+def test_registered() -> None:
+    spec = get_game("werewolf_v1")
+    assert dict(spec.variants) == {"6p": 6, "9p": 9, "12p": 12}
+    assert set(spec.bots) == {"heuristic", "random"}
+    env = make_game("werewolf_v1", "9p", language="zh")
+    assert isinstance(env, WerewolfEnv) and env.n == 9 and env.config.language == "zh"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("bot", BOTS)
+def test_api(variant: str, bot: str) -> None:
+    api_test(lambda: make_game("werewolf_v1", variant), BOTS[bot], seed=11)
+    seed_test(lambda: make_game("werewolf_v1", variant), BOTS[bot], seed=5)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_malformed(variant: str) -> None:
+    malformed_action_test(lambda: make_game("werewolf_v1", variant))
+    malformed_action_test(lambda: make_game("werewolf_v1", variant, language="zh"), garbage="")
+
+
+def test_presets_load() -> None:
+    six, nine, twelve = (make_config(v) for v in VARIANTS)
+    assert six.n_players == 6 and six.win_rule == "parity" and not six.sheriff
+    assert nine.n_players == 9 and nine.roles["hunter"] == 1
+    assert twelve.n_players == 12 and twelve.sheriff and twelve.roles["guard"] == 1
+    assert config_from_yaml(PRESET_DIR / "9p.yaml", {"tie_rule": "no_exile"}).tie_rule == "no_exile"
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_determinism_events_and_transcript(variant: str, language: str) -> None:
+    outs = []
+    for _ in range(2):
+        env = WerewolfEnv(variant, language=language)
+        play(env, heuristic_bot, seed=21)
+        outs.append((list(env.events), render_transcript(env), env.observe(3).text))
+    assert outs[0] == outs[1]
+    env = WerewolfEnv(variant, language=language)
+    play(env, heuristic_bot, seed=22)
+    assert env.events != outs[0][0]
+    transcript = outs[0][1]
+    assert ("Game over" in transcript) if language == "en" else ("游戏结束" in transcript)
+
+
+def test_transcript_language_and_public_only() -> None:
+    env = WerewolfEnv("12p")
+    play(env, random_bot, seed=3)
+    en, zh = render_transcript(env, "en"), render_transcript(env, "zh")
+    assert "Night 1" in en and "第1夜" in zh
+    public = render_transcript(env, include_private=False)
+    assert "wolfchat-" in en and "wolfchat-" not in public
+    assert "Roles:" not in public
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_replay_reproduces_state(variant: str) -> None:
+    env = WerewolfEnv(variant, max_reprompts=1)
+    env.reset(seed=9)
+    rng = random.Random(9)
+    garbage = ["", "vote 99", "¯\\_(ツ)_/¯", "<think>x</think>pass"]
+    while not env.done:
+        acts: dict[int, object] = {}
+        for s in env.acting_seats():
+            acts[s] = rng.choice(garbage) if rng.random() < 0.2 else random_bot(env, s, rng)
+        env.step(acts)  # type: ignore[arg-type]
+    again = replay(env.config, 9, env.action_log)
+    assert again.events == env.events
+    assert again.alive == env.alive and again.roles == env.roles and again.winner() == env.winner()
+    assert again.sheriff == env.sheriff and render_transcript(again) == render_transcript(env)
+    # a preset name works too when the config is the preset's
+    assert replay(variant, 9, env.action_log).events == env.events
+
+
+def _teammate_actions(env: WerewolfEnv) -> list[str]:
+    bad = []
+    for e in env.events:
+        real = e.kind in ("wolf_vote", "vote") and min(e.actor, e.target) >= 0
+        if real and env.is_wolf[e.actor] and env.is_wolf[e.target]:
+            bad.append(f"{e.kind} {e.actor}->{e.target}")
+    return bad
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_heuristic_wolves_never_target_teammates(variant: str) -> None:
+    for seed in range(15):
+        env = WerewolfEnv(variant)
+        play(env, heuristic_bot, seed=seed)
+        assert _teammate_actions(env) == []
+
+
+def test_heuristic_seer_reveals_and_witch_saves_early() -> None:
+    env = WerewolfEnv("9p")
+    play(env, heuristic_bot, seed=4)
+    seer = env.roles.index("seer")
+    speeches = [e.text for e in env.events if e.kind in ("speech", "last_words") and e.actor == seer]
+    assert speeches and speeches[0].startswith("I am the seer.")
+    saves = [e for e in env.events if e.kind == "witch_save"]
+    assert saves and saves[0].round == 1
+
+
+def test_heuristic_guard_rotates() -> None:
+    for seed in range(5):
+        env = WerewolfEnv("12p")
+        play(env, heuristic_bot, seed=seed)
+        protects = [e.target for e in env.events if e.kind == "protect"]
+        assert all(a != b or a == -1 for a, b in itertools.pairwise(protects))
+
+
+def test_heuristic_beats_random_as_village() -> None:
+    wins = 0
+    for seed in range(30):
+        env = WerewolfEnv("9p")
+        bots = {s: heuristic_bot for s in range(9)}
+        env.reset(seed=seed)
+        for s in range(9):
+            if env.is_wolf[s]:
+                bots[s] = random_bot
+        play(env, bots, seed=seed)
+        wins += env.winner() == "village"
+    assert wins >= 10
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_presets_end_by_their_win_rule(variant: str) -> None:
+    """At the end of every random game the winner matches the preset's win rule on the alive set."""
+    for seed in range(25):
+        env = WerewolfEnv(variant)
+        play(env, random_bot, seed=seed)
+        alive = [r for r, a in zip(env.roles, env.alive, strict=True) if a]
+        wolves = sum(r in ("werewolf", "wolf_king") for r in alive)
+        if env.winner() == "village":
+            assert wolves == 0
+        elif env.winner() == "wolves":
+            assert wolves > 0
+            if env.config.win_rule == "parity":
+                assert wolves >= len(alive) - wolves
+            else:
+                gods = sum(r in ("seer", "witch", "hunter", "guard") for r in alive)
+                assert "villager" not in alive or gods == 0
+        else:
+            assert env.truncated
+        if variant == "12p":
+            assert any(e.kind == "sheriff" for e in env.events)
+
+
+def test_step_never_renders_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Observation text is lazy: a whole bot game renders nothing until ``.text`` is read."""
+    import wolfpack_games.werewolf.render as render_mod
+
+    def boom(*args: object, **kwargs: object) -> str:
+        raise AssertionError("rendered in the hot path")
+
+    monkeypatch.setattr(render_mod, "render_observation", boom)
+    env = WerewolfEnv("12p")
+    play(env, random_bot, seed=1)
+    assert env.done
