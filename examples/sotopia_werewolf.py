@@ -17,13 +17,13 @@ import argparse
 import asyncio
 from typing import Any
 
-from wolfpack_games.werewolf import WerewolfEnv, render_transcript
 from wolfpack_environment.sotopia_compat import (
     ScriptedSotopiaAgent,
     SotopiaAgent,
     WolfpackSotopiaEnv,
     run_episode,
 )
+from wolfpack_games.werewolf import WerewolfEnv, render_transcript
 
 
 def parse_args() -> argparse.Namespace:

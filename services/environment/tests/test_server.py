@@ -302,8 +302,8 @@ async def test_deadlines_cost_one_heap_entry_per_episode(servicer: EnvironmentSe
     and ``expire`` times out exactly the turns whose deadline passed."""
     import time
 
-    from wolfpack_games import Action
     from wolfpack_environment.sessions import SeatPlan
+    from wolfpack_games import Action
 
     manager = servicer.manager
     ep = manager.create(
@@ -336,9 +336,9 @@ def test_released_episodes_are_freed_without_the_cycle_collector(servicer: Envir
     collector a dead engine per game."""
     import gc
 
+    from wolfpack_environment.sessions import SeatPlan
     from wolfpack_games import Action
     from wolfpack_games.werewolf.engine import WerewolfEnv
-    from wolfpack_environment.sessions import SeatPlan
 
     manager = servicer.manager
     gc.collect()

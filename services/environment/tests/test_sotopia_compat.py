@@ -26,15 +26,15 @@ from sotopia.envs import ParallelSotopiaEnv
 from sotopia.messages import AgentAction, Observation
 from sotopia.server import arun_one_episode
 
-from wolfpack_games import get_game, make_game
-from wolfpack_games.base import Action, GameEnv
-from wolfpack_games.scenarios import verify
 from wolfpack_environment.sotopia_compat import (
     ScriptedSotopiaAgent,
     WolfpackSotopiaEnv,
     agent_action_for,
     run_episode,
 )
+from wolfpack_games import get_game, make_game
+from wolfpack_games.base import Action, GameEnv
+from wolfpack_games.scenarios import verify
 
 WOLF_ROLES = {"werewolf", "wolf_king"}
 

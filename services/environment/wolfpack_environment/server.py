@@ -16,8 +16,8 @@ from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
 from wolfpack.v1 import environment_service_pb2_grpc as pb_grpc
-from wolfpack_games import Action, Event, LegalAction, Observation, list_games
 from wolfpack_environment.sessions import Episode, EpisodeManager, NotFoundError, SeatPlan, SessionError
+from wolfpack_games import Action, Event, LegalAction, Observation, list_games
 
 SERVICE = "environment"
 _CONTROLLERS = {
