@@ -1,0 +1,282 @@
+"""The learner contract: what a batch looks like, what every learner does with it, and the registry.
+
+Why a contract file: the CPU learner (torch + peft, ``cpu.py``) and the GPU learner (verl's FSDP training
+engine, ``verl_*.py``) are written by different people against the same trainer loop. The loop builds a
+``TrainBatch`` (token-exact tensors plus advantages from ``algos.py``) and calls ``update``; how the
+gradient step happens (one process, FSDP on Ray) is the learner's business.
+
+Tensor layout follows verl's ``DataProto`` key names so a GPU learner can wrap a batch without renaming:
+``prompts`` are left-padded to P, ``responses`` right-padded to R, ``input_ids = cat(prompts, responses)``.
+In the multi-turn layout the "response" holds the whole conversation after the first prompt, with
+observation tokens in it masked out by ``response_mask`` (the verl agent-loop recipe).
+
+Change this file only additively: other engineers build on it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+TENSOR_KEYS: tuple[str, ...] = (
+    "prompts",
+    "responses",
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "response_mask",
+    "old_log_probs",
+    "rollout_log_probs",
+    "token_level_rewards",
+    "advantages",
+    "returns",
+    "values",
+    "ref_log_prob",
+    "is_weights",
+)
+"""verl ``DataProto.batch`` key names; ``TrainBatch`` fields of the same name hold the same thing."""
+
+
+@dataclass
+class TrainBatch:
+    """B samples, prompts left-padded to P, responses right-padded to R. Shapes in brackets.
+
+    Always set by ``batch.py``: ``prompts`` [B, P] long, ``responses`` [B, R] long, ``input_ids`` [B, P+R],
+    ``attention_mask`` [B, P+R] (1 on real tokens), ``position_ids`` [B, P+R], ``response_mask`` [B, R]
+    float (1 on tokens the policy sampled and is trained on; 0 on padding and observation tokens),
+    ``rollout_log_probs`` [B, R] (the sampler's logprobs, 0 where masked), ``token_level_rewards`` [B, R]
+    (each turn's reward on its last response token).
+
+    Filled by the loop before ``update``: ``advantages`` [B, R]; ``old_log_probs`` [B, R] (the behaviour
+    policy's logprobs the clipped ratio is taken against: the rollout's, or the learner's recomputation);
+    optional ``returns``/``values`` [B, R] (PPO with a value head), ``ref_log_prob`` [B, R] (KL to a
+    reference) and ``is_weights`` [B, R] (truncated importance weights for off-policy samples).
+
+    Per-sample metadata (length B): ``uids`` (the advantage group of each sample), ``trajectory_ids``,
+    ``policy_ids``, ``roles``, ``policy_versions`` (version that sampled it), ``turn_indices`` (-1 for a
+    whole multi-turn sequence).
+    """
+
+    prompts: torch.Tensor
+    responses: torch.Tensor
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    response_mask: torch.Tensor
+    rollout_log_probs: torch.Tensor
+    token_level_rewards: torch.Tensor
+    uids: list[str]
+    trajectory_ids: list[str]
+    policy_ids: list[str]
+    roles: list[str]
+    policy_versions: list[int]
+    turn_indices: list[int]
+    advantages: torch.Tensor | None = None
+    old_log_probs: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    ref_log_prob: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.responses.shape[0])
+
+    @property
+    def response_length(self) -> int:
+        return int(self.responses.shape[1])
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The tensors that are set, by verl key name (what ``DataProto.from_dict`` takes)."""
+        out: dict[str, torch.Tensor] = {}
+        for key in TENSOR_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    def select(self, rows: list[int] | torch.Tensor) -> TrainBatch:
+        """A sub-batch of the given rows (mini-batches, one policy's samples)."""
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        picked = [int(i) for i in idx.tolist()]
+        updates: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                updates[f.name] = value.index_select(0, idx)
+            elif isinstance(value, list):
+                updates[f.name] = [value[i] for i in picked]
+        return replace(self, **updates)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """How the policy loss is formed (verl ``actor`` config keys, same meaning).
+
+    ``policy_loss``: a name in verl's policy-loss registry ("vanilla" = PPO clip, "gspo", "gpg", ...).
+    ``loss_agg_mode``: "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm".
+    ``kl_coef`` > 0 adds ``kl_type`` KL to the reference policy as a loss term (GRPO style).
+    ``tis_cap`` > 0 multiplies each token's loss by min(pi_old/pi_rollout, cap) (truncated importance
+    sampling, for rollout/learner logprob mismatch); 0 disables it.
+    """
+
+    policy_loss: str = "vanilla"
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    entropy_coeff: float = 0.0
+    kl_coef: float = 0.0
+    kl_type: str = "low_var_kl"
+    value_coef: float = 0.5
+    cliprange_value: float = 0.2
+    tis_cap: float = 0.0
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """Everything a learner needs to build and optimise one policy.
+
+    ``model``: a model spec (``tiny``, ``smollm2``, an HF id or a local checkpoint directory).
+    ``lora_rank`` 0 means full fine-tuning; otherwise a peft LoRA adapter with ``lora_alpha`` on
+    ``lora_target_modules`` (empty: peft's default for the architecture).
+    ``value_head``: add a scalar value head (PPO with GAE).
+    ``ppo_epochs`` passes over each batch, split into ``mini_batch_size`` samples per optimiser step and
+    ``micro_batch_size`` per forward (gradient accumulation).
+    ``extra``: learner-specific keys (e.g. FSDP/Ray settings of the GPU learner), passed through unread.
+    """
+
+    model: str = "tiny"
+    cache_dir: str = ".wolfpack/models"
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_target_modules: tuple[str, ...] = ()
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float = 1.0
+    ppo_epochs: int = 1
+    mini_batch_size: int = 0
+    micro_batch_size: int = 8
+    temperature: float = 1.0
+    value_head: bool = False
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    loss: LossConfig = field(default_factory=LossConfig)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExportedWeights:
+    """What ``PushWeights`` sends: a full/partial state dict, or a LoRA adapter with its peft config.
+
+    ``tensors`` keys are the names inference expects (HF names for full weights, peft keys for adapters).
+    """
+
+    tensors: Mapping[str, torch.Tensor]
+    is_adapter: bool
+    adapter_config_json: str = ""
+
+
+class Learner(abc.ABC):
+    """Optimises one policy. The loop owns advantages and batching; the learner owns the model.
+
+    Implementations are registered with ``@register_learner("name")`` and built with
+    ``get_learner(name)(config)``.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, config: LearnerConfig) -> None:
+        self.config = config
+        self.step = 0
+        """Optimiser updates applied so far (``update`` calls), saved with the checkpoint."""
+
+    @abc.abstractmethod
+    def compute_log_probs(self, batch: TrainBatch) -> torch.Tensor:
+        """Current policy's logprobs of ``batch.responses`` [B, R] at ``config.temperature`` (no grad);
+        0 where ``response_mask`` is 0. Used to recompute old logprobs and for the reference policy."""
+
+    def compute_values(self, batch: TrainBatch) -> torch.Tensor | None:
+        """Value estimates [B, R] (no grad), or None when the learner has no value head."""
+        return None
+
+    def compute_ref_log_probs(self, batch: TrainBatch) -> torch.Tensor | None:
+        """Reference (initial) policy's logprobs [B, R], or None when there is no reference."""
+        return None
+
+    @abc.abstractmethod
+    def update(self, batch: TrainBatch) -> dict[str, float]:
+        """One training pass over ``batch`` (``ppo_epochs`` x mini-batches); increments ``self.step`` by one.
+
+        ``batch.advantages`` and ``batch.old_log_probs`` must be set. Returns scalar metrics under verl's
+        names where they exist: ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/entropy``,
+        ``actor/grad_norm``, ``actor/kl_loss``, ``critic/vf_loss``, ``actor/lr``.
+        """
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly (weights or adapter, optimiser, step, RNG)."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Inverse of ``state_dict``."""
+
+    def save(self, directory: Path) -> Path:
+        """Write a resumable checkpoint into ``directory`` (created); returns it."""
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.save(self.state_dict(), directory / "learner.pt")
+        return directory
+
+    def load(self, directory: Path) -> None:
+        """Resume from a directory written by ``save``."""
+        self.load_state_dict(torch.load(directory / "learner.pt", weights_only=False))
+
+    @abc.abstractmethod
+    def export_weights(self) -> ExportedWeights:
+        """The current policy weights for inference (an adapter when training LoRA)."""
+
+    def save_pretrained(self, directory: Path) -> Path:
+        """A checkpoint inference can load by path (HF or peft directory); default: not supported."""
+        raise NotImplementedError(f"learner {self.name!r} cannot write a pretrained directory")
+
+
+L = TypeVar("L", bound=type[Learner])
+
+LEARNERS: dict[str, type[Learner]] = {}
+
+
+def register_learner(name: str) -> Callable[[L], L]:
+    """Class decorator registering a ``Learner`` subclass under ``name`` (e.g. "cpu", "verl_fsdp")."""
+
+    def deco(cls: L) -> L:
+        if not name or name in LEARNERS:
+            raise ValueError(f"learner name {name!r} is empty or already registered")
+        cls.name = name
+        LEARNERS[name] = cls
+        return cls
+
+    return deco
+
+
+class UnknownLearnerError(KeyError):
+    pass
+
+
+def get_learner(name: str) -> type[Learner]:
+    """The learner class registered as ``name``; a miss lists the valid names.
+
+    Built-in learners register on import of ``wolfpack_trainer.learners``; GPU ones import lazily there so
+    a CPU machine without verl still gets the CPU learner."""
+    from wolfpack_trainer import learners as _  # noqa: F401  # registers the built-ins
+
+    if name not in LEARNERS:
+        raise UnknownLearnerError(f"unknown learner {name!r}; learners: {', '.join(sorted(LEARNERS))}")
+    return LEARNERS[name]
