@@ -97,7 +97,7 @@ async def test_poison_messages_go_to_dead_letter(redis_client: aioredis.Redis, s
     dead = await redis_client.xrange(dead_letter_key(stream_key))
     reasons = [fields[b"reason"].decode() for _id, fields in dead]
     assert "undecodable" in reasons[0]
-    assert "delivered 4 times" in reasons[1]
+    assert "not acknowledged after 3 deliveries" in reasons[1]
     assert Trajectory.FromString(dead[1][1][b"data"]).trajectory_id == "t-crashy"
 
 

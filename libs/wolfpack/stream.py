@@ -1,65 +1,366 @@
-"""Protobuf messages over Redis Streams with consumer groups: at-least-once, idempotent, bounded.
+"""Protobuf messages over Redis Streams with consumer groups: at-least-once, lossless, idempotent, bounded.
 
 Why each piece exists:
-- *Consumer groups + acks*: a trajectory is removed from a consumer's pending list only after the
-  trainer used it, so a crash between read and ack loses nothing.
-- *Reclaim*: entries pending longer than ``claim_idle_ms`` on any consumer (typically one that died)
-  are claimed (``XPENDING … IDLE`` + ``XCLAIM``) by whoever reads next.
-- *Dead letters*: an entry delivered more than ``max_deliveries`` times, or one that does not parse, is
-  copied to ``<stream>:dead`` with the reason and acked, so one poison message cannot stall a learner.
-- *Idempotency*: each message carries its own id (e.g. ``Trajectory.trajectory_id``); acking records it
-  in a per-group set, and an entry whose id is already there (a producer retry, a duplicate append)
-  is acked without being handed out again.
-- *Bounded length*: ``XADD MAXLEN ~`` keeps memory flat when nobody consumes.
+- *Consumer groups + acks*: a trajectory leaves a consumer's pending list only after the trainer used it
+  (``ack`` after its update is committed, or ``ack_in`` the same Redis transaction as the commit), so a
+  crash between read and ack loses nothing.
+- *Trim only what every group acked*: each append trims the stream below the oldest entry some group
+  still needs (its oldest pending entry, else just past its last-delivered one; ``XTRIM MINID``). No
+  group ever loses an entry it has not acked; with no group at all nothing is trimmed.
+- *Backpressure*: what is left is the backlog (entries some group has not acked). Past ``maxlen`` an
+  append waits for consumers, up to ``backpressure_timeout_s``, then raises ``StreamBackpressureError``:
+  memory stays bounded and a lagging trainer slows the producers down instead of losing data.
+- *Idempotent appends*: one Lua script per batch (one round trip) appends each message only if its id
+  (``id_of(message)``, e.g. ``Trajectory.trajectory_id``) was not appended within ``dedup_ttl_s``; so a
+  producer retrying after a lost reply never creates a duplicate. Consumers also skip (and ack) entries
+  whose message id their group already acked (a sorted set per group, trimmed by age).
+- *Retries*: producers and consumers retry ``ConnectionError``/``TimeoutError`` with exponential backoff
+  for ``retry_timeout_s`` (a Redis restart); a consumer whose group vanished recreates it and resumes.
+- *Reclaim on its own cadence*: every ``reclaim_interval_ms`` a consumer lists entries idle longer than
+  ``claim_idle_ms`` on any consumer (typically one that died) with their per-entry delivery counts.
+  Entries delivered once are claimed as a batch; entries delivered twice or more are suspects and are
+  handed out alone, so a message that crashes its consumer takes no neighbour down with it.
+- *Dead letters*: an entry not acked after ``max_deliveries`` deliveries, or one that is malformed (no
+  ``data`` field, or bytes that do not parse), is moved to ``<stream>:dead`` with the reason, atomically
+  with its ack.
 - *Tracing*: the producer's W3C trace context travels in the entry, so the consumer's span joins the
-  episode's trace across the queue.
+  episode's trace across the queue (extracted lazily: a consumer that does not trace pays nothing).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import random
+import time
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import redis.asyncio as aioredis
 from google.protobuf.message import DecodeError, Message
+from opentelemetry import metrics
 from opentelemetry.context import Context
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wolfpack import telemetry
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=Message)
+T = TypeVar("T")
 
 F_DATA = b"data"
 F_ID = b"id"
 F_TRACEPARENT = b"traceparent"
 F_TRACESTATE = b"tracestate"
+DEAD_LETTER_MAXLEN = 100_000
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class StreamError(RuntimeError):
+    """Base class of the stream library's own errors."""
+
+
+class StreamBackpressureError(StreamError):
+    """The backlog stayed at or above the bound for the whole backpressure timeout: consumers lag."""
+
+    def __init__(self, stream: str, backlog: int, bound: int, waited_s: float) -> None:
+        super().__init__(
+            f"stream {stream!r}: backlog {backlog} entries not yet acked by every consumer group is at the "
+            f"bound {bound} after waiting {waited_s:.1f}s; the slowest group must catch up (or be deleted "
+            "with XGROUP DESTROY if it is abandoned)"
+        )
+        self.stream = stream
+        self.backlog = backlog
+        self.bound = bound
+
+
+class StreamUnavailableError(StreamError):
+    """Redis stayed unreachable for the whole retry window."""
 
 
 def dead_letter_key(stream: str) -> str:
     return f"{stream}:dead"
 
 
-def done_key(stream: str, group: str, message_id: str) -> str:
-    return f"{stream}:done:{group}:{message_id}"
+def done_key(stream: str, group: str) -> str:
+    """Sorted set of message ids ``group`` has acked (score: ack time, seconds), for idempotency."""
+    return f"{stream}:done:{group}"
 
 
-@dataclass(slots=True)
+def dedup_key(stream: str, message_id: str) -> str:
+    """Marker of an appended message id (value: its entry id), so a retried append is a no-op."""
+    return f"{stream}:id:{message_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long and how often transient Redis errors (connection lost, server restarting) are retried."""
+
+    timeout_s: float = 30.0
+    initial_backoff_s: float = 0.02
+    max_backoff_s: float = 1.0
+
+
+async def retrying(op: Callable[[], Awaitable[T]], policy: RetryPolicy, what: str) -> T:
+    """Run ``op`` until it succeeds, retrying transient errors with jittered exponential backoff."""
+    deadline = time.monotonic() + policy.timeout_s
+    backoff = policy.initial_backoff_s
+    while True:
+        try:
+            return await op()
+        except TRANSIENT_ERRORS as exc:
+            if time.monotonic() + backoff > deadline:
+                raise StreamUnavailableError(
+                    f"{what}: Redis unreachable for {policy.timeout_s}s: {exc}"
+                ) from exc
+            log.debug("transient redis error, retrying", extra={"op": what, "error": str(exc)})
+            await asyncio.sleep(backoff * (0.5 + random.random() / 2))
+            backoff = min(backoff * 2, policy.max_backoff_s)
+
+
+class _Script:
+    """A Lua script called by EVALSHA (falls back to EVAL once after a restart flushed the script cache)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    async def __call__(self, client: aioredis.Redis, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await client.eval(self.source, len(keys), *keys, *args)
+
+
+# Shared by the scripts: the lowest entry id any group still needs, and trimming below it.
+_TRIM_LUA = """
+local function id_lt(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  if #am ~= #bm then return #am < #bm end
+  if am ~= bm then return am < bm end
+  if #as ~= #bs then return #as < #bs end
+  return as < bs
+end
+local function successor(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if #seq > 15 then return id end
+  return ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+end
+-- Trim entries every group has acked; return the backlog (entries left).
+local function trim(stream)
+  if redis.call('EXISTS', stream) == 0 then return 0 end
+  local groups = redis.call('XINFO', 'GROUPS', stream)
+  if #groups == 0 then return redis.call('XLEN', stream) end
+  local floor = nil
+  for _, g in ipairs(groups) do
+    local name, pending, last
+    for k = 1, #g, 2 do
+      local key = g[k]
+      if key == 'name' then name = g[k + 1]
+      elseif key == 'pending' then pending = g[k + 1]
+      elseif key == 'last-delivered-id' then last = g[k + 1] end
+    end
+    local keep
+    if pending > 0 then keep = redis.call('XPENDING', stream, name)[2] else keep = successor(last) end
+    if floor == nil or id_lt(keep, floor) then floor = keep end
+  end
+  redis.call('XTRIM', stream, 'MINID', floor)
+  return redis.call('XLEN', stream)
+end
+"""
+
+# KEYS: stream, dedup key per message. ARGV: bound (0: none), dedup ttl s, n extra field pairs, the pairs,
+# then data and message id per message. Returns {admitted (0/1), backlog, entry id per message...,
+# duplicates}; nothing is written unless admitted.
+_APPEND = _Script(
+    _TRIM_LUA
+    + """
+local stream = KEYS[1]
+local n = #KEYS - 1
+local bound = tonumber(ARGV[1])
+local ttl = ARGV[2]
+local nextra = tonumber(ARGV[3])
+local base = 3 + 2 * nextra
+local existing = {}
+local fresh = 0
+for i = 1, n do
+  existing[i] = redis.call('GET', KEYS[i + 1])
+  if not existing[i] then fresh = fresh + 1 end
+end
+local backlog = trim(stream)
+if fresh > 0 and bound > 0 and backlog >= bound then return {0, backlog} end
+local out = {1, 0}
+local fields = {}
+for j = 1, 2 * nextra do fields[4 + j] = ARGV[3 + j] end
+fields[1] = 'data'
+fields[3] = 'id'
+local dups = 0
+for i = 1, n do
+  if existing[i] then
+    out[i + 2] = existing[i]
+    dups = dups + 1
+  else
+    fields[2] = ARGV[base + 2 * i - 1]
+    fields[4] = ARGV[base + 2 * i]
+    local id = redis.call('XADD', stream, '*', unpack(fields))
+    redis.call('SET', KEYS[i + 1], id, 'EX', ttl)
+    out[i + 2] = id
+  end
+end
+out[2] = backlog + fresh
+out[n + 3] = dups
+return out
+"""
+)
+
+_BACKLOG = _Script(_TRIM_LUA + "\nreturn trim(KEYS[1])\n")
+
+# KEYS: stream, done set. ARGV: group, consumer, count. New entries for this consumer (non-blocking);
+# those whose message id the group already acked are acked here and left out. Returns {dups, entries}.
+_READ = _Script(
+    """
+local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
+if not r then return {0, {}} end
+local entries = r[1][2]
+if redis.call('EXISTS', KEYS[2]) == 0 then return {0, entries} end
+local out = {}
+local dups = 0
+for _, e in ipairs(entries) do
+  local f = e[2]
+  local mid = nil
+  for k = 1, #f, 2 do
+    if f[k] == 'id' then mid = f[k + 1] break end
+  end
+  if mid and redis.call('ZSCORE', KEYS[2], mid) then
+    redis.call('XACK', KEYS[1], ARGV[1], e[1])
+    dups = dups + 1
+  else
+    out[#out + 1] = e
+  end
+end
+return {dups, out}
+"""
+)
+
+# KEYS: stream, done set. ARGV: group, then (entry id, message id) pairs. Acks the entries whose message
+# id was already acked by the group and returns their entry ids.
+_FILTER_DONE = _Script(
+    """
+local out = {}
+for i = 2, #ARGV, 2 do
+  if redis.call('ZSCORE', KEYS[2], ARGV[i + 1]) then
+    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+    out[#out + 1] = ARGV[i]
+  end
+end
+return out
+"""
+)
+
+# KEYS: stream, dead-letter stream. ARGV: group, consumer, min idle ms, max deliveries, dead maxlen, ids.
+# Claims each id still idle for min idle ms (another consumer may have taken it meanwhile), reads its
+# delivery count, and dead-letters it (atomically with its ack) if that exceeds max deliveries.
+# Returns {dead-lettered, {{id, fields, count}...}}.
+_CLAIM = _Script(
+    """
+local stream, group = KEYS[1], ARGV[1]
+local max = tonumber(ARGV[4])
+local out = {}
+local dead = 0
+for i = 6, #ARGV do
+  local id = ARGV[i]
+  local c = redis.call('XCLAIM', stream, group, ARGV[2], ARGV[3], id)
+  local e = c[1]
+  if e and e[2] then
+    local count = redis.call('XPENDING', stream, group, id, id, 1)[1][4]
+    if count > max then
+      local f = e[2]
+      f[#f + 1] = 'reason'
+      f[#f + 1] = 'not acknowledged after ' .. (count - 1) .. ' deliveries (max_deliveries=' .. max .. ')'
+      f[#f + 1] = 'source_entry'
+      f[#f + 1] = id
+      f[#f + 1] = 'group'
+      f[#f + 1] = group
+      redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[5], '*', unpack(f))
+      redis.call('XACK', stream, group, id)
+      dead = dead + 1
+    else
+      out[#out + 1] = {id, e[2], count}
+    end
+  elseif e == false then
+    redis.call('XACK', stream, group, id)
+  end
+end
+return {dead, out}
+"""
+)
+
+
+_PRODUCERS: weakref.WeakSet[ProtoStreamProducer[Any]] = weakref.WeakSet()
+
+
+def _observe_backlog(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+    for producer in list(_PRODUCERS):
+        yield metrics.Observation(producer.last_backlog, {"stream": producer.stream})
+
+
+_meter = metrics.get_meter("wolfpack.stream")
+_meter.create_observable_gauge(
+    "wolfpack.stream.backlog",
+    callbacks=[_observe_backlog],
+    unit="{entry}",
+    description="Entries not yet acked by every consumer group, as of each producer's last append.",
+)
+
+
 class Delivery(Generic[M]):
     """One entry handed to a consumer. ``context`` is the producer's trace context (use as parent)."""
 
-    entry_id: str
-    message_id: str
-    message: M
-    deliveries: int
-    context: Context
+    __slots__ = ("_carrier", "_context", "deliveries", "entry_id", "message", "message_id")
+
+    def __init__(
+        self,
+        entry_id: str,
+        message_id: str,
+        message: M,
+        deliveries: int,
+        context: Context | None = None,
+        *,
+        carrier: dict[str, str] | None = None,
+    ) -> None:
+        self.entry_id = entry_id
+        self.message_id = message_id
+        self.message = message
+        self.deliveries = deliveries
+        self._context = context
+        self._carrier = carrier
+
+    @property
+    def context(self) -> Context:
+        if self._context is None:
+            self._context = telemetry.extract_carrier(self._carrier or {})
+        return self._context
+
+    def __repr__(self) -> str:
+        return f"Delivery(entry_id={self.entry_id!r}, message_id={self.message_id!r}, deliveries={self.deliveries})"
 
 
 class ProtoStreamProducer(Generic[M]):
-    """Appends protobuf messages, each with its own id and the current trace context."""
+    """Appends protobuf messages, each with its own id and the current trace context.
+
+    ``maxlen`` bounds the backlog (entries some consumer group has not acked): past it, appends wait up
+    to ``backpressure_timeout_s`` for consumers, then raise ``StreamBackpressureError``. A batch is
+    admitted whole while the backlog is under the bound, so it may overshoot by one batch. ``0``: no bound.
+    """
 
     def __init__(
         self,
@@ -67,28 +368,78 @@ class ProtoStreamProducer(Generic[M]):
         stream: str,
         id_of: Callable[[M], str],
         maxlen: int = 100_000,
+        *,
+        backpressure_timeout_s: float = 60.0,
+        dedup_ttl_s: int = 7 * 24 * 3600,
+        retry: RetryPolicy = RetryPolicy(),
     ) -> None:
         self.client = client
         self.stream = stream
         self.id_of = id_of
         self.maxlen = maxlen
+        self.backpressure_timeout_s = backpressure_timeout_s
+        self.dedup_ttl_s = dedup_ttl_s
+        self.retry = retry
+        self.last_backlog = 0
+        self.duplicates = 0
+        self.backpressure_waits = 0
+        _PRODUCERS.add(self)
 
     async def append(self, message: M) -> str:
-        fields: dict[bytes, bytes] = {F_DATA: message.SerializeToString(), F_ID: self.id_of(message).encode()}
-        carrier = telemetry.inject_carrier()
-        if "traceparent" in carrier:
-            fields[F_TRACEPARENT] = carrier["traceparent"].encode()
-        if "tracestate" in carrier:
-            fields[F_TRACESTATE] = carrier["tracestate"].encode()
-        entry_id = await self.client.xadd(self.stream, fields, maxlen=self.maxlen, approximate=True)  # type: ignore[arg-type]
-        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+        return (await self.append_many([message]))[0]
 
     async def append_many(self, messages: Sequence[M]) -> list[str]:
-        return [await self.append(m) for m in messages]
+        """Append in one round trip; returns the entry ids (a message whose id was already appended gets
+        the earlier entry's id and is not appended again)."""
+        if not messages:
+            return []
+        keys: list[str] = [self.stream]
+        args: list[bytes | str | int] = [self.maxlen, self.dedup_ttl_s]
+        carrier = telemetry.inject_carrier()
+        extra = [(k, carrier[k]) for k in ("traceparent", "tracestate") if k in carrier]
+        args.append(len(extra))
+        for k, v in extra:
+            args += (k, v)
+        for m in messages:
+            message_id = self.id_of(m)
+            if not message_id:
+                raise ValueError("id_of(message) returned an empty id; every message needs its own id")
+            keys.append(dedup_key(self.stream, message_id))
+            args += (m.SerializeToString(), message_id)
+        started = time.monotonic()
+        wait = 0.01
+        blocked = False
+        while True:
+            reply = await retrying(
+                lambda: _APPEND(self.client, keys, args), self.retry, f"append to {self.stream}"
+            )
+            self.last_backlog = int(reply[1])
+            if int(reply[0]):
+                self.duplicates += int(reply[-1])
+                return [_s(e) for e in reply[2:-1]]
+            waited = time.monotonic() - started
+            if waited >= self.backpressure_timeout_s:
+                raise StreamBackpressureError(self.stream, self.last_backlog, self.maxlen, waited)
+            if not blocked:
+                blocked = True
+                self.backpressure_waits += 1
+            await asyncio.sleep(min(wait, max(self.backpressure_timeout_s - waited, 0.0)))
+            wait = min(wait * 2, 0.25)
+
+    async def backlog(self) -> int:
+        """Entries not yet acked by every consumer group (after trimming the acked ones)."""
+        self.last_backlog = int(
+            await retrying(lambda: _BACKLOG(self.client, [self.stream], []), self.retry, "backlog")
+        )
+        return self.last_backlog
 
 
 class ProtoStreamConsumer(Generic[M]):
-    """One consumer of a consumer group. Call ``read()`` in a loop and ``ack()`` what you processed."""
+    """One consumer of a consumer group. Call ``read()`` in a loop and ``ack()`` what you processed.
+
+    ``read()`` returns either reclaimed entries (from dead consumers; an entry delivered twice or more
+    comes alone) or new ones, at most ``batch``; it blocks up to ``block_ms`` when there is nothing.
+    """
 
     def __init__(
         self,
@@ -103,6 +454,8 @@ class ProtoStreamConsumer(Generic[M]):
         claim_idle_ms: int = 60_000,
         max_deliveries: int = 5,
         done_ttl_s: int = 7 * 24 * 3600,
+        reclaim_interval_ms: int | None = None,
+        retry: RetryPolicy = RetryPolicy(),
     ) -> None:
         self.client = client
         self.stream = stream
@@ -114,8 +467,18 @@ class ProtoStreamConsumer(Generic[M]):
         self.block_ms = block_ms
         self.claim_idle_ms = claim_idle_ms
         self.max_deliveries = max_deliveries
+        self.reclaim_interval_s = (
+            reclaim_interval_ms if reclaim_interval_ms is not None else min(claim_idle_ms // 2, 10_000)
+        ) / 1000
+        self.retry = retry
         self.dead_lettered = 0
         self.duplicates_skipped = 0
+        self.reclaimed = 0
+        self._next_reclaim = 0.0
+        self._claim_batch: list[str] = []
+        self._claim_alone: deque[str] = deque()
+        self._done = done_key(stream, group)
+        self._dead = dead_letter_key(stream)
 
     async def ensure_group(self) -> None:
         """Create the group (and the stream) if missing; starting from the beginning loses nothing."""
@@ -125,93 +488,199 @@ class ProtoStreamConsumer(Generic[M]):
             if "BUSYGROUP" not in str(exc):
                 raise
 
-    async def read(self) -> list[Delivery[M]]:
-        """Reclaimed idle entries first, then new ones; poison and duplicate entries are filtered out."""
-        out = await self._reclaim()
-        room = self.batch - len(out)
-        if room > 0:
-            resp = await self.client.xreadgroup(
-                self.group,
-                self.consumer,
-                {self.stream: ">"},
-                count=room,
-                block=None if out else self.block_ms,
-            )
-            for _stream, entries in resp or []:
-                out.extend(await self._accept(entries, {}))
-        return out
+    async def _call(self, op: Callable[[], Awaitable[T]], what: str) -> T:
+        """``op`` with transient errors retried and a vanished group (Redis restarted empty) recreated."""
 
-    async def _reclaim(self) -> list[Delivery[M]]:
+        async def attempt() -> T:
+            try:
+                return await op()
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    raise
+                log.warning("consumer group missing; recreating it", extra={"stream": self.stream})
+                await self.ensure_group()
+                return await op()
+
+        return await retrying(attempt, self.retry, f"{what} on {self.stream}")
+
+    async def read(self) -> list[Delivery[M]]:
+        """Reclaimed entries first (on the reclaim cadence), then new ones; malformed entries and
+        entries whose message id this group already acked are filtered out."""
+        if time.monotonic() >= self._next_reclaim:
+            await self._call(self._scan_idle, "reclaim scan")
+        while self._claim_batch or self._claim_alone:
+            if self._claim_batch:
+                ids, self._claim_batch = self._claim_batch, []
+            else:
+                ids = [self._claim_alone.popleft()]
+            claimed = await self._claim(ids)
+            if claimed:
+                return claimed
+        reply = await self._call(
+            lambda: _READ(self.client, [self.stream, self._done], [self.group, self.consumer, self.batch]),
+            "read",
+        )
+        self.duplicates_skipped += int(reply[0])
+        if reply[1]:
+            return await self._accept(reply[1], None)
+        if reply[0]:
+            return []
+        resp = await self._call(
+            lambda: self.client.xreadgroup(
+                self.group, self.consumer, {self.stream: ">"}, count=self.batch, block=self.block_ms
+            ),
+            "blocking read",
+        )
+        entries = [
+            (entry_id, [x for kv in fields.items() for x in kv])
+            for _stream, stream_entries in resp or []
+            for entry_id, fields in stream_entries
+        ]
+        if not entries:
+            return []
+        return await self._accept(await self._drop_done(entries), None)
+
+    async def _drop_done(self, entries: list[tuple[bytes, list[bytes]]]) -> list[tuple[bytes, list[bytes]]]:
+        pairs: list[bytes] = []
+        for entry_id, flat in entries:
+            mid = _field(flat, F_ID)
+            if mid:
+                pairs += (entry_id, mid)
+        if not pairs:
+            return entries
+        dropped = await self._call(
+            lambda: _FILTER_DONE(self.client, [self.stream, self._done], [self.group, *pairs]), "dedup"
+        )
+        if not dropped:
+            return entries
+        self.duplicates_skipped += len(dropped)
+        gone = set(dropped)
+        return [e for e in entries if e[0] not in gone]
+
+    async def _scan_idle(self) -> None:
+        """List entries idle past ``claim_idle_ms`` with their delivery counts; drop old done marks."""
         pending = await self.client.xpending_range(
             self.stream, self.group, min="-", max="+", count=self.batch, idle=self.claim_idle_ms
         )
-        if not pending:
-            return []
-        counts = {_s(p["message_id"]): int(p["times_delivered"]) + 1 for p in pending}
-        claimed = await self.client.xclaim(
-            self.stream, self.group, self.consumer, self.claim_idle_ms, list(counts)
-        )
-        return await self._accept(claimed, counts)
+        batch: list[str] = []
+        alone: deque[str] = deque()
+        for p in pending:
+            count = int(p["times_delivered"])
+            (alone if 2 <= count <= self.max_deliveries else batch).append(_s(p["message_id"]))
+        self._claim_batch, self._claim_alone = batch, alone
+        await self.client.zremrangebyscore(self._done, "-inf", time.time() - self.done_ttl_s)
+        # A full page means more may be idle: scan again on the next read instead of waiting.
+        self._next_reclaim = time.monotonic() + (0 if len(pending) >= self.batch else self.reclaim_interval_s)
+
+    async def _claim(self, ids: list[str]) -> list[Delivery[M]]:
+        args = [self.group, self.consumer, self.claim_idle_ms, self.max_deliveries, DEAD_LETTER_MAXLEN, *ids]
+        reply = await self._call(lambda: _CLAIM(self.client, [self.stream, self._dead], args), "claim")
+        if int(reply[0]):
+            self.dead_lettered += int(reply[0])
+            log.warning(
+                "dead-lettered entries not acked after max deliveries",
+                extra={"stream": self.stream, "count": int(reply[0]), "max_deliveries": self.max_deliveries},
+            )
+        entries = reply[1]
+        self.reclaimed += len(entries)
+        return await self._accept([(e[0], e[1]) for e in entries], [int(e[2]) for e in entries])
 
     async def _accept(
-        self, entries: Sequence[tuple[bytes, Mapping[bytes, bytes]]], counts: Mapping[str, int]
+        self, entries: Sequence[Sequence[Any]], counts: Sequence[int] | None
     ) -> list[Delivery[M]]:
         out: list[Delivery[M]] = []
-        for raw_id, fields in entries:
-            entry_id = _s(raw_id)
-            if not fields:  # trimmed away by MAXLEN while pending: nothing left to process
-                await self.client.xack(self.stream, self.group, entry_id)
+        bad: list[tuple[bytes, list[bytes], str]] = []
+        parse = self.message_type.FromString
+        for i, (raw_id, flat) in enumerate(entries):
+            data = mid = tp = ts = None
+            for k in range(0, len(flat) - 1, 2):
+                key = flat[k]
+                if key == F_DATA:
+                    data = flat[k + 1]
+                elif key == F_ID:
+                    mid = flat[k + 1]
+                elif key == F_TRACEPARENT:
+                    tp = flat[k + 1]
+                elif key == F_TRACESTATE:
+                    ts = flat[k + 1]
+            if data is None:
+                bad.append((raw_id, flat, "malformed entry: no data field"))
                 continue
-            deliveries = counts.get(entry_id, 1)
-            message_id = _s(fields.get(F_ID, b""))
-            if deliveries > self.max_deliveries:
-                await self._dead_letter(entry_id, fields, f"delivered {deliveries} times without ack")
-                continue
-            if message_id and await self.client.exists(done_key(self.stream, self.group, message_id)):
-                self.duplicates_skipped += 1
-                await self.client.xack(self.stream, self.group, entry_id)
-                continue
-            message = self.message_type()
             try:
-                message.ParseFromString(fields.get(F_DATA, b""))
+                message = parse(data)
             except DecodeError as exc:
-                await self._dead_letter(entry_id, fields, f"undecodable {self.message_type.__name__}: {exc}")
+                bad.append((raw_id, flat, f"undecodable {self.message_type.__name__}: {exc}"))
                 continue
-            carrier = {k.decode(): _s(fields[k]) for k in (F_TRACEPARENT, F_TRACESTATE) if k in fields}
+            carrier: dict[str, str] | None = None
+            if tp is not None:
+                carrier = {"traceparent": tp.decode()}
+                if ts is not None:
+                    carrier["tracestate"] = ts.decode()
             out.append(
-                Delivery(entry_id, message_id, message, deliveries, telemetry.extract_carrier(carrier))
+                Delivery(
+                    raw_id.decode(),
+                    mid.decode() if mid else "",
+                    message,
+                    counts[i] if counts else 1,
+                    carrier=carrier or {},
+                )
             )
+        if bad:
+            await self._dead_letter_raw(bad)
         return out
 
-    async def _dead_letter(self, entry_id: str, fields: Mapping[bytes, bytes], reason: str) -> None:
-        log.warning(
-            "dead-lettering stream entry", extra={"stream": self.stream, "entry": entry_id, "reason": reason}
-        )
-        dead = dict(fields)
-        dead[b"reason"] = reason.encode()
-        dead[b"source_entry"] = entry_id.encode()
-        dead[b"group"] = self.group.encode()
+    async def _dead_letter_raw(self, bad: Sequence[tuple[bytes, Sequence[bytes], str]]) -> None:
         pipe = self.client.pipeline(transaction=True)
-        pipe.xadd(dead_letter_key(self.stream), dead, maxlen=100_000, approximate=True)  # type: ignore[arg-type]
-        pipe.xack(self.stream, self.group, entry_id)
-        await pipe.execute()
-        self.dead_lettered += 1
+        for raw_id, flat, reason in bad:
+            log.warning(
+                "dead-lettering stream entry",
+                extra={"stream": self.stream, "entry": _s(raw_id), "reason": reason},
+            )
+            dead = [*flat, b"reason", reason.encode(), b"source_entry", raw_id, b"group", self.group.encode()]
+            pipe.execute_command("XADD", self._dead, "MAXLEN", "~", DEAD_LETTER_MAXLEN, "*", *dead)
+            pipe.xack(self.stream, self.group, raw_id)
+        await self._call(pipe.execute, "dead-letter")
+        self.dead_lettered += len(bad)
+
+    async def dead_letter(self, delivery: Delivery[M], reason: str) -> None:
+        """Move an entry the caller rejects (e.g. fails validation) to the dead-letter stream, acked."""
+        fields = [F_DATA, delivery.message.SerializeToString(), F_ID, delivery.message_id.encode()]
+        await self._dead_letter_raw([(delivery.entry_id.encode(), fields, reason)])
+
+    def ack_in(self, pipe: aioredis.client.Pipeline, deliveries: Sequence[Delivery[M]]) -> None:
+        """Queue the ack of ``deliveries`` on the caller's pipeline (use ``transaction=True``), so a
+        commit written to Redis and the ack succeed or fail together."""
+        if not deliveries:
+            return
+        pipe.xack(self.stream, self.group, *[d.entry_id for d in deliveries])
+        now = time.time()
+        marks = {d.message_id: now for d in deliveries if d.message_id}
+        if marks:
+            pipe.zadd(self._done, marks)  # type: ignore[arg-type]
 
     async def ack(self, deliveries: Sequence[Delivery[M]]) -> int:
-        """Ack processed entries and remember their message ids (atomically) for idempotency."""
+        """Ack processed entries and remember their message ids, in one transaction (one round trip)."""
         if not deliveries:
             return 0
-        pipe = self.client.pipeline(transaction=True)
-        for d in deliveries:
-            if d.message_id:
-                pipe.set(done_key(self.stream, self.group, d.message_id), b"1", ex=self.done_ttl_s)
-        pipe.xack(self.stream, self.group, *[d.entry_id for d in deliveries])
-        results = await pipe.execute()
-        return int(results[-1])
+
+        async def run() -> Any:
+            pipe = self.client.pipeline(transaction=True)
+            self.ack_in(pipe, deliveries)
+            return await pipe.execute()
+
+        results = await self._call(run, "ack")
+        return int(results[0])
 
     async def pending_count(self) -> int:
-        info = await self.client.xpending(self.stream, self.group)
+        info = await self._call(lambda: self.client.xpending(self.stream, self.group), "pending")
         return int(info["pending"])
+
+
+def _field(flat: Sequence[bytes], name: bytes) -> bytes | None:
+    for k in range(0, len(flat) - 1, 2):
+        if flat[k] == name:
+            return flat[k + 1]
+    return None
 
 
 def _s(value: bytes | str) -> str:
