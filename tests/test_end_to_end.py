@@ -108,6 +108,7 @@ async def play_episode(stack: dict[str, Any], seed: int) -> trajectory_pb2.Traje
         return traj
 
 
+@pytest.mark.tracing_sdk
 async def test_a_policy_plays_is_scored_and_crosses_the_stream(stack: dict[str, Any], redis_url: str) -> None:
     exporter = InMemorySpanExporter()
     telemetry.setup_telemetry("tests", exporter=exporter)

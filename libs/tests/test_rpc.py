@@ -99,6 +99,7 @@ async def test_not_serving_is_reported_before_the_drain() -> None:
         await server.stop(0)
 
 
+@pytest.mark.tracing_sdk
 async def test_trace_context_crosses_a_real_grpc_call(spans: InMemorySpanExporter) -> None:
     server = await start(0.0)
     try:

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import uuid
 
+import pytest
 import redis.asyncio as aioredis
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -136,6 +137,7 @@ async def test_ten_thousand_messages_two_consumers_none_lost_none_twice(
     assert await consumer(redis_client, stream_key, "A").pending_count() == 0
 
 
+@pytest.mark.tracing_sdk
 async def test_trace_context_survives_the_stream(
     redis_client: aioredis.Redis, stream_key: str, spans: InMemorySpanExporter
 ) -> None:

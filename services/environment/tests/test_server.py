@@ -153,6 +153,7 @@ async def _last(stream):  # type: ignore[no-untyped-def]
     return last
 
 
+@pytest.mark.tracing_sdk
 async def test_one_trace_per_episode_with_a_span_per_turn(env_client: EnvironmentClient) -> None:
     exporter = InMemorySpanExporter()
     telemetry.setup_telemetry("tests", exporter=exporter)

@@ -265,6 +265,7 @@ async def traced_stub(
     await server.stop(0)
 
 
+@pytest.mark.tracing_sdk
 async def test_one_span_per_request(
     traced_stub: tuple[pb_grpc.InferenceServiceStub, InMemorySpanExporter],
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from wolfpack import telemetry
@@ -10,6 +11,7 @@ from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 from .test_generate import chat  # type: ignore[import-not-found]
 
 
+@pytest.mark.tracing_sdk
 async def test_generate_span(stub: pb_grpc.InferenceServiceStub) -> None:
     exporter = InMemorySpanExporter()
     telemetry.setup_telemetry("inference", exporter=exporter)

@@ -99,6 +99,7 @@ async def test_list_reward_specs(stub: Stub) -> None:
     assert "predict_next" in by_key["werewolf_shaped@1"].description
 
 
+@pytest.mark.tracing_sdk
 async def test_score_span_continues_the_callers_trace(
     stub: Stub, ww: Callable[..., trajectory_pb2.Trajectory]
 ) -> None:
