@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -85,11 +84,9 @@ def test_generator_is_deterministic() -> None:
         assert generate_scenario(family, 9, "hard") == generate_scenario(family, 9, "hard")
 
 
-def test_generator_1000_distinct_valid_solvable_and_fast() -> None:
-    start = time.perf_counter()
+def test_generator_1000_distinct_valid_solvable() -> None:
+    # No wall-clock bound here: generator speed is a bench/ number, not a pass/fail on a shared CPU.
     scenarios = generate_scenarios(1000, seed=1)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 2.0, elapsed
     assert len({s.id for s in scenarios}) == 1000
     assert {s.family for s in scenarios} == set(FAMILIES)
     assert {s.difficulty for s in scenarios} == set(DIFFS)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -70,10 +69,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def endpoint() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = HTTPServer(("127.0.0.1", port), _Handler)
+    server = HTTPServer(("127.0.0.1", 0), _Handler)  # the server binds port 0 itself: no free-port race
+    port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{port}/v1"
