@@ -6,6 +6,15 @@ mock does not. We run a real ``redis-server`` (from PATH, else the binary inside
 wheel) as a child process on a free TCP port, with its data under the run directory, and make sure it
 dies with us: it runs in its own process group, its pid is written to a pid file (a later start reaps an
 orphan left by a SIGKILLed parent), and ``stop()`` is registered with ``atexit``.
+
+Why AOF: the trajectory stream promises that nothing appended is lost, and a Redis restart must not
+break that. The server keeps an append-only file under ``<data_dir>/appendonlydir`` (no RDB snapshots)
+and a restart on the same directory replays it: streams, consumer groups with their pending lists, and
+idempotency keys come back. The fsync policy (``WOLFPACK_REDIS_APPENDFSYNC``) decides what a crash can
+lose: ``everysec`` (default): a killed redis-server loses nothing it acknowledged (writes reach the
+kernel before the reply; only a disk so slow that a background fsync lags past a second can postpone
+them, up to 2 s), a host crash or power loss up to ~1 s; ``always``: nothing acknowledged is lost even
+then, at the price of an fsync per event-loop turn; ``no``: the kernel decides when to flush.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Literal
 
 import redis
 
@@ -70,10 +80,17 @@ def _pid_alive(pid: int) -> bool:
 class EmbeddedRedis:
     """A real Redis server owned by this process. Use as a context manager or call start()/stop()."""
 
-    def __init__(self, data_dir: Path, binary: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        binary: str | None = None,
+        port: int | None = None,
+        appendfsync: Literal["always", "everysec", "no"] = "everysec",
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.binary = find_redis_server(binary)
         self.port = port or free_port()
+        self.appendfsync = appendfsync
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -106,7 +123,8 @@ class EmbeddedRedis:
             "--bind", "127.0.0.1",
             "--dir", str(self.data_dir.resolve()),
             "--save", "",
-            "--appendonly", "no",
+            "--appendonly", "yes",
+            "--appendfsync", self.appendfsync,
             "--daemonize", "no",
             "--protected-mode", "yes",
             "--logfile", str((self.data_dir / "redis.log").resolve()),
@@ -149,6 +167,14 @@ class EmbeddedRedis:
                 proc.wait()
         self.pid_file.unlink(missing_ok=True)
 
+    def kill(self) -> None:
+        """SIGKILL the server (a crash, for tests): no shutdown save, the AOF is all that survives."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self.pid_file.unlink(missing_ok=True)
+
     def __enter__(self) -> EmbeddedRedis:
         return self.start()
 
@@ -160,5 +186,7 @@ def redis_url_or_embedded(settings: Settings) -> tuple[str, EmbeddedRedis | None
     """The configured ``WOLFPACK_REDIS_URL``, or a freshly started embedded server (caller stops it)."""
     if settings.redis_url:
         return settings.redis_url, None
-    server = EmbeddedRedis(settings.run_dir / "redis", binary=settings.redis_server_bin).start()
+    server = EmbeddedRedis(
+        settings.run_dir / "redis", binary=settings.redis_server_bin, appendfsync=settings.redis_appendfsync
+    ).start()
     return server.url, server

