@@ -27,12 +27,21 @@ def proto_files() -> list[Path]:
     return sorted((PROTO_ROOT / PACKAGE).glob("*.proto"))
 
 
+def include_paths() -> list[Path]:
+    """Import roots besides ``proto/``: protobuf's well-known types (shipped with grpcio-tools) and the
+    googleapis protos (``google/rpc/status.proto``, shipped with googleapis-common-protos, whose Python
+    modules the generated code imports at run time)."""
+    import google.rpc.status_pb2
+    import grpc_tools
+
+    googleapis = Path(google.rpc.status_pb2.__file__).resolve().parent.parent.parent
+    return [Path(grpc_tools.__file__).parent / "_proto", googleapis]
+
+
 def generate(out: Path) -> list[Path]:
     """Run protoc (from grpcio-tools) and return the generated files, relative to ``out``."""
-    import grpc_tools
     from grpc_tools import protoc
 
-    include = Path(grpc_tools.__file__).parent / "_proto"
     # protoc finds the mypy-protobuf plugins on PATH; they live next to this interpreter.
     bindir = str(Path(sys.executable).parent)
     os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
@@ -40,7 +49,7 @@ def generate(out: Path) -> list[Path]:
         args = [
             "protoc",
             f"-I{PROTO_ROOT}",
-            f"-I{include}",
+            *[f"-I{p}" for p in include_paths()],
             f"--python_out={tmp}",
             f"--grpc_python_out={tmp}",
             f"--mypy_out={tmp}",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import filecmp
+import importlib.util
 import re
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
-import grpc_tools
 import pytest
 from google.protobuf import descriptor_pb2
 from grpc_tools import protoc
@@ -19,8 +20,15 @@ SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
 UPPER_SNAKE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
+def _load_generate() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("generate", ROOT / "proto" / "generate.py")
+    assert spec and spec.loader
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen
+
+
 def _descriptors() -> descriptor_pb2.FileDescriptorSet:
-    include = Path(grpc_tools.__file__).parent / "_proto"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "set.pb"
         files = [str(p) for p in sorted(PROTO_DIR.glob("*.proto"))]
@@ -28,7 +36,7 @@ def _descriptors() -> descriptor_pb2.FileDescriptorSet:
             [
                 "protoc",
                 f"-I{ROOT / 'proto'}",
-                f"-I{include}",
+                *[f"-I{p}" for p in _load_generate().include_paths()],
                 "--include_source_info",
                 f"--descriptor_set_out={out}",
                 *files,
@@ -133,13 +141,7 @@ def test_trajectory_carries_what_the_trainer_needs() -> None:
 
 @pytest.mark.slow
 def test_generated_code_is_not_stale(tmp_path: Path) -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("generate", ROOT / "proto" / "generate.py")
-    assert spec and spec.loader
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
-    gen.generate(tmp_path)
+    _load_generate().generate(tmp_path)
     fresh, committed = tmp_path / "wolfpack" / "v1", ROOT / "libs" / "wolfpack" / "v1"
     names = sorted(p.name for p in fresh.iterdir())
     assert names == sorted(p.name for p in committed.iterdir() if p.name != "__pycache__")

@@ -9,6 +9,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.rpc import status_pb2 as _status_pb2
 from wolfpack.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -165,6 +166,7 @@ class CreateEpisodeRequest(_message.Message):
     OPTIONS_FIELD_NUMBER: _builtins.int
     SCENARIO_ID_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TRACE_FIELD_NUMBER: _builtins.int
     seed: _builtins.int
     """RNG seed; same seed and same actions give the same episode."""
     default_bot: _builtins.str
@@ -189,6 +191,13 @@ class CreateEpisodeRequest(_message.Message):
     def options(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Game-specific option overrides (YAML/JSON values as strings)."""
 
+    @_builtins.property
+    def trace(self) -> _common_pb2.TraceContext:
+        """Trace context of the caller's span for this episode (rollout's episode span). When set, the
+        episode's span is its child, so one episode is one trace even when many episodes are created over
+        one PlaySeats stream; when unset, the call's own context (gRPC metadata) is the parent.
+        """
+
     def __init__(
         self,
         *,
@@ -201,10 +210,11 @@ class CreateEpisodeRequest(_message.Message):
         options: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         scenario_id: _builtins.str = ...,
         request_id: _builtins.str = ...,
+        trace: _common_pb2.TraceContext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["game", b"game"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["game", b"game", "trace", b"trace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_bot", b"default_bot", "game", b"game", "language", b"language", "options", b"options", "request_id", b"request_id", "scenario_id", b"scenario_id", "seats", b"seats", "seed", b"seed", "turn_timeout_s", b"turn_timeout_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_bot", b"default_bot", "game", b"game", "language", b"language", "options", b"options", "request_id", b"request_id", "scenario_id", b"scenario_id", "seats", b"seats", "seed", b"seed", "trace", b"trace", "turn_timeout_s", b"turn_timeout_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -865,7 +875,7 @@ class SeatActResult(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     DEFAULTED_FIELD_NUMBER: _builtins.int
     DUPLICATE_FIELD_NUMBER: _builtins.int
-    CODE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
     episode_id: _builtins.str
     """Episode id."""
     seat: _builtins.int
@@ -875,13 +885,17 @@ class SeatActResult(_message.Message):
     accepted: _builtins.bool
     """Whether the action was legal and applied."""
     reason: _builtins.str
-    """Why it was rejected, or the error for a bad request (then code is set)."""
+    """Why the game rejected the action (the seat is re-prompted); empty when accepted or on an error."""
     defaulted: _builtins.bool
     """True when a default action was applied."""
     duplicate: _builtins.bool
     """True when the turn had already been answered."""
-    code: _builtins.str
-    """gRPC status code name for a request error (e.g. "FAILED_PRECONDITION"); empty otherwise."""
+    @_builtins.property
+    def error(self) -> _status_pb2.Status:
+        """Set when the act itself was a bad request (unknown episode, foreign token, stale turn): the status
+        Act would fail with (code NOT_FOUND, PERMISSION_DENIED, FAILED_PRECONDITION, ...). Unset otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -892,11 +906,11 @@ class SeatActResult(_message.Message):
         reason: _builtins.str = ...,
         defaulted: _builtins.bool = ...,
         duplicate: _builtins.bool = ...,
-        code: _builtins.str = ...,
+        error: _status_pb2.Status | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "code", b"code", "defaulted", b"defaulted", "duplicate", b"duplicate", "episode_id", b"episode_id", "reason", b"reason", "seat", b"seat", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "defaulted", b"defaulted", "duplicate", b"duplicate", "episode_id", b"episode_id", "error", b"error", "reason", b"reason", "seat", b"seat", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -966,29 +980,27 @@ class CreatedEpisode(_message.Message):
 
     EPISODE_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
-    CODE_FIELD_NUMBER: _builtins.int
-    REASON_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Echo of the create request's request_id, for matching."""
-    code: _builtins.str
-    """gRPC status code name when creation failed (e.g. "INVALID_ARGUMENT"); empty otherwise."""
-    reason: _builtins.str
-    """Why creation failed; empty otherwise."""
     @_builtins.property
     def episode(self) -> Global___CreateEpisodeResponse:
         """The created episode (tokens included); unset when creation failed."""
+
+    @_builtins.property
+    def error(self) -> _status_pb2.Status:
+        """Why creation failed: the status CreateEpisode would fail with. Unset when it succeeded."""
 
     def __init__(
         self,
         *,
         episode: Global___CreateEpisodeResponse | None = ...,
         request_id: _builtins.str = ...,
-        code: _builtins.str = ...,
-        reason: _builtins.str = ...,
+        error: _status_pb2.Status | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode", "error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "episode", b"episode", "reason", b"reason", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode", "error", b"error", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

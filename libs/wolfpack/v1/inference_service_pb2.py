@@ -22,54 +22,53 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 from wolfpack.v1 import common_pb2 as wolfpack_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#wolfpack/v1/inference_service.proto\x12\x0bwolfpack.v1\x1a\x18wolfpack/v1/common.proto\" \n\x0bTokenPrompt\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\"v\n\nChatPrompt\x12*\n\x08messages\x18\x01 \x03(\x0b\x32\x18.wolfpack.v1.ChatMessage\x12\"\n\x15\x61\x64\x64_generation_prompt\x18\x02 \x01(\x08H\x00\x88\x01\x01\x42\x18\n\x16_add_generation_prompt\"\xc6\x01\n\x0fGenerateRequest\x12\x11\n\tpolicy_id\x18\x01 \x01(\t\x12\'\n\x04\x63hat\x18\x02 \x01(\x0b\x32\x17.wolfpack.v1.ChatPromptH\x00\x12*\n\x06tokens\x18\x03 \x01(\x0b\x32\x18.wolfpack.v1.TokenPromptH\x00\x12-\n\x08sampling\x18\x04 \x01(\x0b\x32\x1b.wolfpack.v1.SamplingParams\x12\x12\n\nrequest_id\x18\x05 \x01(\tB\x08\n\x06prompt\"q\n\nCompletion\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x10\n\x08logprobs\x18\x02 \x03(\x02\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x30\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x19.wolfpack.v1.FinishReason\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\"\xc0\x01\n\x10GenerateResponse\x12\x18\n\x10prompt_token_ids\x18\x01 \x03(\x05\x12,\n\x0b\x63ompletions\x18\x02 \x03(\x0b\x32\x17.wolfpack.v1.Completion\x12!\n\x05usage\x18\x03 \x01(\x0b\x32\x12.wolfpack.v1.Usage\x12&\n\x06policy\x18\x04 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x19\n\x11prompt_compressed\x18\x05 \x01(\x08\"F\n\x15GenerateStreamRequest\x12-\n\x07request\x18\x01 \x01(\x0b\x32\x1c.wolfpack.v1.GenerateRequest\"\xbf\x01\n\x16GenerateStreamResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x10\n\x08logprobs\x18\x02 \x03(\x02\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x30\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x19.wolfpack.v1.FinishReason\x12\x18\n\x10prompt_token_ids\x18\x05 \x03(\x05\x12&\n\x06policy\x18\x06 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\"F\n\x14GenerateBatchRequest\x12.\n\x08requests\x18\x01 \x03(\x0b\x32\x1c.wolfpack.v1.GenerateRequest\"3\n\x12GenerateBatchError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x94\x01\n\x13GenerateBatchResult\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x31\n\x08response\x18\x02 \x01(\x0b\x32\x1d.wolfpack.v1.GenerateResponseH\x00\x12\x30\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1f.wolfpack.v1.GenerateBatchErrorH\x00\x42\t\n\x07outcome\"J\n\x15GenerateBatchResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .wolfpack.v1.GenerateBatchResult\"\x15\n\x13ListPoliciesRequest\"\x82\x01\n\nPolicyInfo\x12&\n\x06policy\x18\x01 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x12\n\nbase_model\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x61pter\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontext_budget\x18\x05 \x01(\x05\"A\n\x14ListPoliciesResponse\x12)\n\x08policies\x18\x01 \x03(\x0b\x32\x17.wolfpack.v1.PolicyInfo\"a\n\x11LoadPolicyRequest\x12\x11\n\tpolicy_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x12\n\nmodel_path\x18\x03 \x01(\t\x12\x14\n\x0c\x61\x64\x61pter_path\x18\x04 \x01(\t\"=\n\x12LoadPolicyResponse\x12\'\n\x06policy\x18\x01 \x01(\x0b\x32\x17.wolfpack.v1.PolicyInfo\"\xb3\x01\n\x12PushWeightsRequest\x12\x11\n\tpolicy_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\r\n\x05shape\x18\x05 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\x0e\n\x06offset\x18\x07 \x01(\x03\x12\x12\n\nis_adapter\x18\x08 \x01(\x08\x12\x1b\n\x13\x61\x64\x61pter_config_json\x18\t \x01(\t\"O\n\x13PushWeightsResponse\x12\'\n\x06policy\x18\x01 \x01(\x0b\x32\x17.wolfpack.v1.PolicyInfo\x12\x0f\n\x07tensors\x18\x02 \x01(\x05\x32\x8a\x04\n\x10InferenceService\x12G\n\x08Generate\x12\x1c.wolfpack.v1.GenerateRequest\x1a\x1d.wolfpack.v1.GenerateResponse\x12[\n\x0eGenerateStream\x12\".wolfpack.v1.GenerateStreamRequest\x1a#.wolfpack.v1.GenerateStreamResponse0\x01\x12X\n\rGenerateBatch\x12!.wolfpack.v1.GenerateBatchRequest\x1a\".wolfpack.v1.GenerateBatchResponse0\x01\x12S\n\x0cListPolicies\x12 .wolfpack.v1.ListPoliciesRequest\x1a!.wolfpack.v1.ListPoliciesResponse\x12M\n\nLoadPolicy\x12\x1e.wolfpack.v1.LoadPolicyRequest\x1a\x1f.wolfpack.v1.LoadPolicyResponse\x12R\n\x0bPushWeights\x12\x1f.wolfpack.v1.PushWeightsRequest\x1a .wolfpack.v1.PushWeightsResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#wolfpack/v1/inference_service.proto\x12\x0bwolfpack.v1\x1a\x17google/rpc/status.proto\x1a\x18wolfpack/v1/common.proto\" \n\x0bTokenPrompt\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\"v\n\nChatPrompt\x12*\n\x08messages\x18\x01 \x03(\x0b\x32\x18.wolfpack.v1.ChatMessage\x12\"\n\x15\x61\x64\x64_generation_prompt\x18\x02 \x01(\x08H\x00\x88\x01\x01\x42\x18\n\x16_add_generation_prompt\"\xf0\x01\n\x0fGenerateRequest\x12\x11\n\tpolicy_id\x18\x01 \x01(\t\x12\'\n\x04\x63hat\x18\x02 \x01(\x0b\x32\x17.wolfpack.v1.ChatPromptH\x00\x12*\n\x06tokens\x18\x03 \x01(\x0b\x32\x18.wolfpack.v1.TokenPromptH\x00\x12-\n\x08sampling\x18\x04 \x01(\x0b\x32\x1b.wolfpack.v1.SamplingParams\x12\x12\n\nrequest_id\x18\x05 \x01(\t\x12(\n\x05trace\x18\x06 \x01(\x0b\x32\x19.wolfpack.v1.TraceContextB\x08\n\x06prompt\"q\n\nCompletion\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x10\n\x08logprobs\x18\x02 \x03(\x02\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x30\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x19.wolfpack.v1.FinishReason\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\"\xc0\x01\n\x10GenerateResponse\x12\x18\n\x10prompt_token_ids\x18\x01 \x03(\x05\x12,\n\x0b\x63ompletions\x18\x02 \x03(\x0b\x32\x17.wolfpack.v1.Completion\x12!\n\x05usage\x18\x03 \x01(\x0b\x32\x12.wolfpack.v1.Usage\x12&\n\x06policy\x18\x04 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x19\n\x11prompt_compressed\x18\x05 \x01(\x08\"F\n\x15GenerateStreamRequest\x12-\n\x07request\x18\x01 \x01(\x0b\x32\x1c.wolfpack.v1.GenerateRequest\"\xbf\x01\n\x16GenerateStreamResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x10\n\x08logprobs\x18\x02 \x03(\x02\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x30\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x19.wolfpack.v1.FinishReason\x12\x18\n\x10prompt_token_ids\x18\x05 \x03(\x05\x12&\n\x06policy\x18\x06 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\"F\n\x14GenerateBatchRequest\x12.\n\x08requests\x18\x01 \x03(\x0b\x32\x1c.wolfpack.v1.GenerateRequest\"\x8d\x01\n\x13GenerateBatchResult\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x31\n\x08response\x18\x02 \x01(\x0b\x32\x1d.wolfpack.v1.GenerateResponseH\x00\x12#\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcomeJ\x04\x08\x03\x10\x04\"J\n\x15GenerateBatchResponse\x12\x31\n\x07results\x18\x01 \x03(\x0b\x32 .wolfpack.v1.GenerateBatchResult\"\x15\n\x13ListPoliciesRequest\"\x82\x01\n\nPolicyInfo\x12&\n\x06policy\x18\x01 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x12\n\nbase_model\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x61pter\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x16\n\x0e\x63ontext_budget\x18\x05 \x01(\x05\"A\n\x14ListPoliciesResponse\x12)\n\x08policies\x18\x01 \x03(\x0b\x32\x17.wolfpack.v1.PolicyInfo\"a\n\x11LoadPolicyRequest\x12\x11\n\tpolicy_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x12\n\nmodel_path\x18\x03 \x01(\t\x12\x14\n\x0c\x61\x64\x61pter_path\x18\x04 \x01(\t\"=\n\x12LoadPolicyResponse\x12\'\n\x06policy\x18\x01 \x01(\x0b\x32\x17.wolfpack.v1.PolicyInfo\"\xb3\x01\n\x12PushWeightsRequest\x12\x11\n\tpolicy_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\r\n\x05shape\x18\x05 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\x0e\n\x06offset\x18\x07 \x01(\x03\x12\x12\n\nis_adapter\x18\x08 \x01(\x08\x12\x1b\n\x13\x61\x64\x61pter_config_json\x18\t \x01(\t\"O\n\x13PushWeightsResponse\x12\'\n\x06policy\x18\x01 \x01(\x0b\x32\x17.wolfpack.v1.PolicyInfo\x12\x0f\n\x07tensors\x18\x02 \x01(\x05\x32\x8a\x04\n\x10InferenceService\x12G\n\x08Generate\x12\x1c.wolfpack.v1.GenerateRequest\x1a\x1d.wolfpack.v1.GenerateResponse\x12[\n\x0eGenerateStream\x12\".wolfpack.v1.GenerateStreamRequest\x1a#.wolfpack.v1.GenerateStreamResponse0\x01\x12X\n\rGenerateBatch\x12!.wolfpack.v1.GenerateBatchRequest\x1a\".wolfpack.v1.GenerateBatchResponse0\x01\x12S\n\x0cListPolicies\x12 .wolfpack.v1.ListPoliciesRequest\x1a!.wolfpack.v1.ListPoliciesResponse\x12M\n\nLoadPolicy\x12\x1e.wolfpack.v1.LoadPolicyRequest\x1a\x1f.wolfpack.v1.LoadPolicyResponse\x12R\n\x0bPushWeights\x12\x1f.wolfpack.v1.PushWeightsRequest\x1a .wolfpack.v1.PushWeightsResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'wolfpack.v1.inference_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TOKENPROMPT']._serialized_start=78
-  _globals['_TOKENPROMPT']._serialized_end=110
-  _globals['_CHATPROMPT']._serialized_start=112
-  _globals['_CHATPROMPT']._serialized_end=230
-  _globals['_GENERATEREQUEST']._serialized_start=233
-  _globals['_GENERATEREQUEST']._serialized_end=431
-  _globals['_COMPLETION']._serialized_start=433
-  _globals['_COMPLETION']._serialized_end=546
-  _globals['_USAGE']._serialized_start=548
-  _globals['_USAGE']._serialized_end=605
-  _globals['_GENERATERESPONSE']._serialized_start=608
-  _globals['_GENERATERESPONSE']._serialized_end=800
-  _globals['_GENERATESTREAMREQUEST']._serialized_start=802
-  _globals['_GENERATESTREAMREQUEST']._serialized_end=872
-  _globals['_GENERATESTREAMRESPONSE']._serialized_start=875
-  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1066
-  _globals['_GENERATEBATCHREQUEST']._serialized_start=1068
-  _globals['_GENERATEBATCHREQUEST']._serialized_end=1138
-  _globals['_GENERATEBATCHERROR']._serialized_start=1140
-  _globals['_GENERATEBATCHERROR']._serialized_end=1191
-  _globals['_GENERATEBATCHRESULT']._serialized_start=1194
-  _globals['_GENERATEBATCHRESULT']._serialized_end=1342
-  _globals['_GENERATEBATCHRESPONSE']._serialized_start=1344
-  _globals['_GENERATEBATCHRESPONSE']._serialized_end=1418
-  _globals['_LISTPOLICIESREQUEST']._serialized_start=1420
-  _globals['_LISTPOLICIESREQUEST']._serialized_end=1441
-  _globals['_POLICYINFO']._serialized_start=1444
-  _globals['_POLICYINFO']._serialized_end=1574
-  _globals['_LISTPOLICIESRESPONSE']._serialized_start=1576
-  _globals['_LISTPOLICIESRESPONSE']._serialized_end=1641
-  _globals['_LOADPOLICYREQUEST']._serialized_start=1643
-  _globals['_LOADPOLICYREQUEST']._serialized_end=1740
-  _globals['_LOADPOLICYRESPONSE']._serialized_start=1742
-  _globals['_LOADPOLICYRESPONSE']._serialized_end=1803
-  _globals['_PUSHWEIGHTSREQUEST']._serialized_start=1806
-  _globals['_PUSHWEIGHTSREQUEST']._serialized_end=1985
-  _globals['_PUSHWEIGHTSRESPONSE']._serialized_start=1987
-  _globals['_PUSHWEIGHTSRESPONSE']._serialized_end=2066
-  _globals['_INFERENCESERVICE']._serialized_start=2069
-  _globals['_INFERENCESERVICE']._serialized_end=2591
+  _globals['_TOKENPROMPT']._serialized_start=103
+  _globals['_TOKENPROMPT']._serialized_end=135
+  _globals['_CHATPROMPT']._serialized_start=137
+  _globals['_CHATPROMPT']._serialized_end=255
+  _globals['_GENERATEREQUEST']._serialized_start=258
+  _globals['_GENERATEREQUEST']._serialized_end=498
+  _globals['_COMPLETION']._serialized_start=500
+  _globals['_COMPLETION']._serialized_end=613
+  _globals['_USAGE']._serialized_start=615
+  _globals['_USAGE']._serialized_end=672
+  _globals['_GENERATERESPONSE']._serialized_start=675
+  _globals['_GENERATERESPONSE']._serialized_end=867
+  _globals['_GENERATESTREAMREQUEST']._serialized_start=869
+  _globals['_GENERATESTREAMREQUEST']._serialized_end=939
+  _globals['_GENERATESTREAMRESPONSE']._serialized_start=942
+  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1133
+  _globals['_GENERATEBATCHREQUEST']._serialized_start=1135
+  _globals['_GENERATEBATCHREQUEST']._serialized_end=1205
+  _globals['_GENERATEBATCHRESULT']._serialized_start=1208
+  _globals['_GENERATEBATCHRESULT']._serialized_end=1349
+  _globals['_GENERATEBATCHRESPONSE']._serialized_start=1351
+  _globals['_GENERATEBATCHRESPONSE']._serialized_end=1425
+  _globals['_LISTPOLICIESREQUEST']._serialized_start=1427
+  _globals['_LISTPOLICIESREQUEST']._serialized_end=1448
+  _globals['_POLICYINFO']._serialized_start=1451
+  _globals['_POLICYINFO']._serialized_end=1581
+  _globals['_LISTPOLICIESRESPONSE']._serialized_start=1583
+  _globals['_LISTPOLICIESRESPONSE']._serialized_end=1648
+  _globals['_LOADPOLICYREQUEST']._serialized_start=1650
+  _globals['_LOADPOLICYREQUEST']._serialized_end=1747
+  _globals['_LOADPOLICYRESPONSE']._serialized_start=1749
+  _globals['_LOADPOLICYRESPONSE']._serialized_end=1810
+  _globals['_PUSHWEIGHTSREQUEST']._serialized_start=1813
+  _globals['_PUSHWEIGHTSREQUEST']._serialized_end=1992
+  _globals['_PUSHWEIGHTSRESPONSE']._serialized_start=1994
+  _globals['_PUSHWEIGHTSRESPONSE']._serialized_end=2073
+  _globals['_INFERENCESERVICE']._serialized_start=2076
+  _globals['_INFERENCESERVICE']._serialized_end=2598
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.rpc import status_pb2 as _status_pb2
 from wolfpack.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -86,6 +87,7 @@ class GenerateRequest(_message.Message):
     TOKENS_FIELD_NUMBER: _builtins.int
     SAMPLING_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    TRACE_FIELD_NUMBER: _builtins.int
     policy_id: _builtins.str
     """Policy to use. Required."""
     request_id: _builtins.str
@@ -102,6 +104,13 @@ class GenerateRequest(_message.Message):
     def sampling(self) -> _common_pb2.SamplingParams:
         """Sampling controls. Required."""
 
+    @_builtins.property
+    def trace(self) -> _common_pb2.TraceContext:
+        """Trace context of the caller's span for this request (rollout's turn span). When set, the server's
+        generate span is its child; when unset, the call's own context (gRPC metadata) is the parent. Lets the
+        items of one GenerateBatch each join their own episode's trace.
+        """
+
     def __init__(
         self,
         *,
@@ -110,10 +119,11 @@ class GenerateRequest(_message.Message):
         tokens: Global___TokenPrompt | None = ...,
         sampling: _common_pb2.SamplingParams | None = ...,
         request_id: _builtins.str = ...,
+        trace: _common_pb2.TraceContext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "prompt", b"prompt", "sampling", b"sampling", "tokens", b"tokens"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "prompt", b"prompt", "sampling", b"sampling", "tokens", b"tokens", "trace", b"trace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "policy_id", b"policy_id", "prompt", b"prompt", "request_id", b"request_id", "sampling", b"sampling", "tokens", b"tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chat", b"chat", "policy_id", b"policy_id", "prompt", b"prompt", "request_id", b"request_id", "sampling", b"sampling", "tokens", b"tokens", "trace", b"trace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_prompt: _TypeAlias = _typing.Literal["chat", "tokens"]  # noqa: Y015
     _WhichOneofArgType_prompt: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
@@ -332,32 +342,6 @@ class GenerateBatchRequest(_message.Message):
 Global___GenerateBatchRequest: _TypeAlias = GenerateBatchRequest  # noqa: Y015
 
 @_typing.final
-class GenerateBatchError(_message.Message):
-    """Why one request of a batch failed; the batch's other requests are unaffected."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    CODE_FIELD_NUMBER: _builtins.int
-    MESSAGE_FIELD_NUMBER: _builtins.int
-    code: _builtins.str
-    """Name of the gRPC status code Generate would fail this request with, e.g. "NOT_FOUND"."""
-    message: _builtins.str
-    """What went wrong and what to fix."""
-    def __init__(
-        self,
-        *,
-        code: _builtins.str = ...,
-        message: _builtins.str = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___GenerateBatchError: _TypeAlias = GenerateBatchError  # noqa: Y015
-
-@_typing.final
 class GenerateBatchResult(_message.Message):
     """The outcome of one request of a batch."""
 
@@ -373,15 +357,17 @@ class GenerateBatchResult(_message.Message):
         """The completions, exactly as Generate returns them (policy.version is the version that produced them)."""
 
     @_builtins.property
-    def error(self) -> Global___GenerateBatchError:
-        """Why this request failed."""
+    def error(self) -> _status_pb2.Status:
+        """Why this request failed: the status Generate would fail it with (code and message). The batch's
+        other requests are unaffected.
+        """
 
     def __init__(
         self,
         *,
         index: _builtins.int = ...,
         response: Global___GenerateResponse | None = ...,
-        error: Global___GenerateBatchError | None = ...,
+        error: _status_pb2.Status | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "outcome", b"outcome", "response", b"response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...

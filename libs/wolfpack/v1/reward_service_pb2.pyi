@@ -31,7 +31,10 @@ class ScoreRequest(_message.Message):
     """Reward spec as "name" or "name@version"; empty selects the game's default."""
     @_builtins.property
     def trajectory(self) -> _trajectory_pb2.Trajectory:
-        """Trajectory to score. Required."""
+        """Trajectory to score. Required. Its `trace` (the episode's root span) parents the server's score span,
+        so scoring joins the episode's trace whichever call or worker sends it; when unset, the call's own
+        context (gRPC metadata) is the parent.
+        """
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from wolfpack import telemetry
+from wolfpack.errors import code_of as code_of_status
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
 from wolfpack_environment.client import EnvironmentClient, episode_request
@@ -363,3 +364,22 @@ def test_released_episodes_are_freed_without_the_cycle_collector(servicer: Envir
         gc.set_debug(0)
         gc.garbage.clear()
     assert engines == []
+
+
+async def test_play_seats_reports_item_errors_as_google_rpc_status(env_client: EnvironmentClient) -> None:
+    """A bad create and an act with a foreign token fail only their own items, each with a code and a
+    message (google.rpc.Status), while the stream goes on."""
+    ep = await env_client.create_episode("werewolf_v1", "6p", seed=1, external_seats=(0,))
+    call = env_client.stub.PlaySeats(timeout=30)
+    bad = pb.PlaySeatsRequest()
+    bad.create.add(request_id="bad", game=common_pb2.GameRef(game_id="werewolf_v1", variant="7p"))
+    bad.acts.add(episode_id=ep.episode_id, token="not-a-token", turn_id=1, raw_text="vote 1")
+    await call.write(bad)
+    reply = await call.read()
+    await call.done_writing()
+    assert [c.request_id for c in reply.created] == ["bad"] and not reply.created[0].HasField("episode")
+    assert code_of_status(reply.created[0].error) == grpc.StatusCode.INVALID_ARGUMENT
+    assert "7p" in reply.created[0].error.message
+    [result] = reply.results
+    assert code_of_status(result.error) == grpc.StatusCode.PERMISSION_DENIED and result.error.message
+    assert not result.accepted and not result.reason  # reason is for game rejections only

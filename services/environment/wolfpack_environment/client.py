@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from wolfpack import rpc
+from wolfpack.errors import code_of
 from wolfpack.settings import Settings, load_settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
@@ -325,8 +326,9 @@ class _PlayCall:
                 raise ConnectionError("the PlaySeats stream ended before the episodes did")
             assert isinstance(message, pb.PlaySeatsResponse)
             for created in message.created:
-                if created.code:
-                    raise ValueError(f"creating an episode failed: {created.code}: {created.reason}")
+                if created.HasField("error"):
+                    code = code_of(created.error).name
+                    raise ValueError(f"creating an episode failed: {code}: {created.error.message}")
                 episode = CreatedEpisode.from_pb(created.episode)
                 self.episodes[episode.episode_id] = _Episode(episode)
                 for seat, token in episode.seat_tokens.items():
@@ -355,6 +357,7 @@ class _PlayCall:
             for result in message.results:
                 # A seat this stream doesn't hold is a caller error; a stale turn is not (the next
                 # decision follows), nor is an episode that ended in between.
-                if result.code in ("PERMISSION_DENIED", "NOT_FOUND") and result.episode_id in self.episodes:
-                    raise LookupError(f"{result.episode_id}: {result.reason}")
+                lost = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND)
+                if code_of(result.error) in lost and result.episode_id in self.episodes:
+                    raise LookupError(f"{result.episode_id}: {result.error.message}")
         return ended

@@ -4,19 +4,28 @@ all session logic in ``sessions.py``). Start it with ``wolfpack serve environmen
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import grpc
-import yaml
+from opentelemetry import context as otel_context
 
-from wolfpack import rpc
+from wolfpack import auth, rpc, telemetry
+from wolfpack.errors import make_status
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
 from wolfpack.v1 import environment_service_pb2_grpc as pb_grpc
-from wolfpack_environment.sessions import Episode, EpisodeManager, NotFoundError, SeatPlan, SessionError
+from wolfpack_environment.sessions import (
+    Episode,
+    EpisodeManager,
+    NotFoundError,
+    SeatPlan,
+    SessionError,
+    parse_options,
+)
 from wolfpack_games import Action, Event, LegalAction, Observation, list_games
 
 SERVICE = "environment"
@@ -31,6 +40,22 @@ _OUTCOME_PB = {
     -1: common_pb2.OUTCOME_KIND_LOSS,
     0: common_pb2.OUTCOME_KIND_DRAW,
 }
+
+
+def _status(exc: SessionError) -> Any:
+    """``exc`` as the ``google.rpc.Status`` of one batched item."""
+    return make_status(grpc.StatusCode[exc.code], str(exc))
+
+
+def _fingerprint(request: pb.CreateEpisodeRequest) -> bytes:
+    """What makes two create requests with one request_id the same request: everything but the trace
+    context (a retry may be sent from a new span)."""
+    if not request.HasField("trace"):
+        return request.SerializeToString(deterministic=True)
+    copy = pb.CreateEpisodeRequest()
+    copy.CopyFrom(request)
+    copy.ClearField("trace")
+    return copy.SerializeToString(deterministic=True)
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: SessionError) -> NoReturn:
@@ -59,6 +84,8 @@ def event_to_pb(e: Event) -> pb.GameEvent:
 
 
 class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
+    credential: auth.Credential | None = None  # the service credential (``main`` sets it from settings)
+
     def __init__(self, manager: EpisodeManager | None = None, scenario_store: str | None = None) -> None:
         self.manager = manager or EpisodeManager()
         self.scenario_store_url = scenario_store
@@ -163,20 +190,30 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
                 controller, bot=b.bot, policy_id=b.policy.policy_id, display_name=b.display_name
             )
         # Option values are YAML scalars/collections sent as strings ("true", "[1, 2]", "revote").
-        options: dict[str, Any] = {k: yaml.safe_load(v) for k, v in request.options.items()}
+        options: dict[str, Any] = parse_options(request.options)
         if request.scenario_id:
             options["scenario"] = self._scenario(request.scenario_id, request.game.game_id)
-        return self.manager.create(
-            request.game.game_id,
-            request.game.variant,
-            request.seed,
-            seats,
-            default_bot=request.default_bot,
-            language=request.language or "en",
-            turn_timeout_s=request.turn_timeout_s,
-            options=options,
-            episode_id=request.request_id,
+        # The episode span starts under the current context: the item's own trace context when the
+        # caller sent one (PlaySeats creates many episodes over one call), else the call's.
+        token = (
+            otel_context.attach(telemetry.extract_from(request.trace)) if request.trace.traceparent else None
         )
+        try:
+            return self.manager.create(
+                request.game.game_id,
+                request.game.variant,
+                request.seed,
+                seats,
+                default_bot=request.default_bot,
+                language=request.language or "en",
+                turn_timeout_s=request.turn_timeout_s,
+                options=options,
+                request_id=request.request_id,
+                fingerprint=_fingerprint(request) if request.request_id else b"",
+            )
+        finally:
+            if token is not None:
+                otel_context.detach(token)
 
     @staticmethod
     def _created(ep: Episode) -> pb.CreateEpisodeResponse:
@@ -236,6 +273,8 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         try:
             ep = self.manager.get(request.episode_id)
             admin = self.manager.is_admin(ep, request.token)
+            if admin:  # spectating a running episode is privileged
+                self.manager.check_full_view(ep, auth.authorized(self.credential, context))
             seat = -1 if admin else self.manager.seat_of(ep, request.token)
         except SessionError as exc:
             await _abort(context, exc)
@@ -266,7 +305,9 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
 
     async def CloseEpisode(self, request: pb.CloseEpisodeRequest, context: Any) -> pb.CloseEpisodeResponse:
         try:
-            closed = self.manager.close(request.episode_id, request.token)
+            closed = self.manager.close(
+                request.episode_id, request.token, auth.authorized(self.credential, context)
+            )
         except SessionError as exc:
             await _abort(context, exc)
         return pb.CloseEpisodeResponse(closed=closed)
@@ -348,9 +389,12 @@ class _PlayStream:
             try:
                 ep = self.servicer._create(create)
             except SessionError as exc:
-                created.append(
-                    pb.CreatedEpisode(request_id=create.request_id, code=exc.code, reason=str(exc))
-                )
+                created.append(pb.CreatedEpisode(request_id=create.request_id, error=_status(exc)))
+                continue
+            except Exception:  # a bug: this create fails alone; the stream and its episodes go on
+                logging.getLogger(__name__).exception("PlaySeats: create failed")
+                error = make_status(grpc.StatusCode.INTERNAL, "internal error while creating the episode")
+                created.append(pb.CreatedEpisode(request_id=create.request_id, error=error))
                 continue
             self.owned.add(ep.episode_id)
             for seat in ep.tokens.values():
@@ -362,7 +406,7 @@ class _PlayStream:
             try:
                 ep, seat = self.servicer._seat(ref.episode_id, ref.token)
             except SessionError as exc:
-                results.append(pb.SeatActResult(episode_id=ref.episode_id, reason=str(exc), code=exc.code))
+                results.append(pb.SeatActResult(episode_id=ref.episode_id, error=_status(exc)))
                 continue
             self._join_seat(ep, seat)
         for act in req.acts:
@@ -370,7 +414,7 @@ class _PlayStream:
             if result is None:
                 continue
             results.append(result)
-            if not (result.accepted or result.defaulted or result.code):
+            if not (result.accepted or result.defaulted or result.HasField("error")):
                 # re-prompt: the same turn id is due again, now with feedback
                 joined = self.joined.get(result.episode_id)
                 if joined is not None:
@@ -398,7 +442,7 @@ class _PlayStream:
             known = self.manager.episodes.get(act.episode_id)
             seat = known.tokens.get(act.token, 0) if known is not None else 0
             return pb.SeatActResult(
-                episode_id=act.episode_id, seat=seat, turn_id=act.turn_id, reason=str(exc), code=exc.code
+                episode_id=act.episode_id, seat=seat, turn_id=act.turn_id, error=_status(exc)
             )
         if result.accepted and self.rejected_results_only:
             return None
@@ -453,6 +497,7 @@ def register(server: grpc.aio.Server, servicer: EnvironmentServicer | None = Non
 
 async def main(settings: Settings, address: str | None = None) -> None:
     servicer = EnvironmentServicer(scenario_store=settings.scenario_store_url())
+    servicer.credential = auth.from_settings(settings)
 
     async def on_stop() -> None:
         servicer.manager.close_all()

@@ -14,6 +14,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from wolfpack import rpc, telemetry
+from wolfpack.errors import code_of
 from wolfpack.settings import load_settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
@@ -94,18 +95,20 @@ async def test_rejected_items_come_first(stub: pb_grpc.InferenceServiceStub) -> 
     reqs = [tokens([5, 6], "strict", max_tokens=4), chat("hi", "nope", max_tokens=4)]
     call = stub.GenerateBatch(pb.GenerateBatchRequest(requests=reqs), timeout=60)
     messages = [m async for m in call]
-    assert [[(r.index, r.HasField("response"), r.error.code) for r in m.results] for m in messages] == [
-        [(1, False, "NOT_FOUND")],
-        [(0, True, "")],
+    assert [[(r.index, r.HasField("response"), code_of(r.error)) for r in m.results] for m in messages] == [
+        [(1, False, grpc.StatusCode.NOT_FOUND)],
+        [(0, True, grpc.StatusCode.OK)],
     ]
+    assert "nope" in messages[0].results[0].error.message  # a google.rpc.Status: code and message
 
 
 async def test_same_tick_results_share_a_message(stub: pb_grpc.InferenceServiceStub) -> None:
     """Requests the backend rejects on admission all end in the same event-loop tick: one message."""
     reqs = [tokens([5] * 600, max_tokens=4) for _ in range(3)]
     call = stub.GenerateBatch(pb.GenerateBatchRequest(requests=reqs), timeout=60)
-    messages = [[(r.index, r.error.code) for r in m.results] async for m in call]
-    assert messages == [[(0, "INVALID_ARGUMENT"), (1, "INVALID_ARGUMENT"), (2, "INVALID_ARGUMENT")]]
+    messages = [[(r.index, code_of(r.error)) for r in m.results] async for m in call]
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    assert messages == [[(0, invalid), (1, invalid), (2, invalid)]]
 
 
 async def test_large_results_are_split_into_messages(

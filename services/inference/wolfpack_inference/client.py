@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from wolfpack.errors import code_of
 from wolfpack.v1 import inference_service_pb2 as pb
 
 if TYPE_CHECKING:  # the async stub class exists only in the typed stubs
@@ -44,13 +45,6 @@ class BatchItem:
     @property
     def ok(self) -> bool:
         return self.response is not None
-
-
-def _status(name: str) -> grpc.StatusCode:
-    try:
-        return grpc.StatusCode[name]
-    except KeyError:  # a newer server's code: still an error, never OK
-        return grpc.StatusCode.UNKNOWN
 
 
 def batch_request(
@@ -79,7 +73,8 @@ async def generate_batch(
                 if r.HasField("response"):
                     yield BatchItem(r.index, r.response)
                 else:
-                    yield BatchItem(r.index, None, _status(r.error.code), r.error.message)
+                    # a code this client does not know reads UNKNOWN: still an error, never OK
+                    yield BatchItem(r.index, None, code_of(r.error), r.error.message)
     finally:
         call.cancel()  # no-op once the stream ended; stops the server's work when the caller left early
 

@@ -15,6 +15,7 @@ import grpc
 from opentelemetry import trace
 
 from wolfpack import rpc, telemetry
+from wolfpack.errors import make_status
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
@@ -104,15 +105,18 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         if not telemetry.sdk_active():
             return contextlib.nullcontext()
         op, attrs = _span_attributes(policy, r)
-        return _tracer.start_as_current_span(f"{op} {policy.policy_id}", attributes=attrs)
+        parent = telemetry.extract_from(r.trace) if r.trace.traceparent else None
+        return _tracer.start_as_current_span(f"{op} {policy.policy_id}", context=parent, attributes=attrs)
 
     def _batch_span(self, policy: Policy, r: pb.GenerateRequest, index: int, size: int) -> Any:
         """The span of one request of a batch (only called when spans are recorded): the same name and
-        attributes as Generate's, plus its place in the batch; a child of the call's span, ended by
-        ``_end_span`` when the request finishes, since the requests overlap in one handler."""
+        attributes as Generate's, plus its place in the batch; a child of the request's own trace context
+        when it carries one (its episode's turn), else of the call's. Ended when the request finishes,
+        since the requests overlap in one handler."""
         op, attrs = _span_attributes(policy, r)
         attrs["wolfpack.batch.index"], attrs["wolfpack.batch.size"] = index, size
-        return _tracer.start_span(f"{op} {policy.policy_id}", attributes=attrs)
+        parent = telemetry.extract_from(r.trace) if r.trace.traceparent else None
+        return _tracer.start_span(f"{op} {policy.policy_id}", context=parent, attributes=attrs)
 
     async def Generate(self, request: pb.GenerateRequest, context: Any) -> pb.GenerateResponse:
         try:
@@ -160,7 +164,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             try:
                 policy, prep = self._prepare(r)
             except InferenceError as exc:
-                msg.results.add(index=i, error=pb.GenerateBatchError(code=exc.code.value, message=str(exc)))
+                msg.results.add(index=i, error=_status(exc))
                 errors += 1
                 continue
             task = loop.create_task(policy.backend.generate(prep.request))
@@ -187,7 +191,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                         if span is not None:
                             span.set_attributes(_usage_attributes(generated))
                     else:
-                        result.error.code, result.error.message = failure.code.value, str(failure)
+                        result.error.CopyFrom(_status(failure))
                         errors += 1
                         if span is not None:
                             span.set_status(trace.Status(trace.StatusCode.ERROR, str(failure)))
@@ -266,6 +270,11 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         except InferenceError as exc:
             await _abort(context, exc)
         return pb.PushWeightsResponse(policy=policy_info(p), tensors=len(tensors))
+
+
+def _status(exc: InferenceError) -> Any:
+    """``exc`` as the ``google.rpc.Status`` of one batch item: the code Generate would fail with."""
+    return make_status(grpc.StatusCode[exc.code.value], str(exc))
 
 
 def _usage_attributes(result: Result) -> dict[str, Any]:

@@ -36,7 +36,10 @@ class RewardServicer(pb_grpc.RewardServiceServicer):
             "wolfpack.trajectory_id": traj.trajectory_id,
             "wolfpack.turns": len(traj.turns),
         }
-        with tracer.start_as_current_span("score", attributes=attributes) as span:
+        # The trajectory's own trace context (its episode's root span) parents the score span, so scoring
+        # joins the episode's trace whichever worker sends it; without one, the call's context does.
+        parent = telemetry.extract_from(traj.trace) if traj.trace.traceparent else None
+        with tracer.start_as_current_span("score", context=parent, attributes=attributes) as span:
             try:
                 if not request.HasField("trajectory"):
                     raise ScoreError("trajectory is required")
