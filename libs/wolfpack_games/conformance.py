@@ -1,13 +1,16 @@
 """Conformance checks every game's tests call (in the spirit of PettingZoo's ``api_test``/``seed_test``).
 
 They are library code, not tests, so a new game gets the same guarantees by calling them:
-API shape, determinism under a seed, and graceful handling of malformed actions.
+API shape, determinism under a seed, and graceful handling of malformed actions; and ``compare_bots``,
+which turns a bot-quality claim into a paired comparison over seeds with an effect size and a p-value.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from wolfpack_games.base import Action, GameEnv, Observation
@@ -99,3 +102,60 @@ def malformed_action_test(make_env: EnvFactory, seed: int = 3, garbage: str = "Â
         steps += 1
     assert saw_invalid, "garbage actions must be reported with an invalid_reason in infos"
     assert env.done, "a game fed only garbage must still finish through default actions"
+
+
+# --- bot-quality claims as paired statistical comparisons ------------------------------------------------
+
+SeatBots = Callable[[GameEnv], Mapping[int, BotFn] | BotFn]
+"""Bots for a game already reset with its seed (so a seat's role can choose its bot)."""
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Two bot line-ups played on the same seeds; ``success`` judged per game.
+
+    ``a_only``/``b_only`` are the discordant seeds (one line-up succeeded, the other not); the one-sided
+    exact sign test on them (McNemar's exact test) asks whether A beats B by more than seed luck."""
+
+    seeds: int
+    a_successes: int
+    b_successes: int
+    a_only: int
+    b_only: int
+
+    @property
+    def effect(self) -> float:
+        """A's success rate minus B's, on the same seeds (the stated effect size of a claim)."""
+        return (self.a_successes - self.b_successes) / self.seeds
+
+    @property
+    def p_value(self) -> float:
+        """P(at least ``a_only`` of the discordant seeds favour A | A and B are equally good)."""
+        n = self.a_only + self.b_only
+        return sum(math.comb(n, k) for k in range(self.a_only, n + 1)) / 2**n if n else 1.0
+
+
+def compare_bots(
+    make_env: Callable[[int], GameEnv],
+    a: SeatBots,
+    b: SeatBots,
+    success: Callable[[GameEnv], bool],
+    seeds: Iterable[int],
+) -> PairedComparison:
+    """Play line-up ``a`` and line-up ``b`` on each seed (``make_env(seed)`` builds the game) and count
+    which succeeded: the raw material of a claim such as "the heuristic village beats a random one"."""
+    a_wins = b_wins = a_only = b_only = n = 0
+    for seed in seeds:
+        results = []
+        for lineup in (a, b):
+            env = make_env(seed)
+            env.reset(seed=seed)
+            play(env, lineup(env), seed=seed)
+            results.append(success(env))
+        won_a, won_b = results
+        n += 1
+        a_wins += won_a
+        b_wins += won_b
+        a_only += won_a and not won_b
+        b_only += won_b and not won_a
+    return PairedComparison(n, a_wins, b_wins, a_only, b_only)

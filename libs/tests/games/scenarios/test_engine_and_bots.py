@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wolfpack_games import list_games, make_game
-from wolfpack_games.conformance import play
+from wolfpack_games.base import GameEnv
+from wolfpack_games.conformance import compare_bots
 from wolfpack_games.scenarios import (
     FAMILY_NAMES,
     Scenario,
@@ -15,6 +18,7 @@ from wolfpack_games.scenarios import (
     generate_scenario,
     get_family,
     heuristic_bot,
+    random_bot,
     render_scenario,
     verify,
 )
@@ -93,27 +97,44 @@ def test_not_your_turn_is_reported_without_penalty() -> None:
     assert r.infos[idle]["invalid_reason"] == "it is not your turn" and "penalty" not in r.infos[idle]
 
 
-@pytest.mark.parametrize(
-    ("game_id", "min_wins"),
-    [("cooperation_v1", 30), ("public_goods_v1", 24), ("prisoners_dilemma_v1", 24), ("trust_v1", 20)],
-)
-def test_heuristic_bots_play_well(game_id: str, min_wins: int) -> None:
-    all_nonneg = 0
-    for seed in range(30):
-        env = make_game(game_id, ["easy", "medium", "hard"][seed % 3])
-        play(env, heuristic_bot, seed=seed)
-        all_nonneg += min(env.outcome().values()) >= 0
-    assert all_nonneg >= min_wins
+def _nonneg(env: GameEnv) -> bool:
+    return min(env.outcome().values()) >= 0
 
 
-def test_heuristic_ultimatum_and_coalition_reach_agreement() -> None:
-    for game_id, key in (("ultimatum_v1", "accepted"), ("coalition_v1", "coalition")):
-        agreed = 0
-        for seed in range(30):
-            env = make_game(game_id, ["easy", "medium", "hard"][seed % 3])
-            play(env, heuristic_bot, seed=seed)
-            agreed += bool(verify(env.sc, env.transcript).details[key])  # type: ignore[attr-defined]
-        assert agreed >= 20, game_id
+def _detail(key: str) -> Callable[[GameEnv], bool]:
+    def success(env: GameEnv) -> bool:
+        return bool(verify(env.sc, env.transcript).details[key])  # type: ignore[attr-defined]
+
+    return success
+
+
+# The claim, stated before measuring: on the same 120 seeds (difficulties in rotation), the heuristic bots
+# reach the game's goal (every seat's outcome >= 0, or an agreement) on at least 90% of seeds, at least 10
+# percentage points more often than random bots, and a one-sided exact sign test on the seeds where they
+# differ gives p < 0.001. Measured on 150 seeds (2026-11-26): heuristic 100% in every game; random 6%
+# (cooperation) to 80% (prisoner's dilemma), so effects +0.20..+0.94.
+GOALS: dict[str, Callable[[GameEnv], bool]] = {
+    "cooperation_v1": _nonneg,
+    "public_goods_v1": _nonneg,
+    "prisoners_dilemma_v1": _nonneg,
+    "trust_v1": _nonneg,
+    "ultimatum_v1": _detail("accepted"),
+    "coalition_v1": _detail("coalition"),
+    "bargaining_v1": lambda env: verify(env.sc, env.transcript).details["deal"] is not None,  # type: ignore[attr-defined]
+}
+
+
+@pytest.mark.parametrize("game_id", sorted(GOALS))
+def test_heuristic_bots_beat_random_bots(game_id: str) -> None:
+    result = compare_bots(
+        lambda seed: make_game(game_id, ["easy", "medium", "hard"][seed % 3]),
+        lambda env: heuristic_bot,
+        lambda env: random_bot,
+        GOALS[game_id],
+        range(120),
+    )
+    assert result.a_successes >= 0.9 * result.seeds, result
+    assert result.effect >= 0.10 and result.p_value < 1e-3, result
 
 
 def test_render_scenario_hides_private_on_request() -> None:

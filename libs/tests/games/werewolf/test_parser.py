@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wolfpack_games.base import Action, LegalAction
-from wolfpack_games.werewolf.parser import parse_action, strip_think
+from wolfpack_games.werewolf.parser import MAX_INPUT_CHARS, parse_action, strip_think
 
 N = 12
 ALL = tuple(range(N))
@@ -165,7 +165,13 @@ def test_strip_think() -> None:
 
 def test_huge_input_is_fast_and_safe() -> None:
     text = ("vote " * 50_000) + "vote 3"
-    assert parse_action(text, VOTE, N).ok or True  # capped input: no crash, no hang
+    # Only the first MAX_INPUT_CHARS are read: the result is that of the prefix, and the "vote 3" past the
+    # cap is never seen (without the cap it would be parsed as a vote for player index 2).
+    assert len(text) > MAX_INPUT_CHARS
+    capped = parse_action(text, VOTE, N)
+    assert capped == parse_action(text[:MAX_INPUT_CHARS], VOTE, N)
+    assert capped.action != Action("vote", 2)
+    assert parse_action(text[-MAX_INPUT_CHARS:], VOTE, N).action == Action("vote", 2)
     assert not parse_action("9" * 100_000, VOTE, N).ok
 
 

@@ -135,12 +135,21 @@ def test_witch_poisons_once() -> None:
 
 
 def test_witch_one_potion_per_night() -> None:
+    """After saving, a second potion the same night is refused, kills nobody and is not spent."""
     env = game(SIX)
-    night(env, 4)
-    # a single action per night: after saving she cannot also poison (the phase is over)
-    env2 = game(SIX)
-    night(env2, 4, witch=Action("save", 4))
-    assert env2.phase != PH_WITCH
+    skip_speech(env)
+    env.step({s: Action("kill", 4) for s in env.acting_seats()})
+    env.step({2: Action("inspect", 0)})
+    assert env.phase == PH_WITCH and kinds(env, 3) >= {"save", "poison"}
+    env.step({3: Action("save", 4)})
+    infos = env.step({3: Action("poison", 0)}).infos  # the second potion, same night
+    assert infos[3].get("invalid_reason"), infos
+    assert dead(env) == set()  # 4 was saved, 0 was not poisoned
+    poisons = [e for e in env.events if e.kind in ("witch_poison", "poison")]
+    assert poisons == []
+    vote(env, {})
+    night(env, 5, witch=Action("poison", 0))  # the poison was not spent: it works the next night
+    assert dead(env) == {0, 5}
 
 
 @pytest.mark.parametrize(
