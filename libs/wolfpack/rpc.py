@@ -25,7 +25,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from wolfpack import telemetry
+from wolfpack import auth, telemetry
 from wolfpack.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -111,8 +111,16 @@ async def start_server(
     interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
 ) -> Server:
     """Build, bind and start a server for ``service``; the caller owns its shutdown."""
+    addr = address or settings.service_addr(service)
+    credential = auth.from_settings(settings)
+    auth.check_bind(credential, addr, service)  # no open privileged RPCs beyond loopback
     server = grpc.aio.server(
-        interceptors=[*telemetry.server_interceptors(), AccessLogInterceptor(), *interceptors],
+        interceptors=[
+            *telemetry.server_interceptors(),
+            AccessLogInterceptor(),
+            auth.CredentialInterceptor(credential),
+            *interceptors,
+        ],
         options=_size_options(settings),
     )
     result = registrar(server)
@@ -122,7 +130,6 @@ async def start_server(
     reflection.enable_server_reflection(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
     )
-    addr = address or settings.service_addr(service)
     port = server.add_insecure_port(addr)
     if port == 0:
         raise OSError(f"{service}: could not bind {addr}")
@@ -244,7 +251,10 @@ def channel(target: str, settings: Settings, *, traced: bool = True) -> grpc.aio
         ("grpc.enable_retries", 1),
         ("grpc.service_config", service_config(IDEMPOTENT_METHODS, settings.rpc_timeout_s)),
     ]
-    interceptors: list[Any] = [DefaultDeadlineInterceptor(settings.rpc_timeout_s)]
+    interceptors: list[Any] = [
+        DefaultDeadlineInterceptor(settings.rpc_timeout_s),
+        *auth.client_interceptors(settings),
+    ]
     if traced:
         interceptors = [*telemetry.client_interceptors(), *interceptors]
     return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)

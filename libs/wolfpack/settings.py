@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from wolfpack import SERVICES
@@ -81,6 +81,12 @@ class Settings(BaseSettings):
     )
     stream_max_deliveries: int = Field(
         default=5, ge=1, description="Deliveries before an entry goes to the dead-letter stream."
+    )
+    admin_secret: SecretStr = Field(
+        default=SecretStr(""),
+        description="Service credential for privileged RPCs (PushWeights, LoadPolicy, a running episode's "
+        "full view and CloseEpisode), sent as x-wolfpack-credential; Helm: secrets.adminSecret. Empty: "
+        "allowed only when services listen on loopback (announced at start-up).",
     )
 
     @field_validator("redis_url")

@@ -112,6 +112,19 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+MAX_PLAYERS = 20
+BOUNDS: dict[str, tuple[float, float]] = {
+    "discussion_rounds": (0, 5),
+    "wolf_chat_rounds": (0, 5),
+    "max_days": (1, 30),
+    "max_reprompts": (0, 5),
+    "max_speech_chars": (1, 8000),
+    "sheriff_vote_weight": (0, 10),
+}
+"""Inclusive bounds of the numeric options (documented in the werewolf README): a worst-case legal game
+(20 players, every bound at its maximum, all seats scripted) plays in well under a second."""
+
+
 @dataclass(slots=True)
 class WerewolfConfig:
     """Every rule of one Werewolf table. Load with :func:`make_config` (preset + overrides).
@@ -175,7 +188,24 @@ class WerewolfConfig:
         return out
 
     def validate(self) -> WerewolfConfig:
-        """Raise ``ValueError`` naming the valid values of any bad field; returns self for chaining."""
+        """Raise ``ValueError`` naming the valid values of any bad field; returns self for chaining.
+
+        Every numeric option has a documented upper bound (``BOUNDS``): the environment service plays
+        scripted seats on its event loop, so an unbounded ``discussion_rounds`` or role count would let
+        one request freeze the service (or exhaust its memory)."""
+        for key, (lo, hi) in BOUNDS.items():
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+                raise ValueError(f"{key}={value!r} is out of range; it must be a number in [{lo}, {hi}]")
+        if not isinstance(self.roles, dict) or len(self.roles) > len(ALL_ROLES):
+            raise ValueError(f"roles must map role names to counts; valid roles: {', '.join(ALL_ROLES)}")
+        for role, count in self.roles.items():
+            if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_PLAYERS:
+                raise ValueError(f"roles.{role}={count!r} is out of range; it must be an integer in [0, {MAX_PLAYERS}]")  # fmt: skip
+        if self.seat_roles is not None and (
+            not isinstance(self.seat_roles, list) or len(self.seat_roles) > MAX_PLAYERS
+        ):
+            raise ValueError(f"seat_roles must be a list of at most {MAX_PLAYERS} role names")
         for key, choices in _CHOICES.items():
             value = getattr(self, key)
             if value not in choices:

@@ -24,14 +24,16 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import grpc
 from aiohttp import WSMsgType, web
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, ValidationError
 
-from wolfpack import rpc
+from wolfpack import auth, rpc
 from wolfpack.settings import Settings, load_settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
@@ -196,104 +198,131 @@ def parse_json_object(raw: str | bytes) -> dict[str, Any]:
     return value
 
 
-def _int(body: Mapping[str, Any], key: str, default: int | None = None) -> int:
-    value = body.get(key, default)
-    if value is None:
-        _bad(f"{key!r} is required")
-    if isinstance(value, bool) or not isinstance(value, int):
-        _bad(f"{key!r} must be an integer")
-    return value
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
+MAX_TEXT_CHARS = 65_536
+MAX_SEATS = 64
+
+Name = Annotated[str, StringConstraints(max_length=128)]
 
 
-def _str(body: Mapping[str, Any], key: str, default: str = "") -> str:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        _bad(f"{key!r} must be a string")
-    return value
+class _Body(BaseModel):
+    """Request bodies are strict: unknown fields are refused (a typo never silently does nothing),
+    every number is range-checked against the proto field it fills, NaN/inf are refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
-def _number(body: Mapping[str, Any], key: str, default: float) -> float:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        _bad(f"{key!r} must be a number")
-    return float(value)
+class CreateBody(_Body):
+    """``POST /v1/episodes`` (bounds documented in gateway_protocol.md)."""
+
+    game: Name = ""
+    game_id: Name = ""
+    variant: Name = ""
+    seed: int = Field(default=0, ge=0, le=UINT64_MAX)
+    default_bot: Name = ""
+    language: Annotated[str, StringConstraints(max_length=16)] = "en"
+    turn_timeout_s: float = Field(default=0.0, ge=0.0, le=900.0)
+    request_id: Name = ""
+    external_seats: list[Annotated[int, Field(ge=0, lt=MAX_SEATS)]] = Field(default=[], max_length=MAX_SEATS)
+    bots: dict[Name, Name] = Field(default={}, max_length=MAX_SEATS)
+    policy_seats: dict[Name, Name] = Field(default={}, max_length=MAX_SEATS)
+    options: dict[Name, Any] = Field(default={}, max_length=64)
+
+
+class ActionBody(_Body):
+    kind: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    target: int | None = Field(default=None, ge=-1, le=INT32_MAX)
+    text: Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] = ""
+
+
+class StepBody(_Body):
+    """``POST .../step`` and the WebSocket's ``act`` message (``type``/``id`` only there)."""
+
+    token: Annotated[str, StringConstraints(max_length=256)] = ""
+    turn_id: int = Field(ge=0, le=INT64_MAX)
+    action: ActionBody | None = None
+    text: Annotated[str, StringConstraints(max_length=MAX_TEXT_CHARS)] | None = None
+    wait_s: float | None = Field(default=None, ge=0.0, le=3600.0)
+    type: str | None = None
+    id: Any = None
+
+
+class ResetBody(_Body):
+    token: Annotated[str, StringConstraints(max_length=256)] = ""
+    wait_s: float | None = Field(default=None, ge=0.0, le=3600.0)
+
+
+M = TypeVar("M", bound=_Body)
+
+
+def validate_body(model: type[M], body: Mapping[str, Any]) -> M:
+    """``body`` as ``model`` or a 400 naming each bad field (``external_seats.0: ...``)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False, include_input=False)[:5]:
+            where = ".".join(str(p) for p in err["loc"]) or "body"
+            problems.append(f"{where}: {err['msg']}")
+        _bad("; ".join(problems))
 
 
 def _seat_key(key: object, what: str) -> int:
-    try:
-        return int(str(key))
-    except ValueError:
-        _bad(f"{what}: seat keys must be integers, got {key!r}")
+    text = str(key)
+    if not text.isdigit() or len(text) > 3 or int(text) >= MAX_SEATS:
+        _bad(f"{what}: seat keys must be seat indices 0..{MAX_SEATS - 1}, got {key!r}")
+    return int(text)
 
 
 def create_request(body: Mapping[str, Any]) -> pb.CreateEpisodeRequest:
     """``POST /v1/episodes`` body -> ``CreateEpisodeRequest``; the service validates the game itself."""
-    game = _str(body, "game") or _str(body, "game_id")
+    b = validate_body(CreateBody, body)
+    game = b.game or b.game_id
     if not game:
         _bad("'game' is required, e.g. \"werewolf_v1\" (see GET /v1/games)")
-    seed = _int(body, "seed", 0)
-    if seed < 0:
-        _bad("'seed' must be >= 0")
     req = pb.CreateEpisodeRequest(
-        game=common_pb2.GameRef(game_id=game, variant=_str(body, "variant")),
-        seed=seed,
-        default_bot=_str(body, "default_bot"),
-        language=_str(body, "language", "en"),
-        turn_timeout_s=_number(body, "turn_timeout_s", 0.0),
-        request_id=_str(body, "request_id"),
+        game=common_pb2.GameRef(game_id=game, variant=b.variant),
+        seed=b.seed,
+        default_bot=b.default_bot,
+        language=b.language,
+        turn_timeout_s=b.turn_timeout_s,
+        request_id=b.request_id,
     )
-    external = body.get("external_seats", [])
-    if not isinstance(external, list) or not all(
-        isinstance(s, int) and not isinstance(s, bool) for s in external
-    ):
-        _bad("'external_seats' must be a list of seat indices (0-based)")
-    for seat in external:
+    for seat in b.external_seats:
         req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_EXTERNAL)
-    for key, what in (("bots", "bot"), ("policy_seats", "policy id")):
-        mapping = body.get(key, {})
-        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
-            _bad(f"{key!r} must be an object of seat -> {what} name")
-        for seat_key, name in mapping.items():
-            seat = _seat_key(seat_key, key)
-            if key == "bots":
-                req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_SCRIPTED, bot=name)
-            else:
-                binding = req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
-                binding.policy.policy_id = name
-    options = body.get("options", {})
-    if not isinstance(options, dict):
-        _bad("'options' must be an object")
-    for k, v in options.items():
+    for seat_key, name in b.bots.items():
+        req.seats.add(
+            seat=_seat_key(seat_key, "bots"), controller=common_pb2.SEAT_CONTROLLER_SCRIPTED, bot=name
+        )
+    for seat_key, name in b.policy_seats.items():
+        binding = req.seats.add(
+            seat=_seat_key(seat_key, "policy_seats"), controller=common_pb2.SEAT_CONTROLLER_POLICY
+        )
+        binding.policy.policy_id = name
+    for k, v in b.options.items():
         # The service reads option values as YAML; JSON is YAML, so non-strings travel as their JSON.
-        req.options[k] = v if isinstance(v, str) else json.dumps(v)
+        try:
+            req.options[k] = v if isinstance(v, str) else json.dumps(v, allow_nan=False)
+        except ValueError:
+            _bad(f"options.{k}: must be finite JSON (no NaN or infinity)")
     return req
 
 
 def fill_act(req: pb.ActRequest, body: Mapping[str, Any]) -> None:
     """``turn_id`` plus either ``action`` (structured, 0-based ``target``) or ``text`` (parsed by the game)."""
-    req.turn_id = _int(body, "turn_id")
-    action = body.get("action")
-    text = body.get("text")
-    if action is not None and text is not None:
+    b = validate_body(StepBody, body)
+    req.turn_id = b.turn_id
+    if b.action is not None and b.text is not None:
         _bad("give either 'action' or 'text', not both")
-    if action is not None:
-        if not isinstance(action, dict):
-            _bad('\'action\' must be an object like {"kind": "vote", "target": 2}')
-        kind = _str(action, "kind")
-        if not kind:
-            _bad("'action.kind' is required")
-        req.action.kind = kind
-        req.action.text = _str(action, "text")
-        if action.get("target") is not None:
-            req.action.target = _int(action, "target")
-    elif text is not None:
-        if not isinstance(text, str):
-            _bad("'text' must be a string")
-        req.raw_text = text
+    if b.action is not None:
+        req.action.kind = b.action.kind
+        req.action.text = b.action.text
+        if b.action.target is not None:
+            req.action.target = b.action.target
+    elif b.text is not None:
+        req.raw_text = b.text
     else:
         _bad("give 'action' (structured) or 'text' (free text the game parses)")
 
@@ -310,6 +339,8 @@ class GatewayConfig:
     default_wait_s: float = DEFAULT_WAIT_S
     max_wait_s: float = MAX_WAIT_S
     ws_heartbeat_s: float = 20.0
+    header_timeout_s: float = 15.0  # a connection must complete a request's headers within this
+    max_connections: int = 512  # beyond it, the oldest connection with no request in progress is dropped
 
 
 CLIENT_KEY = web.AppKey("wolfpack_env_client", EnvironmentClient)
@@ -356,7 +387,8 @@ def _token(request: web.Request, body: Mapping[str, Any] | None = None) -> str:
     if auth.lower().startswith("bearer "):
         token = auth[7:].strip()
     else:
-        token = _str(body or {}, "token") or request.query.get("token", "")
+        given = (body or {}).get("token")
+        token = (given if isinstance(given, str) else "") or request.query.get("token", "")
     if not token:
         raise ApiError(
             401, "UNAUTHENTICATED", "a token is required (body 'token', ?token= or Authorization: Bearer)"
@@ -371,8 +403,10 @@ def _wait_s(request: web.Request, body: Mapping[str, Any]) -> float:
         return cfg.default_wait_s
     try:
         value = float(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         _bad("'wait_s' must be a number of seconds")
+    if not math.isfinite(value):
+        _bad("'wait_s' must be a finite number of seconds")
     return max(0.0, min(value, cfg.max_wait_s))
 
 
@@ -439,6 +473,7 @@ async def create_episode(request: web.Request) -> web.Response:
 async def reset(request: web.Request) -> web.Response:
     """The seat's welcome: rules and role are in ``observation.text``; waits until it must act."""
     body = await _body(request)
+    validate_body(ResetBody, body)
     token = _token(request, body)
     episode_id = request.match_info["episode_id"]
     client = request.app[CLIENT_KEY]
@@ -491,16 +526,25 @@ async def get_observation(request: web.Request) -> web.Response:
     )
 
 
+def _credential(request: web.Request) -> list[tuple[str, str]]:
+    """The caller's service credential (``X-Wolfpack-Credential``), forwarded as is: the gateway holds no
+    credential of its own, so spectating or closing a running episode through it needs the caller's."""
+    given = request.headers.get("X-Wolfpack-Credential", "")
+    return [(auth.METADATA_KEY, given)] if given else []
+
+
 async def get_episode(request: web.Request) -> web.Response:
     token = _token(request)
-    resp = await request.app[CLIENT_KEY].get_episode(request.match_info["episode_id"], token)
+    req = pb.GetEpisodeRequest(episode_id=request.match_info["episode_id"], token=token)
+    resp = await request.app[CLIENT_KEY].stub.GetEpisode(req, metadata=_credential(request))
     return web.json_response(episode_json(resp))
 
 
 async def close_episode(request: web.Request) -> web.Response:
     token = _token(request)
-    closed = await request.app[CLIENT_KEY].close_episode(request.match_info["episode_id"], token)
-    return web.json_response({"closed": closed})
+    req = pb.CloseEpisodeRequest(episode_id=request.match_info["episode_id"], token=token)
+    resp = await request.app[CLIENT_KEY].stub.CloseEpisode(req, metadata=_credential(request))
+    return web.json_response({"closed": resp.closed})
 
 
 async def health(request: web.Request) -> web.Response:
@@ -603,7 +647,9 @@ def create_app(
     app[CONFIG_KEY] = cfg
 
     async def channel(app: web.Application) -> AsyncIterator[None]:
-        async with EnvironmentClient(cfg.env_target, settings or load_settings()) as client:
+        # The gateway's own channel never carries the service credential (see ``_credential``).
+        own = (settings or load_settings()).model_copy(update={"admin_secret": SecretStr("")})
+        async with EnvironmentClient(cfg.env_target, own) as client:
             app[CLIENT_KEY] = client
             yield
 
@@ -618,6 +664,35 @@ def create_app(
     app.router.add_get("/v1/episodes/{episode_id}/observation", get_observation)
     app.router.add_get("/v1/episodes/{episode_id}/ws", websocket)
     return app
+
+
+def _bound_connections(runner: web.AppRunner, limit: int) -> None:
+    """Cap open connections: past ``limit``, drop the oldest connection that has no request in progress
+    (one still sending headers, or idle between requests). Dropping the oldest idle one rather than
+    refusing the newest keeps ``/healthz`` and real agents reachable while a flood of half-open
+    connections comes and goes."""
+    server = runner.server
+    if server is None:
+        return
+    original = server.connection_made
+
+    def connection_made(handler: Any, transport: asyncio.Transport) -> None:
+        original(handler, transport)
+        connections = server._connections  # insertion order: oldest first
+        excess = len(connections) - limit
+        if excess <= 0:
+            return
+        for other in list(connections):
+            if excess <= 0:
+                break
+            if other is not handler and not getattr(other, "_request_in_progress", True):
+                other.force_close()
+                other_transport = connections.get(other)
+                if other_transport is not None:
+                    other_transport.close()
+                excess -= 1
+
+    server.connection_made = connection_made  # type: ignore[method-assign]
 
 
 class RunningGateway:
@@ -653,8 +728,20 @@ async def start_gateway(
     settings = settings or load_settings()
     target = resolve_env_target(env_target, settings)
     app = create_app(target, settings, config=config or GatewayConfig(env_target=target))
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    cfg = app[CONFIG_KEY]
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        access_log=None,
+        # aiohttp closes a connection that has not completed a request within keepalive_timeout (it is
+        # armed at connect and not reset by partial data): our header timeout against slow clients.
+        keepalive_timeout=cfg.header_timeout_s,
+        max_line_size=8190,
+        max_field_size=8190,
+        max_headers=64,
+    )
     await runner.setup()
+    _bound_connections(runner, cfg.max_connections)
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port

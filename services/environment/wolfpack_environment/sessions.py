@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import heapq
+import logging
+import math
 import os
 import random
 import secrets
@@ -28,11 +31,18 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from opentelemetry import trace
 
 from wolfpack_games import Action, GameEnv, Observation, get_game, make_game
 
 tracer = trace.get_tracer("wolfpack.environment")
+log = logging.getLogger(__name__)
+
+MAX_OPTIONS = 64
+MAX_OPTION_CHARS = 16_384
+"""Bounds of ``CreateEpisodeRequest.options``: at most 64 entries of at most 16 KiB of YAML each (a
+scenario or a role table fits; the games bound every value themselves)."""
 
 
 def _new_tokens(n: int) -> list[str]:
@@ -64,16 +74,36 @@ class ResourceExhaustedError(SessionError):
     code = "RESOURCE_EXHAUSTED"
 
 
+class AlreadyExistsError(SessionError):
+    code = "ALREADY_EXISTS"
+
+
+class InternalError(SessionError):
+    """A bug on our side (a scripted bot or an engine raised); the message names no internals."""
+
+    code = "INTERNAL"
+
+
 @dataclass(frozen=True)
 class Limits:
-    """Per-process protections; defaults suit thousands of concurrent episodes on one process."""
+    """Per-process protections; defaults suit thousands of concurrent episodes on one process.
+
+    Collection rules (documented in the service README): a finished episode is kept ``finished_ttl_s``
+    (its final state stays readable), then released; a running episode whose seats nobody has touched
+    (no act, observation or join by a seat token) for ``abandoned_ttl_s`` is aborted and released, even
+    while turn timeouts keep playing default actions for it. ``turn_timeout_s`` is at most
+    ``max_turn_timeout_s`` (half the abandonment time). Checked at most every ``collect_every_s``."""
 
     max_episodes: int = 20_000
     max_text_chars: int = 8_000
     acts_per_second: float = 200.0  # per seat token (token bucket): stops runaway loops, not agents
     burst: int = 400
     default_turn_timeout_s: float = 120.0
+    max_turn_timeout_s: float = 900.0
     finished_ttl_s: float = 600.0
+    abandoned_ttl_s: float = 1_800.0
+    collect_every_s: float = 5.0
+    max_request_id_chars: int = 128
 
 
 @dataclass
@@ -115,7 +145,10 @@ class Episode:
     turn_timeout_s: float
     bots: dict[int, Callable[[GameEnv, int, random.Random], Action]]
     bot_rng: random.Random
-    next_turn_id: int = 0
+    seat_turns: dict[int, int] = field(default_factory=dict)  # seat -> its own last turn id (per seat:
+    # one shared counter would let a seat count other seats' private decisions from the gaps)
+    request_id: str = ""
+    last_active: float = field(default_factory=time.monotonic)
     open_turns: dict[int, int] = field(default_factory=dict)  # seat -> id of its pending decision
     turn_deadlines: dict[int, float] = field(default_factory=dict)  # seat -> deadline of its open turn
     scheduled: bool = False  # has an entry in the manager's deadline heap
@@ -148,6 +181,11 @@ class EpisodeManager:
         self._finished: deque[tuple[float, str]] = deque()
         self._deadlines: list[tuple[float, str]] = []  # (earliest open-turn deadline, episode id)
         self._sweeper: asyncio.Task[None] | None = None
+        # request id -> (fingerprint of the create request, episode id): idempotent creation. Keyed by
+        # the caller's request id, never by episode id: episode ids are public (every observation shows
+        # them), so looking a create up by one would hand its tokens to anyone who saw it.
+        self._requests: dict[str, tuple[bytes, str]] = {}
+        self._last_collect = time.monotonic()
 
     # ------------------------------------------------------------------ lifecycle
     def create(
@@ -160,11 +198,37 @@ class EpisodeManager:
         language: str = "en",
         turn_timeout_s: float = 0.0,
         options: Mapping[str, Any] | None = None,
-        episode_id: str = "",
+        request_id: str = "",
+        fingerprint: bytes = b"",
     ) -> Episode:
+        """Start an episode. A non-empty ``request_id`` makes creation idempotent: the same id with the
+        same request (``fingerprint``: the request's bytes; computed from the arguments when empty)
+        returns the episode created first, tokens included; the same id with another request is
+        ALREADY_EXISTS. A request id is a secret of its caller (use a random one): whoever
+        knows it and the request can read the tokens back. Episode ids never come from request ids."""
         self._collect_garbage()
-        if episode_id and episode_id in self.episodes:
-            return self.episodes[episode_id]  # idempotent creation by request id
+        limits = self.limits
+        if len(request_id) > limits.max_request_id_chars:
+            raise SessionError(f"request_id is longer than {limits.max_request_id_chars} characters")
+        if request_id and not fingerprint:
+            fingerprint = hashlib.sha256(
+                repr(
+                    (game_id, variant, seed, sorted((k, repr(v)) for k, v in (seats or {}).items()),
+                     default_bot, language, turn_timeout_s, sorted((k, repr(v)) for k, v in (options or {}).items()))
+                ).encode()
+            ).digest()  # fmt: skip
+        known = self._requests.get(request_id) if request_id else None
+        if known is not None:
+            if not secrets.compare_digest(known[0], fingerprint):
+                raise AlreadyExistsError(
+                    "request_id was already used for a different create request; choose a new one"
+                )
+            return self.episodes[known[1]]
+        if not (math.isfinite(turn_timeout_s) and 0 <= turn_timeout_s <= limits.max_turn_timeout_s):
+            raise SessionError(
+                f"turn_timeout_s must be a number in [0, {limits.max_turn_timeout_s:g}] "
+                f"(0: the default {limits.default_turn_timeout_s:g}), got {turn_timeout_s!r}"
+            )
         if len(self.episodes) >= self.limits.max_episodes:
             raise ResourceExhaustedError(
                 f"episode limit reached ({self.limits.max_episodes}); close some first"
@@ -175,12 +239,20 @@ class EpisodeManager:
         except KeyError as exc:
             raise SessionError(str(exc.args[0])) from None
         variant = variant or spec.default_variant
-        n = spec.variants[variant]
+        bot_name = default_bot or spec.default_bot
+        reset_options: dict[str, Any] = dict(options or {})
+        if language and language != "en":  # "en" is every game's default: skip the config rebuild
+            reset_options["language"] = language
+        try:
+            env.start(seed=seed, options=reset_options)
+        except Exception as exc:  # bad option values surface as any of Key/Value/Type/Attribute errors
+            raise SessionError(f"cannot start {game_id}/{variant}: {exc}") from None
+        # Seats come from the started game (options such as ``roles`` may change the count).
+        n = len(env.possible_agents)
         plans = dict(seats or {})
         for seat in plans:
             if not 0 <= seat < n:
                 raise SessionError(f"seat {seat} out of range for {game_id}/{variant} with {n} seats")
-        bot_name = default_bot or spec.default_bot
         for seat in range(n):
             plans.setdefault(seat, SeatPlan("scripted", bot=bot_name))
         bots = {}
@@ -190,14 +262,7 @@ class EpisodeManager:
                 if name not in spec.bots:
                     raise SessionError(f"unknown bot {name!r} for {game_id}; bots: {', '.join(spec.bots)}")
                 bots[seat] = spec.bots[name]
-        reset_options: dict[str, Any] = dict(options or {})
-        if language and language != "en":  # "en" is every game's default: skip the config rebuild
-            reset_options["language"] = language
-        try:
-            env.start(seed=seed, options=reset_options)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise SessionError(f"cannot start {game_id}/{variant}: {exc}") from None
-        ep_id = episode_id or uuid.uuid4().hex
+        ep_id = uuid.uuid4().hex
         played = [seat for seat, p in plans.items() if p.controller != "scripted"]
         secret = _new_tokens(len(played) + 1)  # one per played seat, then the admin token
         tokens = dict(zip(secret, played, strict=False))
@@ -221,9 +286,20 @@ class EpisodeManager:
             bot_rng=random.Random(seed),
             span=span,
             traced=span.is_recording(),
+            request_id=request_id,
         )
+        # Registered only once its first scripted moves ran: a bot that raises leaves nothing behind.
         self.episodes[ep_id] = ep
-        self._advance(ep)
+        try:
+            self._advance(ep)
+        except Exception as exc:
+            log.exception("a scripted seat failed while starting an episode", extra={"game": game_id})
+            self.release(ep)
+            raise InternalError(
+                f"{game_id}/{variant}: a scripted seat failed; the episode was not created"
+            ) from exc
+        if request_id:
+            self._requests[request_id] = (fingerprint, ep_id)
         return ep
 
     def get(self, episode_id: str) -> Episode:
@@ -238,17 +314,28 @@ class EpisodeManager:
         seat = ep.tokens.get(token)
         if seat is None:
             raise PermissionDeniedError("this token does not hold a seat in this episode")
+        ep.last_active = time.monotonic()  # a seat in use: the episode is not abandoned
         return seat
 
     def is_admin(self, ep: Episode, token: str) -> bool:
-        return secrets.compare_digest(token, ep.admin_token)
+        # bytes: ``compare_digest`` raises TypeError on non-ASCII str
+        return secrets.compare_digest(token.encode(), ep.admin_token.encode())
 
-    def close(self, episode_id: str, token: str) -> bool:
+    def close(self, episode_id: str, token: str, privileged: bool = True) -> bool:
+        """Close (abort and forget) an episode: needs its admin token and, for a running episode, a
+        ``privileged`` caller (the service credential when one is configured)."""
         ep = self.get(episode_id)
         if not self.is_admin(ep, token):
             raise PermissionDeniedError("closing an episode needs its admin token")
+        if not privileged and not ep.done:
+            raise PermissionDeniedError("closing a running episode needs the service credential")
         self.release(ep)
         return True
+
+    def check_full_view(self, ep: Episode, privileged: bool) -> None:
+        """Spectating (the admin token's full view of a running episode) needs the service credential."""
+        if not privileged and not ep.done:
+            raise PermissionDeniedError("the full view of a running episode needs the service credential")
 
     def release(self, ep: Episode) -> None:
         """Forget an episode now (ending it first if it is still running): its seats' tokens stop
@@ -258,6 +345,8 @@ class EpisodeManager:
             self._finish(ep, aborted=not ep.env.done)
         if self.episodes.get(ep.episode_id) is ep:
             del self.episodes[ep.episode_id]
+        if ep.request_id and self._requests.get(ep.request_id, (b"", ""))[1] == ep.episode_id:
+            del self._requests[ep.request_id]
         for token in ep.tokens:
             self._buckets.pop(token, None)
         ep.env.close()
@@ -374,9 +463,10 @@ class EpisodeManager:
             return
         deadline = time.monotonic() + ep.turn_timeout_s
         deadlines = ep.turn_deadlines
+        seat_turns = ep.seat_turns
         for seat in sorted(new) if len(new) > 1 else new:
-            ep.next_turn_id += 1
-            open_turns[seat] = ep.next_turn_id
+            turn_id = seat_turns[seat] = seat_turns.get(seat, 0) + 1
+            open_turns[seat] = turn_id
             deadlines[seat] = deadline
         if not ep.scheduled:
             self._schedule(ep, deadline)
@@ -413,6 +503,8 @@ class EpisodeManager:
         """Time out every open turn whose deadline is ``<= now``; returns how many. (The sweeper task
         calls it; a synchronous user of the manager can call it directly.)"""
         expired = 0
+        if now - self._last_collect >= self.limits.collect_every_s:
+            self._collect_garbage()
         heap = self._deadlines
         while heap and heap[0][0] <= now:
             _deadline, episode_id = heapq.heappop(heap)
@@ -509,12 +601,62 @@ class EpisodeManager:
             )
         b.tokens -= 1.0
 
-    def _collect_garbage(self) -> None:
-        """Forget episodes finished longer than ``finished_ttl_s`` ago: ``_finished`` is in finish order,
-        so this looks only at the expired head, not at every episode."""
-        now = time.monotonic()
-        while self._finished and now - self._finished[0][0] > self.limits.finished_ttl_s:
+    def _collect_garbage(self, now: float | None = None) -> None:
+        """Forget episodes finished longer than ``finished_ttl_s`` ago (``_finished`` is in finish order,
+        so this looks only at the expired head), and, at most every ``collect_every_s``, abort and forget
+        running episodes abandoned by their players (see ``Limits``)."""
+        now = time.monotonic() if now is None else now
+        limits = self.limits
+        while self._finished and now - self._finished[0][0] > limits.finished_ttl_s:
             at, episode_id = self._finished.popleft()
             ep = self.episodes.get(episode_id)
             if ep is not None and ep.finished_at == at:  # not released already, nor a reused id
                 self.release(ep)
+        if now - self._last_collect < limits.collect_every_s:
+            return
+        self._last_collect = now
+        abandoned = [
+            ep
+            for ep in self.episodes.values()
+            if ep.finished_at is None
+            and now - ep.last_active > limits.abandoned_ttl_s
+        ]
+        for ep in abandoned:
+            self.release(ep)
+
+
+def parse_options(raw: Mapping[str, str]) -> dict[str, Any]:
+    """``CreateEpisodeRequest.options`` (YAML values as strings) as Python values, or a ``SessionError``
+    naming the bad option; bounded by ``MAX_OPTIONS`` and ``MAX_OPTION_CHARS``."""
+    if len(raw) > MAX_OPTIONS:
+        raise SessionError(f"options has {len(raw)} entries; the limit is {MAX_OPTIONS}")
+    out: dict[str, Any] = {}
+    for key, text in raw.items():
+        if len(text) > MAX_OPTION_CHARS:
+            raise SessionError(f"options[{key!r}] is longer than {MAX_OPTION_CHARS} characters")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else "syntax error"
+            raise SessionError(f"options[{key!r}] is not valid YAML/JSON: {first}") from None
+        _check_finite(value, f"options[{key!r}]")
+        out[key] = value
+    return out
+
+
+def _check_finite(value: Any, where: str) -> None:
+    """NaN and infinities are never a meaningful option value (``.nan`` is valid YAML). The walk is
+    bounded: YAML aliases can make a 16 KiB text stand for billions of nodes ("billion laughs")."""
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    budget = 10_000
+    while stack:
+        item, path, depth = stack.pop()
+        budget -= 1
+        if budget < 0 or depth > 20:
+            raise SessionError(f"{where} is too large or nested too deeply")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise SessionError(f"{path} must be a finite number, got {item}")
+        if isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}", depth + 1) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
