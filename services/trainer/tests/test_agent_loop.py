@@ -1,0 +1,266 @@
+"""The verl AgentLoop plug-in over the real environment and reward gRPC servers, with a fake LLM server handle.
+
+The fake stands in for verl's ``LLMServerClient`` (the only fake here): it reads the legal actions out of
+the prompt it is given (decoded with the real tiny-model tokenizer) and answers one, so games are played
+to their end by the real Werewolf engine and scored by the real reward service. verl's own
+``AgentLoopBase`` and its continuous-token builder do the tokenisation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("verl.experimental.agent_loop.agent_loop", reason="verl (trainer extra) is not installed")
+
+from omegaconf import OmegaConf
+from transformers import AutoTokenizer
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, DictConfigWrap
+
+from wolfpack import rpc
+from wolfpack.settings import load_settings
+from wolfpack.v1 import common_pb2
+from wolfpack_environment.client import EnvironmentClient
+from wolfpack_environment.server import EnvironmentServicer
+from wolfpack_environment.server import register as register_environment
+from wolfpack_environment.sessions import EpisodeManager
+from wolfpack_inference.models import tiny_model
+from wolfpack_reward.server import register as register_reward
+from wolfpack_trainer.agent_loop import (
+    AGENT_NAME,
+    CONFIG_PATH,
+    EpisodeSpec,
+    WolfpackAgentLoop,
+    close_channels,
+    dataset_rows,
+    observation_delta,
+)
+
+WIN, LOSS = common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return AutoTokenizer.from_pretrained(tiny_model(tmp_path_factory.mktemp("models")))
+
+
+@dataclass
+class Servers:
+    environment: str
+    reward: str
+    env: EnvironmentClient
+    manager: EpisodeManager
+
+    async def outcome(self, episode_id: str, seat: int) -> int:
+        """The seat's outcome from the environment's admin view of the episode (GetEpisode over gRPC with
+        the admin token read from the server's own session table): independent of the loop and of the
+        reward service."""
+        info = await self.env.get_episode(episode_id, self.manager.get(episode_id).admin_token)
+        assert info.done
+        return next(int(s.outcome) for s in info.seats if s.seat == seat)
+
+
+@pytest.fixture
+async def servers() -> AsyncIterator[Servers]:
+    settings = load_settings(rpc_timeout_s=30)
+    servicer = EnvironmentServicer(EpisodeManager())
+    env_server = await rpc.start_server(
+        "environment", lambda s: register_environment(s, servicer), settings, "127.0.0.1:0"
+    )
+    reward_server = await rpc.start_server("reward", register_reward, settings, "127.0.0.1:0")
+    env_addr = f"127.0.0.1:{env_server.port}"
+    async with EnvironmentClient(env_addr, settings) as env:
+        yield Servers(env_addr, f"127.0.0.1:{reward_server.port}", env, servicer.manager)
+    await close_channels()
+    servicer.manager.close_all()
+    await env_server.stop(0)
+    await reward_server.stop(0)
+
+
+_LEGAL = re.compile(r"^- (\w+)(?: <player>)?(?: \(players ([\d, ]+)\))?", re.M)
+
+
+@dataclass
+class FakeServer:
+    """Stands in for ``LLMServerClient``: answers a legal action read from the prompt's last "Legal
+    actions" block, with made-up logprobs, and records every call. ``garbage_first`` answers a vote for a
+    player who does not exist on the first vote of the game, to exercise the invalid-answer re-prompt."""
+
+    tokenizer: Any
+    garbage_first: bool = False
+    garbled: bool = False
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def answer(self, prompt: str) -> str:
+        block = prompt.rsplit("Legal actions:", 1)[-1]
+        for kind, players in _LEGAL.findall(block):
+            if players:
+                return f"{kind} {players.split(',')[0].strip()}"
+            if kind != "speak":
+                return kind
+        return "I think we should listen carefully."
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       **kwargs: Any) -> Any:  # fmt: skip
+        prompt = self.tokenizer.decode(prompt_ids)
+        text = self.answer(prompt)
+        if self.garbage_first and text.startswith("vote ") and not self.garbled:
+            text, self.garbled = "vote 99", True
+        ids = self.tokenizer.encode(text, add_special_tokens=False)[: sampling_params["max_tokens"] - 1]
+        ids.append(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        logprobs = [-0.01 * (len(self.calls) + 1) - 0.001 * j for j in range(len(ids))]
+        self.calls.append({"request_id": request_id, "prompt_ids": list(prompt_ids), "ids": ids,
+                           "logprobs": logprobs, "params": dict(sampling_params)})  # fmt: skip
+        return SimpleNamespace(
+            token_ids=ids, log_probs=logprobs, stop_reason="completed", num_preempted=0, routed_experts=None,
+            extra_fields={"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3},
+        )  # fmt: skip
+
+
+def make_loop(
+    tokenizer: Any, server: FakeServer, servers: Servers, response_length: int = 8192
+) -> WolfpackAgentLoop:
+    config = OmegaConf.create(
+        {"actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": response_length}},
+         "data": {"apply_chat_template_kwargs": {}}}
+    )  # fmt: skip
+    return WolfpackAgentLoop(
+        trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer, processor=None,
+        dataset_cls=None, data_config=DictConfigWrap(config.data), hf_model_type="qwen2",
+        environment=servers.environment, reward=servers.reward, name=AGENT_NAME,
+    )  # fmt: skip
+
+
+def sample(seed: int, seat: int, **spec: Any) -> dict[str, Any]:
+    row = dataset_rows(1, {"game_id": "werewolf_v1", "variant": "6p", "seat": seat, **spec}, seed0=seed,
+                       system_prompt="You play Werewolf. Answer with one legal action.")[0]  # fmt: skip
+    return {"raw_prompt": row["prompt"], "extra_info": row["extra_info"], "index": 0}
+
+
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+
+
+def check_token_layout(out: AgentLoopOutput, server: FakeServer, tokenizer: Any) -> None:
+    """Mask 1 exactly on the tokens the server generated (in order, with their logprobs); mask 0 on the
+    observation tokens between them; every prompt the server saw is a prefix of the final sequence."""
+    full = out.prompt_ids + out.response_ids
+    assert len(out.response_ids) == len(out.response_mask) == len(out.response_logprobs)
+    generated = [t for c in server.calls for t in c["ids"]]
+    kept = [t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 1]
+    assert kept == generated
+    assert [lp for lp, m in zip(out.response_logprobs, out.response_mask, strict=True) if m == 1] == [
+        lp for c in server.calls for lp in c["logprobs"]
+    ]
+    assert all(lp == 0.0 for lp, m in zip(out.response_logprobs, out.response_mask, strict=True) if m == 0)
+    for call in server.calls:
+        assert full[: len(call["prompt_ids"])] == call["prompt_ids"]
+    assert server.calls[0]["prompt_ids"] == out.prompt_ids  # the first prompt is verl's "prompt"
+    observation_tokens = [t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 0]
+    observed = tokenizer.decode(observation_tokens)
+    assert observed.count("<|im_start|>user") == len(server.calls) - 1  # one user message per later turn
+    assert "--- Now ---" in observed
+    assert "Legal actions" not in tokenizer.decode(kept)
+
+
+@pytest.mark.parametrize("seat", [0, 2])
+async def test_plays_a_game_to_the_end_and_masks_observations(
+    tokenizer: Any, servers: Servers, seat: int
+) -> None:
+    server = FakeServer(tokenizer)
+    loop = make_loop(tokenizer, server, servers)
+    out = await loop.run(dict(SAMPLING), **sample(seed=11, seat=seat, reward_spec="werewolf_outcome"))
+    assert len(server.calls) >= 2, "a 6-player game gives a seat several turns"
+    check_token_layout(out, server, tokenizer)
+    extra = out.extra_fields
+    assert extra["wolfpack_policy_turns"] == len(server.calls)
+    assert extra["wolfpack_invalid_turns"] == 0
+    assert extra["wolfpack_autopilot_turns"] == 0
+    # werewolf_outcome@1: +1 on a win, -1 on a loss, on the seat's last turn
+    outcome = await servers.outcome(extra["wolfpack_episode_id"], seat)
+    assert outcome in (WIN, LOSS)
+    assert extra["wolfpack_outcome"] == outcome
+    assert out.reward_score == (1.0 if outcome == WIN else -1.0)
+    assert extra["turn_scores"][:-1] == [0.0] * (len(server.calls) - 1)
+    assert extra["turn_scores"][-1] == out.reward_score
+    assert extra["max_global_steps"] == 3 and extra["min_global_steps"] == 3
+    assert all(c["params"]["max_tokens"] == 256 for c in server.calls)  # EpisodeSpec default cap
+    assert len({c["request_id"] for c in server.calls}) == 1  # one sticky session per game
+
+
+async def test_invalid_answer_is_reprompted_and_penalised(tokenizer: Any, servers: Servers) -> None:
+    server = FakeServer(tokenizer, garbage_first=True)
+    loop = make_loop(tokenizer, server, servers)
+    out = await loop.run(dict(SAMPLING), **sample(seed=11, seat=0, reward_spec="werewolf_shaped"))
+    check_token_layout(out, server, tokenizer)
+    extra = out.extra_fields
+    assert extra["wolfpack_invalid_turns"] == 1
+    # the re-prompt carries the environment's feedback on the invalid answer, as an observation (mask 0)
+    bad = next(i for i, c in enumerate(server.calls) if tokenizer.decode(c["ids"]).startswith("vote 99"))
+    seen_before = len(server.calls[bad]["prompt_ids"]) + len(server.calls[bad]["ids"])
+    reprompt = tokenizer.decode(server.calls[bad + 1]["prompt_ids"][seen_before:])
+    assert "invalid" in reprompt and "Exile vote" in reprompt
+    # werewolf_shaped@1 takes 0.1 off per invalid turn: the components say so
+    assert extra["wolfpack_reward_components"]["invalid_penalty"] == pytest.approx(-0.1)
+
+
+async def test_budget_runs_out_then_autopilot_finishes_the_game(tokenizer: Any, servers: Servers) -> None:
+    server = FakeServer(tokenizer)
+    loop = make_loop(tokenizer, server, servers, response_length=700)
+    out = await loop.run(dict(SAMPLING), **sample(seed=11, seat=0, reward_spec="werewolf_outcome"))
+    extra = out.extra_fields
+    assert len(out.response_ids) <= 700
+    assert extra["wolfpack_autopilot_turns"] >= 1
+    assert extra["wolfpack_outcome"] == await servers.outcome(extra["wolfpack_episode_id"], 0)
+    assert extra["wolfpack_outcome"] in (WIN, LOSS)  # the game still ended
+    check_token_layout(out, server, tokenizer)
+
+
+def test_episode_spec_rejects_unknown_keys_and_reads_rows() -> None:
+    with pytest.raises(ValueError, match="unknown wolfpack episode keys"):
+        EpisodeSpec.from_mapping({"game": "werewolf_v1"})
+    with pytest.raises(ValueError, match="observation"):
+        EpisodeSpec.from_mapping({"observation": "diff"})
+    row = sample(seed=5, seat=3, bots={"1": "random"})
+    spec = EpisodeSpec.from_sample(row, {"default_bot": "random", "max_turn_tokens": 32})
+    assert (spec.seed, spec.seat, spec.bots, spec.default_bot, spec.max_turn_tokens) == (
+        5,
+        3,
+        {1: "random"},
+        "random",
+        32,
+    )
+    assert json.loads(row["extra_info"]["wolfpack"])["seed"] == 5
+
+
+def test_observation_delta_keeps_whole_new_lines() -> None:
+    before = "rules\n--- seen ---\nA spoke.\n--- Now ---\nVote.\n"
+    after = "rules\n--- seen ---\nA spoke.\nB spoke.\n--- Now ---\nVote again.\n"
+    assert observation_delta(before, after) == "B spoke.\n--- Now ---\nVote again.\n"
+    assert observation_delta("", after) == after
+    assert observation_delta(after, after) == after
+    assert observation_delta("xyz", "abc\n") == "abc\n"
+
+
+def test_config_file_registers_the_loop() -> None:
+    entries = OmegaConf.load(CONFIG_PATH)
+    assert [(e.name, e._target_) for e in entries] == [
+        (AGENT_NAME, "wolfpack_trainer.agent_loop.WolfpackAgentLoop")
+    ]
+
+
+def test_dataset_writer(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    from wolfpack_trainer.agent_loop import main
+
+    main([str(tmp_path / "d.parquet"), "--rows", "4", "--seats", "0,2", "--seed0", "7"])
+    df = pd.read_parquet(tmp_path / "d.parquet")
+    specs = [json.loads(x["wolfpack"]) for x in df["extra_info"]]
+    assert [(s["seed"], s["seat"]) for s in specs] == [(7, 0), (8, 2), (9, 0), (10, 2)]
+    assert set(df["agent_name"]) == {AGENT_NAME}

@@ -1,0 +1,110 @@
+"""Estimators and losses against hand-computed values (they call verl's core_algos)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from wolfpack_trainer import algos
+from wolfpack_trainer.algos import AlgoConfig, compute_advantages
+from wolfpack_trainer.batch import BatchConfig, build_samples, collate
+from wolfpack_trainer.learners.base import LossConfig
+
+
+def _group(factory: Callable[..., Any], rewards: list[float], turns: int = 1) -> tuple[Any, Any]:
+    trajs = [
+        factory(f"t{i}", [(0, [1], [2, 3], (r if k == turns - 1 else 0.0), f"o{k}") for k in range(turns)])
+        for i, r in enumerate(rewards)
+    ]
+    samples = build_samples(trajs, BatchConfig(layout="turn"))
+    return samples, collate(samples)
+
+
+def test_grpo_normalises_within_group_once_per_episode(trajectory_factory: Callable[..., Any]) -> None:
+    # episode t0 has 3 turns, t1 and t2 one turn each: per-episode scoring must not weight t0 thrice
+    trajs = [
+        trajectory_factory("t0", [(0, [1], [2], 0.0, "a"), (0, [1], [2], 0.0, "b"), (0, [1], [2], 1.0, "c")]),
+        trajectory_factory("t1", [(0, [1], [2], 0.0, "a")]),
+        trajectory_factory("t2", [(0, [1], [2], -1.0, "a")]),
+    ]
+    samples = build_samples(trajs, BatchConfig(layout="turn"))
+    batch = collate(samples)
+    adv = compute_advantages(batch, samples, AlgoConfig(estimator="grpo")).advantages[:, 0]
+    std = torch.tensor([1.0, 0.0, -1.0]).std()  # unbiased, as verl
+    expected = torch.tensor([1.0, 1.0, 1.0, 0.0, -1.0]) / (std + 1e-6)
+    assert torch.allclose(adv, expected, atol=1e-5)
+
+
+def test_grpo_groups_are_separate(trajectory_factory: Callable[..., Any]) -> None:
+    trajs = [
+        trajectory_factory("a0", [(0, [1], [2], 1.0, "x")], group="A"),
+        trajectory_factory("a1", [(0, [1], [2], 0.0, "x")], group="A"),
+        trajectory_factory("b0", [(0, [1], [2], 5.0, "x")], group="B"),
+        trajectory_factory("b1", [(0, [1], [2], 5.0, "x")], group="B"),
+    ]
+    samples = build_samples(trajs, BatchConfig())
+    adv = compute_advantages(collate(samples), samples, AlgoConfig(estimator="grpo")).advantages[:, 0]
+    s = torch.tensor([1.0, 0.0]).std()
+    assert torch.allclose(adv, torch.tensor([0.5 / s, -0.5 / s, 0.0, 0.0]), atol=1e-4)
+
+
+def test_rloo_is_leave_one_out(trajectory_factory: Callable[..., Any]) -> None:
+    samples, batch = _group(trajectory_factory, [3.0, 0.0, 0.0])
+    adv = compute_advantages(batch, samples, AlgoConfig(estimator="rloo")).advantages[:, 0]
+    # n/(n-1) * (r - mean) = r - mean(others)
+    assert torch.allclose(adv, torch.tensor([3.0, -1.5, -1.5]), atol=1e-5)
+
+
+def test_reinforce_pp_whitens_discounted_returns(trajectory_factory: Callable[..., Any]) -> None:
+    samples, batch = _group(trajectory_factory, [1.0, -1.0])
+    out = compute_advantages(batch, samples, AlgoConfig(estimator="reinforce_pp", gamma=1.0))
+    # every valid token's return equals its sample's reward; whitening maps {1, 1, -1, -1} to +-1 (x std)
+    assert torch.allclose(out.returns, torch.tensor([[1.0, 1.0], [-1.0, -1.0]]))
+    assert out.advantages[0, 0] > 0 > out.advantages[1, 0]
+    assert torch.allclose(out.advantages[0], out.advantages[0, 0].expand(2))
+
+
+def test_gae_matches_hand_computed(trajectory_factory: Callable[..., Any]) -> None:
+    samples, batch = _group(trajectory_factory, [1.0])
+    batch.values = torch.tensor([[0.5, 0.25]])
+    out = compute_advantages(batch, samples, AlgoConfig(estimator="gae", gamma=0.9, lam=0.8))
+    # t=1: delta = 1 - 0.25 = 0.75; t=0: delta = 0 + 0.9*0.25 - 0.5 = -0.275, A0 = -0.275 + 0.9*0.8*0.75
+    assert torch.allclose(out.returns, torch.tensor([[0.5 - 0.275 + 0.54, 1.0]]), atol=1e-5)
+    raw = torch.tensor([-0.275 + 0.54, 0.75])
+    whitened = (raw - raw.mean()) / raw.std()  # verl whitens GAE advantages over the batch
+    assert torch.allclose(out.advantages[0], whitened, atol=1e-4)
+
+
+def test_gae_needs_values(trajectory_factory: Callable[..., Any]) -> None:
+    samples, batch = _group(trajectory_factory, [1.0])
+    with pytest.raises(ValueError, match="value_head"):
+        compute_advantages(batch, samples, AlgoConfig(estimator="gae"))
+
+
+def test_unknown_estimator_lists_names() -> None:
+    with pytest.raises(KeyError, match="grpo"):
+        algos.get_estimator("nope")
+
+
+def test_policy_loss_clips_and_reports() -> None:
+    old = torch.zeros(1, 2)
+    new = torch.log(torch.tensor([[1.5, 0.9]]))
+    adv = torch.ones(1, 2)
+    mask = torch.ones(1, 2)
+    loss, metrics = algos.policy_loss(old, new, adv, mask, LossConfig(clip_ratio=0.2))
+    # token 0: ratio 1.5 clipped to 1.2 -> -1.2; token 1: -0.9 -> mean -1.05
+    assert loss.item() == pytest.approx(-1.05, abs=1e-5)
+    assert metrics["actor/pg_clipfrac"] == pytest.approx(0.5)
+
+
+def test_truncated_is_weights_and_mismatch() -> None:
+    old = torch.log(torch.tensor([[0.5, 0.9, 0.2]]))
+    rollout = torch.log(torch.tensor([[0.25, 0.9, 0.2]]))
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    w = algos.truncated_is_weights(old, rollout, mask, cap=1.5)
+    assert torch.allclose(w, torch.tensor([[1.5, 1.0, 0.0]]))
+    m = algos.logprob_mismatch(old, rollout, mask)
+    assert m["mismatch/abs_logprob_diff"] == pytest.approx(torch.log(torch.tensor(2.0)).item() / 2, abs=1e-6)
