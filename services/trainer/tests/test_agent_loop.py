@@ -249,7 +249,7 @@ def test_observation_delta_keeps_whole_new_lines() -> None:
 
 
 def test_config_file_registers_the_loop() -> None:
-    entries = OmegaConf.load(CONFIG_PATH)
+    entries: Any = OmegaConf.load(CONFIG_PATH)
     assert [(e.name, e._target_) for e in entries] == [
         (AGENT_NAME, "wolfpack_trainer.agent_loop.WolfpackAgentLoop")
     ]
