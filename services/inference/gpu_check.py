@@ -138,7 +138,9 @@ async def run(work: Path) -> None:
     record("logprobs_vs_transformers", diff < 0.1, max_abs_diff=round(diff, 5), dtype="float32")
 
     # 3. seeded sampling
-    seeded = Sampling(max_tokens=24, temperature=1.0, top_p=0.9, seed=7, n=2, logprobs=True)
+    seeded = Sampling(
+        max_tokens=24, temperature=1.0, top_p=0.9, seed=7, n=2
+    )  # top_p: no logprobs (convention)
     s1, s2 = await gen(backend, seeded), await gen(backend, seeded)
     record(
         "seeded_sampling", [c.token_ids for c in s1.completions] == [c.token_ids for c in s2.completions],

@@ -41,17 +41,19 @@ async def test_greedy_is_deterministic(stub: pb_grpc.InferenceServiceStub) -> No
 async def test_logprobs_match_teacher_forced_forward(
     stub: pb_grpc.InferenceServiceStub, registry: PolicyRegistry
 ) -> None:
-    """The reported logprob of each sampled token equals log_softmax of a fresh forward pass over
-    prompt + response (temperature 1, float32), also for sampled (T=1.3, top-k) and batched requests."""
+    """The reported logprob of each sampled token equals log_softmax(logits / T) of a fresh forward pass
+    over prompt + response (float32) at the request's temperature (T = 1 for greedy), before top-k: the
+    logprob convention of trajectory.proto, over gRPC, for greedy, sampled and batched requests."""
+    temps = [0.0, 1.3, 0.7, 1.0]
     reqs = [chat(p, max_tokens=10, temperature=t, top_k=k, seed=3, logprobs=True)
-            for p, t, k in zip(PROMPTS, [0.0, 1.3, 0.7, 1.0], [0, 50, 0, 5], strict=True)]  # fmt: skip
+            for p, t, k in zip(PROMPTS, temps, [0, 50, 0, 5], strict=True)]  # fmt: skip
     responses = await asyncio.gather(*[stub.Generate(r) for r in reqs])
     model = registry.get("tiny").backend.torch_model  # type: ignore[attr-defined]
-    for resp in responses:
+    for resp, t in zip(responses, temps, strict=True):
         c = resp.completions[0]
         ids = torch.tensor([list(resp.prompt_token_ids) + list(c.token_ids)])
         with torch.no_grad():
-            logp = model(ids).logits.float().log_softmax(-1)[0]
+            logp = (model(ids).logits.float() / (t or 1.0)).log_softmax(-1)[0]
         start = len(resp.prompt_token_ids) - 1
         ref = torch.stack([logp[start + j, t] for j, t in enumerate(c.token_ids)])
         assert len(c.logprobs) == len(c.token_ids)

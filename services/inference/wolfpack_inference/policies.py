@@ -30,7 +30,7 @@ def build_backend(cfg: PolicyConfig, cache_dir: Path) -> Backend:
         from wolfpack_inference.backends.openai_backend import OpenAIBackend
 
         return OpenAIBackend(cfg)
-    path = resolve_model(cfg.model, cache_dir, fallback_to_tiny=cfg.fallback_to_tiny)
+    path = resolve_model(cfg.model, cache_dir)
     if cfg.backend == "vllm":
         from wolfpack_inference.backends.vllm_backend import VLLMBackend
 
@@ -50,6 +50,39 @@ def build_backend(cfg: PolicyConfig, cache_dir: Path) -> Backend:
     )
 
 
+FALLBACK_SUFFIX = "+tiny-fallback"
+"""Appended to the id of a policy served by the tiny random model because its own model could not be
+prepared (``fallback_to_tiny``): every response's ``PolicyRef`` and ListPolicies then say so."""
+
+
+class PolicyLoadError(RuntimeError):
+    """A configured policy's model could not be prepared (and no fallback was asked for)."""
+
+
+def build_policy(cfg: PolicyConfig, cache_dir: Path) -> Policy:
+    """The policy ``cfg`` describes, or an error naming it and why its model could not be prepared.
+
+    Only with ``cfg.fallback_to_tiny`` does a failure serve the tiny random model instead, and then
+    visibly: a WARNING log with the reason, the policy id ``<id>+tiny-fallback`` in every response and
+    in ListPolicies (requests may still name ``<id>``), and ``Policy.fallback_reason`` set."""
+    try:
+        return Policy(cfg, build_backend(cfg, cache_dir))
+    except Exception as exc:
+        reason = f"policy {cfg.policy_id!r}: model {cfg.model!r} cannot be prepared: {exc}"
+        if not cfg.fallback_to_tiny or cfg.model == "tiny" or cfg.backend == "openai":
+            raise PolicyLoadError(reason) from exc
+    log.warning(
+        "serving the tiny random model instead (fallback_to_tiny is set)",
+        extra={"policy_id": cfg.policy_id + FALLBACK_SUFFIX, "reason": reason},
+    )
+    tiny = cfg.model_copy(
+        update=dict(policy_id=cfg.policy_id + FALLBACK_SUFFIX, model="tiny", fallback_to_tiny=False)
+    )
+    policy = Policy(tiny, build_backend(tiny, cache_dir))
+    policy.fallback_reason = reason
+    return policy
+
+
 @dataclass
 class Prepared:
     request: Request
@@ -63,6 +96,8 @@ class Policy:
         self.cfg = cfg
         self.backend = backend
         self.lock = asyncio.Lock()
+        self.fallback_reason = ""
+        """Why this policy serves the tiny fallback model instead of its own (empty: it does not)."""
 
     @property
     def policy_id(self) -> str:
@@ -146,14 +181,18 @@ class Policy:
 class PolicyRegistry:
     """Policies by id. ``load`` creates a policy or moves it to new weights."""
 
-    def __init__(self, cache_dir: Path, policies: Iterable[Policy] = ()) -> None:
+    def __init__(self, cache_dir: Path, policies: Iterable[Policy] = (), unavailable: str = "") -> None:
         self.cache_dir = cache_dir
         self._policies: dict[str, Policy] = {p.policy_id: p for p in policies}
         self._create_lock = asyncio.Lock()
+        self.unavailable = unavailable
+        """Why the configured policies could not be served (the server then reports NOT_SERVING and
+        answers every call UNAVAILABLE with this reason); empty when they are."""
 
     @classmethod
     def from_configs(cls, configs: Iterable[PolicyConfig], cache_dir: Path) -> PolicyRegistry:
-        return cls(cache_dir, [Policy(c, build_backend(c, cache_dir)) for c in configs])
+        """Build every configured policy; raises ``PolicyLoadError`` when one cannot be prepared."""
+        return cls(cache_dir, [build_policy(c, cache_dir) for c in configs])
 
     def add(self, policy: Policy) -> None:
         """Serve ``policy`` (replacing one with the same id)."""
@@ -162,8 +201,10 @@ class PolicyRegistry:
     def get(self, policy_id: str) -> Policy:
         if not policy_id:
             raise InferenceError(ErrorCode.INVALID_ARGUMENT, "policy_id is required")
+        if self.unavailable:
+            raise InferenceError(ErrorCode.UNAVAILABLE, self.unavailable)
         try:
-            return self._policies[policy_id]
+            return self._policies.get(policy_id) or self._policies[policy_id + FALLBACK_SUFFIX]
         except KeyError:
             known = ", ".join(sorted(self._policies)) or "none"
             raise InferenceError(

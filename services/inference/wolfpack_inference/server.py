@@ -21,7 +21,14 @@ from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 from wolfpack_inference.backends.base import ErrorCode, Finish, InferenceError, Result, Sampling
-from wolfpack_inference.policies import Policy, PolicyRegistry, Prepared, TensorAssembler, make_sampling
+from wolfpack_inference.policies import (
+    Policy,
+    PolicyLoadError,
+    PolicyRegistry,
+    Prepared,
+    TensorAssembler,
+    make_sampling,
+)
 from wolfpack_inference.settings import InferenceSettings
 
 SERVICE = "inference"
@@ -341,7 +348,17 @@ def register(server: grpc.aio.Server, servicer: InferenceServicer | None = None)
 
 async def main(settings: Settings, address: str | None = None) -> None:
     s = InferenceSettings()
-    registry = await asyncio.to_thread(PolicyRegistry.from_configs, s.policies(), s.cache_dir)
+    try:
+        registry = await asyncio.to_thread(PolicyRegistry.from_configs, s.policies(), s.cache_dir)
+    except PolicyLoadError as exc:
+        # No silent substitute: the process stays up so health says NOT_SERVING (and every call says why,
+        # UNAVAILABLE) instead of a crash loop that hides the reason or a model nobody asked for.
+        log.error("not serving: a configured model cannot be prepared", extra={"reason": str(exc)})
+        await _serve_not_serving(settings, address, PolicyRegistry(s.cache_dir, unavailable=str(exc)))
+        return
+    for policy in registry.list():
+        if policy.fallback_reason:
+            log.warning("policy served by the tiny fallback", extra={"policy_id": policy.policy_id})
     servicer = InferenceServicer(registry)
     front = None
     if s.http_addr:  # the OpenAI-compatible front shares the registry (same weights, same batches)
@@ -357,3 +374,14 @@ async def main(settings: Settings, address: str | None = None) -> None:
         await registry.close()
 
     await rpc.serve(SERVICE, lambda server: register(server, servicer), settings, address, on_stop=on_stop)
+
+
+async def _serve_not_serving(settings: Settings, address: str | None, registry: PolicyRegistry) -> None:
+    """Health NOT_SERVING until SIGTERM; calls answer UNAVAILABLE with ``registry.unavailable``."""
+    servicer = InferenceServicer(registry)
+    running = await rpc.start_server(SERVICE, lambda server: register(server, servicer), settings, address)
+    await running.set_serving(False)
+    try:
+        await rpc.stop_on_signals().wait()
+    finally:
+        await running.stop(0)

@@ -3,6 +3,12 @@
 A backend serves one policy's weights and knows its current *version*. Each request is bound to the
 weights that admitted it, and its result names that version, so a policy update never changes the
 weights under a request in flight (see ``Backend.load``).
+
+Logprob convention (stated in ``trajectory.proto`` at ``Turn.response_logprobs``): a reported logprob is
+``log_softmax(logits / T)`` at the sampled token, T the request's temperature (1 for greedy), before
+top-k/top-p truncation: what a learner recomputes with one teacher-forced forward pass at the same
+temperature. A backend that cannot report exactly that for some sampling settings rejects the request
+(INVALID_ARGUMENT) rather than report another quantity under the same name.
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ class Request:
 
 @dataclass
 class Completion:
+    """One sampled completion; ``logprobs`` (when requested) follow the logprob convention above."""
+
     token_ids: list[int]
     logprobs: list[float]
     text: str

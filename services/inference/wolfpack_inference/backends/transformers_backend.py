@@ -28,11 +28,12 @@ attention) cannot be re-aligned this way: their batches run to completion as bef
 Sampling is per row, so rows with different temperature/top-p/top-k/seed share a batch: each row has its
 own ``torch.Generator`` (seeded rows are reproducible whatever else is in the batch).
 
-Logprob convention: the reported logprob of a sampled token is ``log_softmax(raw_logits)[token]`` at
-temperature 1, computed from the very logits the token was sampled from, i.e. the log-probability under
-the *policy's* distribution, independent of the request's temperature/top-p/top-k. That is what RL
-importance ratios and KL terms need (the trainer recomputes the same quantity with a teacher-forced
-forward pass), and it equals such a recomputation up to float rounding.
+Logprob convention (``Turn.response_logprobs`` in ``trajectory.proto``, shared by every backend): the
+reported logprob of a sampled token is ``log_softmax(logits / T)[token]``, with ``T`` the request's
+temperature (``T = 1`` for greedy), computed from the very logits the token was sampled from and before
+top-k/top-p truncation. That is the sampling distribution up to the truncation, and what a learner
+recomputes from the same token ids with one teacher-forced forward pass at the same temperature (verl's
+``logprobs_from_logits(logits / T)``); it equals that recomputation up to float rounding.
 """
 
 from __future__ import annotations
@@ -739,17 +740,23 @@ def _updated_copy(model: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
 def sample(
     logits: torch.Tensor, params: list[Sampling], generators: list[torch.Generator]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next token per row and its logprob at temperature 1 (see the module docstring).
+    """Next token per row and its logprob under the logprob convention (see the module docstring):
+    ``log_softmax(logits / T)`` at the token, T = 1 for greedy rows, before top-k/top-p.
 
     ``logits``: float32 ``[batch, vocab]`` raw logits. Greedy rows take the argmax; other rows apply
     temperature, top-k, then top-p (nucleus) to a copy, and draw from their own generator.
     """
-    logp = torch.log_softmax(logits, dim=-1)
+    temps = [1.0 if p.greedy else p.temperature for p in params]
+    if all(t == 1.0 for t in temps):
+        scaled = logits
+    else:
+        scaled = logits / torch.tensor(temps, dtype=logits.dtype, device=logits.device)[:, None]
+    logp = torch.log_softmax(scaled, dim=-1)
     tokens = torch.argmax(logits, dim=-1)
     for i, p in enumerate(params):
         if p.greedy:
             continue
-        row = logits[i] / p.temperature
+        row = scaled[i]
         if 0 < p.top_k < row.numel():
             kth = torch.topk(row, p.top_k).values[-1]
             row = row.masked_fill(row < kth, float("-inf"))

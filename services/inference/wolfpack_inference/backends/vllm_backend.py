@@ -7,8 +7,15 @@ GPU machine, not by the CPU test suite.
 - Prompts go in as token ids (``{"prompt_token_ids": [...]}``) and come out as token ids: the policy layer
   renders chat templates with the same HF tokenizer, so the ids are what RL trains on.
 - Logprobs: ``logprobs=0`` asks for the sampled token's logprob only, and the engine runs with
-  ``logprobs_mode="raw_logprobs"``: log_softmax of the raw logits, before temperature/top-k/top-p —
-  the same temperature-1 policy convention as the transformers backend.
+  ``logprobs_mode="processed_logprobs"``. What vLLM 0.24's v1 sampler computes there (read in
+  ``vllm/v1/sample/sampler.py`` and ``ops/topk_topp_sampler.py``): after penalties and logits processors
+  (none used here), greedy rows get ``log_softmax(logits)``; sampled rows get ``log_softmax`` of the
+  logits divided by the temperature *and masked by top-k/top-p* (renormalised over the kept tokens).
+  ``raw_logprobs`` would be ``log_softmax(logits)`` whatever the temperature. So "processed" is the
+  convention (``log_softmax(logits / T)``, T = 1 for greedy, before truncation) exactly when top-k and
+  top-p are off, and requests asking for logprobs with either filter on are rejected (INVALID_ARGUMENT)
+  instead of reporting renormalised values. ``tests/test_vllm_logprobs.py`` (``gpu``) checks it against a
+  teacher-forced forward pass.
 - Versions, two kinds:
   * LoRA (``adapter_path``): each version is a new ``LoRARequest`` (fresh ``lora_int_id``); a request
     carries the LoRARequest current at admission, so in-flight requests finish on the old adapter with
@@ -55,6 +62,20 @@ log = logging.getLogger(__name__)
 _FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH, "abort": Finish.ABORT}
 _lora_ids = itertools.count(1)
 EXTENSION = "wolfpack_inference.backends.vllm_worker.WolfpackWorkerExtension"
+LOGPROBS_MODE = "processed_logprobs"
+"""The engine's logprobs mode: the logprob convention when top-k/top-p are off (module docstring)."""
+
+
+def check_logprob_convention(s: Sampling) -> None:
+    """Reject sampling settings under which ``LOGPROBS_MODE`` is not the logprob convention: logprobs
+    asked for a sampled (not greedy) request with top-k or top-p on, which vLLM renormalises over the
+    kept tokens."""
+    if s.logprobs and not s.greedy and (s.top_k > 0 or s.top_p < 1.0):
+        raise InferenceError(
+            ErrorCode.INVALID_ARGUMENT,
+            "vllm backend: logprobs with top_k/top_p would be renormalised over the kept tokens, not "
+            "log_softmax(logits / T); leave top_k = 0 and top_p = 1 (or 0) when asking for logprobs",
+        )
 
 
 def _vllm() -> Any:
@@ -106,7 +127,7 @@ class VLLMBackend(Backend):
             max_lora_rank=cfg.max_lora_rank,
             max_num_seqs=max(cfg.max_batch, 1),
             skip_tokenizer_init=not with_tokenizer,
-            logprobs_mode="raw_logprobs",
+            logprobs_mode=LOGPROBS_MODE,
             worker_extension_cls=EXTENSION,
             disable_log_stats=True,
         )
@@ -194,6 +215,7 @@ class VLLMBackend(Backend):
 
     async def _run(self, request: Request, streaming: bool) -> AsyncIterator[tuple[int, Any]]:
         s = request.sampling
+        check_logprob_convention(s)
         check_prompt_length(len(request.prompt_ids), s.max_tokens, self.max_positions)
         version, lora = await self._admit()
         try:
