@@ -17,7 +17,8 @@ class PolicyConfig(BaseModel):
         default="smollm2", description="`tiny`, `smollm2`, a .gguf file, an HF id or a directory."
     )
     fallback_to_tiny: bool = Field(
-        default=False, description="If `smollm2` cannot be prepared, serve `tiny`."
+        default=False,
+        description="If the model cannot be prepared, serve `tiny` as `<policy_id>+tiny-fallback` (else: an error).",
     )
     adapter: str = Field(default="", description="LoRA adapter directory on top of `model`.")
     version: int = 0

