@@ -105,14 +105,17 @@ async def test_poison_messages_go_to_dead_letter(redis_client: aioredis.Redis, s
 async def test_ten_thousand_messages_two_consumers_none_lost_none_twice(
     redis_url: str, redis_client: aioredis.Redis, stream_key: str
 ) -> None:
+    """Two consumers share 10,000 entries; a producer retry of 50 already-appended trajectories must not
+    put them on the stream again (the append script dedups by message id)."""
     n = 10_000
-    pipe = redis_client.pipeline(transaction=False)
-    for i in range(n):
-        pipe.xadd(stream_key, {b"data": traj(i).SerializeToString(), b"id": f"t-{i}".encode()})
-    await pipe.execute()
-    # A producer retry appends 50 duplicates of already-sent trajectories.
-    for i in range(50):
-        await producer(redis_client, stream_key).append(traj(i))
+    prod = producer(redis_client, stream_key)
+    for start in range(0, n, 500):
+        await prod.append_many([traj(i) for i in range(start, start + 500)])
+    first_ids = await prod.append_many([traj(i) for i in range(50)])
+    assert prod.duplicates == 50
+    assert await redis_client.xlen(stream_key) == n
+    originals = await redis_client.xrange(stream_key, count=50)
+    assert first_ids == [eid.decode() for eid, _f in originals], "a retry returns the first append's ids"
 
     processed: list[str] = []
 
