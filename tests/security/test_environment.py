@@ -30,7 +30,9 @@ EXTERNAL = common_pb2.SEAT_CONTROLLER_EXTERNAL
 
 
 def create_req(seed: int = 1, external: tuple[int, ...] = (0,), **kw: Any) -> pb.CreateEpisodeRequest:
-    req = pb.CreateEpisodeRequest(game=common_pb2.GameRef(game_id="werewolf_v1", variant="6p"), seed=seed, **kw)
+    req = pb.CreateEpisodeRequest(
+        game=common_pb2.GameRef(game_id="werewolf_v1", variant="6p"), seed=seed, **kw
+    )
     for seat in external:
         req.seats.add(seat=seat, controller=EXTERNAL)
     return req
@@ -69,7 +71,12 @@ async def test_request_id_theft_through_the_gateway_and_play_seats(
 ) -> None:
     victim = await env.client.stub.CreateEpisode(create_req(external=(0, 1)))
     async with aiohttp.ClientSession(gateway.url) as http:
-        body = {"game": "werewolf_v1", "variant": "6p", "external_seats": [0, 1], "request_id": victim.episode_id}
+        body = {
+            "game": "werewolf_v1",
+            "variant": "6p",
+            "external_seats": [0, 1],
+            "request_id": victim.episode_id,
+        }
         async with http.post("/v1/episodes", json=body) as resp:
             assert resp.status == 201
             got = await resp.json()
@@ -212,7 +219,9 @@ async def test_non_ascii_tokens_are_permission_denied(env: EnvStack) -> None:
         {"game": "werewolf_v1", "options": {"max_days": 10**30}},
     ],
 )
-async def test_gateway_out_of_range_values_are_400_json(gateway: RunningGateway, body: dict[str, Any]) -> None:
+async def test_gateway_out_of_range_values_are_400_json(
+    gateway: RunningGateway, body: dict[str, Any]
+) -> None:
     async with aiohttp.ClientSession(gateway.url) as http:
         import json as _json
 
@@ -222,7 +231,9 @@ async def test_gateway_out_of_range_values_are_400_json(gateway: RunningGateway,
             assert (await resp.json())["error"]["code"] == "INVALID_ARGUMENT"
 
 
-async def test_gateway_step_out_of_range_turn_id_and_target_are_400(env: EnvStack, gateway: RunningGateway) -> None:
+async def test_gateway_step_out_of_range_turn_id_and_target_are_400(
+    env: EnvStack, gateway: RunningGateway
+) -> None:
     created = await env.client.stub.CreateEpisode(create_req())
     token = created.seat_tokens[0].token
     step = f"/v1/episodes/{created.episode_id}/step"
@@ -240,7 +251,9 @@ async def test_gateway_step_out_of_range_turn_id_and_target_are_400(env: EnvStac
 # --------------------------------------------------------------------------- gateway connection limits
 
 
-async def test_gateway_partial_headers_neither_starve_healthz_nor_live_forever(gateway: RunningGateway) -> None:
+async def test_gateway_partial_headers_neither_starve_healthz_nor_live_forever(
+    gateway: RunningGateway,
+) -> None:
     """Twice the connection cap of half-sent requests: /healthz still answers, and the half-open
     connections are closed by the header timeout (fixture: 1 s) instead of living forever."""
     writers = []

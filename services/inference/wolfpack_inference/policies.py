@@ -9,8 +9,9 @@ current at admission, so a response's version is the one that produced all its t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,15 @@ class Policy:
         message is the assistant's, which the model then continues."""
         tok = self.backend.tokenizer
         if messages is not None:
+            if len(messages) > MAX_CHAT_MESSAGES:
+                raise InferenceError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"chat.messages: at most {MAX_CHAT_MESSAGES} messages, got {len(messages)}",
+                )
+            if sum(len(m.get("content") or "") for m in messages) > MAX_PROMPT_CHARS:
+                raise InferenceError(
+                    ErrorCode.INVALID_ARGUMENT, f"chat.messages: at most {MAX_PROMPT_CHARS} characters in all"
+                )
             msgs = [{k: v for k, v in m.items() if v or k == "content"} for m in messages]
             if not msgs or all(not m.get("content") for m in msgs):
                 raise InferenceError(ErrorCode.INVALID_ARGUMENT, "prompt is empty")
@@ -148,6 +158,10 @@ class Policy:
             )
             ids, compressed = self._render(msgs, add_gen, sampling.max_tokens)
             return Prepared(Request(sampling, ids, msgs, request_id, self.cfg.strip_think), compressed)
+        if token_ids is not None and len(token_ids) > MAX_PROMPT_TOKENS:
+            raise InferenceError(
+                ErrorCode.INVALID_ARGUMENT, f"tokens.token_ids: at most {MAX_PROMPT_TOKENS} ids"
+            )
         ids = token_ids if isinstance(token_ids, list) else list(token_ids or [])  # a list is taken as is
         if not ids:
             raise InferenceError(ErrorCode.INVALID_ARGUMENT, "prompt is empty")
@@ -176,6 +190,29 @@ class Policy:
         except prompts.PromptTooLong as exc:
             raise InferenceError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
         return prompts.render_chat(tok, kept, add_gen), True
+
+
+@contextlib.contextmanager
+def _load_errors(model_path: str, adapter_path: str) -> Iterator[None]:
+    """A path that cannot be loaded is the caller's error (INVALID_ARGUMENT naming the path), not an
+    UNKNOWN status carrying a loader's traceback text."""
+    try:
+        yield
+    except InferenceError:
+        raise
+    except Exception as exc:
+        log.warning("LoadPolicy failed", exc_info=True)
+        what = " / ".join(p for p in (model_path, adapter_path) if p) or "the current model"
+        raise InferenceError(
+            ErrorCode.INVALID_ARGUMENT, f"cannot load {what}: {type(exc).__name__}"
+        ) from None
+
+
+MAX_CHAT_MESSAGES = 4096
+MAX_PROMPT_CHARS = 1_000_000
+MAX_PROMPT_TOKENS = 1 << 20
+"""Bounds of one prompt (documented in the inference README): with ``prompts.MAX_RENDERS`` they bound
+the work of preparing any request."""
 
 
 class PolicyRegistry:
@@ -235,13 +272,15 @@ class PolicyRegistry:
                 )
                 if cfg.backend == "openai":
                     cfg = cfg.model_copy(update=dict(backend="transformers"))
-                backend = await asyncio.to_thread(build_backend, cfg, self.cache_dir)
+                with _load_errors(model_path, adapter_path):
+                    backend = await asyncio.to_thread(build_backend, cfg, self.cache_dir)
                 policy = Policy(cfg, backend)
                 self._policies[policy_id] = policy
                 return policy
         async with policy.lock:
             self._check_version(policy, version)
-            await policy.backend.load(version, model_path, adapter_path)
+            with _load_errors(model_path, adapter_path):
+                await policy.backend.load(version, model_path, adapter_path)
         return policy
 
     async def push(
@@ -283,48 +322,84 @@ class PolicyRegistry:
             await p.backend.close()
 
 
+MAX_TENSOR_DIMS = 8
+MAX_PUSH_BYTES = 64 << 30
+"""Most bytes one PushWeights call may declare or send (all tensors together): a 30B-parameter model in
+bf16 fits; a chunk cannot make the server reserve more than it will ever receive (see TensorAssembler)."""
+
+
 class TensorAssembler:
     """Rebuilds tensors from PushWeights chunks (``name``, ``dtype``, ``shape``, ``data`` at ``offset``).
 
     Chunks of one tensor may arrive in any order; each tensor is complete when all its bytes arrived.
+    Memory follows what was received, never what a chunk claims: chunks are kept as they come and each
+    tensor's buffer is allocated only in ``tensors()``, once its bytes all arrived. (Allocating from the
+    declared shape let a 40-byte chunk with ``shape=[2**29]`` make the server zero-fill 2 GiB.) Shapes
+    are validated first: at most ``MAX_TENSOR_DIMS`` non-negative dimensions, and the declared and the
+    received bytes of one call at most ``max_bytes``.
     """
 
-    def __init__(self) -> None:
-        self._buffers: dict[str, tuple[bytearray, str, tuple[int, ...], list[tuple[int, int]]]] = {}
+    def __init__(self, max_bytes: int = MAX_PUSH_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._declared = 0
+        self._received = 0
+        # name -> (declared byte size, dtype, shape, [(offset, data)])
+        self._parts: dict[str, tuple[int, str, tuple[int, ...], list[tuple[int, bytes]]]] = {}
 
     def add(self, name: str, dtype: str, shape: Sequence[int], data: bytes, offset: int) -> None:
         import torch
 
+        def bad(msg: str) -> InferenceError:
+            return InferenceError(ErrorCode.INVALID_ARGUMENT, msg)
+
         if not name:
-            raise InferenceError(ErrorCode.INVALID_ARGUMENT, "chunk without a tensor name")
-        entry = self._buffers.get(name)
+            raise bad("chunk without a tensor name")
+        entry = self._parts.get(name)
         if entry is None:
-            dt = getattr(torch, dtype, None)
+            if len(name) > 1024:
+                raise bad("tensor names are at most 1024 characters")
+            dt = getattr(torch, dtype, None) if dtype.isidentifier() else None
             if not isinstance(dt, torch.dtype):
-                raise InferenceError(ErrorCode.INVALID_ARGUMENT, f"{name}: unknown dtype {dtype!r}")
-            numel = 1
-            for d in shape:
-                numel *= int(d)
-            size = numel * torch.empty((), dtype=dt).element_size()
-            entry = (bytearray(size), dtype, tuple(int(d) for d in shape), [])
-            self._buffers[name] = entry
-        buf, _, _, spans = entry
-        if offset < 0 or offset + len(data) > len(buf):
-            raise InferenceError(ErrorCode.INVALID_ARGUMENT, f"{name}: chunk beyond the tensor's bytes")
-        buf[offset : offset + len(data)] = data
-        spans.append((offset, offset + len(data)))
+                raise bad(f"{name}: unknown dtype {dtype!r}")
+            dims = tuple(int(d) for d in shape)
+            if len(dims) > MAX_TENSOR_DIMS or any(d < 0 for d in dims):
+                raise bad(f"{name}: shape must have at most {MAX_TENSOR_DIMS} non-negative dimensions, got {list(dims)}")  # fmt: skip
+            size = torch.empty((), dtype=dt).element_size()
+            for d in dims:
+                size *= d
+                if size > self.max_bytes:
+                    break
+            if self._declared + size > self.max_bytes:
+                raise bad(f"{name}: shape {list(dims)} exceeds the push limit of {self.max_bytes} bytes")
+            self._declared += size
+            entry = (size, dtype, dims, [])
+            self._parts[name] = entry
+        size, first_dtype, dims, parts = entry
+        if dtype != first_dtype or tuple(shape) != dims:
+            raise bad(f"{name}: every chunk of a tensor must repeat its dtype and shape")
+        if offset < 0 or offset + len(data) > size:
+            raise bad(f"{name}: chunk beyond the tensor's bytes")
+        self._received += len(data)
+        if self._received > self.max_bytes:
+            raise bad(f"the push sent more than {self.max_bytes} bytes")
+        parts.append((offset, bytes(data)))
 
     def tensors(self) -> dict[str, Any]:
         import torch
 
         out = {}
-        for name, (buf, dtype, shape, spans) in self._buffers.items():
+        for name, (size, dtype, shape, parts) in self._parts.items():
             covered, end = 0, 0
-            for a, b in sorted(spans):
+            for a, data in sorted(parts, key=lambda p: p[0]):
+                b = a + len(data)
                 covered += max(0, b - max(a, end))
                 end = max(end, b)
-            if covered != len(buf):
-                raise InferenceError(ErrorCode.INVALID_ARGUMENT, f"{name}: got {covered} of {len(buf)} bytes")
+            if covered != size:
+                raise InferenceError(ErrorCode.INVALID_ARGUMENT, f"{name}: got {covered} of {size} bytes")
+            buf = bytearray(size)  # every byte of it was received: the size is real now
+            for a, data in parts:
+                buf[a : a + len(data)] = data
+            parts.clear()
             dt = getattr(torch, dtype)
             flat = torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)
             out[name] = flat.reshape(shape).clone()
@@ -332,6 +407,15 @@ class TensorAssembler:
 
 
 MAX_N = 64
+MIN_TEMPERATURE = 1e-2
+"""Smallest sampling temperature above 0: below it logits / temperature overflow to inf and the softmax
+to NaN, which fails the whole engine batch (every caller's request in it). 0 means greedy."""
+MAX_TEMPERATURE = 100.0
+MAX_TOKENS = 1 << 20
+MAX_TOP_K = 1 << 20
+MAX_STOPS = 16
+MAX_STOP_CHARS = 256
+MAX_SEED = 2**63 - 1 - MAX_N  # row i of a request samples with seed + i (a torch seed: 64 bits)
 
 
 def make_sampling(
@@ -350,16 +434,24 @@ def make_sampling(
     def bad(msg: str) -> InferenceError:
         return InferenceError(ErrorCode.INVALID_ARGUMENT, msg)
 
-    if max_tokens <= 0:
-        raise bad(f"sampling.max_tokens must be > 0, got {max_tokens}")
-    if not temperature >= 0:  # also rejects NaN
-        raise bad(f"sampling.temperature must be >= 0, got {temperature}")
+    if not 0 < max_tokens <= MAX_TOKENS:
+        raise bad(f"sampling.max_tokens must be in [1, {MAX_TOKENS}], got {max_tokens}")
+    # ``not a <= x`` forms also reject NaN
+    if not (temperature == 0 or MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE):
+        raise bad(
+            f"sampling.temperature must be 0 (greedy) or in [{MIN_TEMPERATURE}, {MAX_TEMPERATURE}], "
+            f"got {temperature}"
+        )
     if not 0 <= top_p <= 1:
         raise bad(f"sampling.top_p must be in [0, 1], got {top_p}")
-    if top_k < 0:
-        raise bad(f"sampling.top_k must be >= 0, got {top_k}")
+    if not 0 <= top_k <= MAX_TOP_K:
+        raise bad(f"sampling.top_k must be in [0, {MAX_TOP_K}], got {top_k}")
     if not 0 <= n <= MAX_N:
         raise bad(f"sampling.n must be in [0, {MAX_N}], got {n}")
+    if len(stop) > MAX_STOPS or any(len(s) > MAX_STOP_CHARS for s in stop):
+        raise bad(f"sampling.stop takes at most {MAX_STOPS} strings of at most {MAX_STOP_CHARS} characters")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise bad(f"sampling.seed must be in [0, {MAX_SEED}], got {seed}")
     return Sampling(
         max_tokens=max_tokens,
         temperature=float(temperature),

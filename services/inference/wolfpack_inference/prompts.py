@@ -22,6 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TRUNCATION_MARKER = "\n[... truncated ...]\n"
+MAX_RENDERS = 64
+"""Most renders one compression may do. Dropping is a binary search over how many of the oldest messages
+go (about log2(n) renders, not one per message: an 800-message chat took 30-44 s the old way), and each
+truncation a binary search over kept characters; past this many renders the prompt is refused as too long
+rather than holding a CPU (and, off the event loop or not, other callers) for seconds."""
 
 Message = dict[str, str]
 
@@ -47,24 +52,49 @@ def compress_messages(
     changed. Raises ``PromptTooLong`` when even the system and latest user messages, truncated, do not fit.
 
     Order of cuts (documented contract, tested):
-      1. drop the oldest message that is neither a system message nor the latest user message, repeat;
+      1. drop the oldest messages that are neither a system message nor the latest user message, as few
+         as make it fit (found by binary search: fewer renders, same result as dropping one at a time
+         while the count shrinks with each drop);
       2. then cut the middle of the longest remaining message (binary search on kept characters), marking
          the cut with ``TRUNCATION_MARKER``; repeat on the next longest if needed.
+    At most ``MAX_RENDERS`` calls of ``count``; past that the prompt is refused (``PromptTooLong``).
     """
+    renders = 0
+
+    def counted(ms: Sequence[Message]) -> int:
+        nonlocal renders
+        renders += 1
+        if renders > MAX_RENDERS:
+            raise PromptTooLong(
+                f"prompt does not fit the context budget of {budget} tokens within {MAX_RENDERS} "
+                "compression steps; send fewer or shorter messages"
+            )
+        return count(ms)
+
     msgs = [dict(m) for m in messages]
-    if count(msgs) <= budget:
+    if counted(msgs) <= budget:
         return msgs, False
     last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=len(msgs) - 1)
     keep = {i for i, m in enumerate(msgs) if m.get("role") == "system"} | {last_user}
     droppable = [i for i in range(len(msgs)) if i not in keep]
-    alive = list(range(len(msgs)))
-    for i in droppable:  # oldest first
-        alive.remove(i)
-        if count([msgs[j] for j in alive]) <= budget:
-            return [msgs[j] for j in alive], True
-    kept = [msgs[j] for j in alive]
+
+    def without(k: int) -> list[Message]:  # the chat minus the k oldest droppable messages
+        gone = set(droppable[:k])
+        return [m for j, m in enumerate(msgs) if j not in gone]
+
+    if droppable:
+        lo, hi = 1, len(droppable)  # smallest k that fits, if any does
+        if counted(without(hi)) <= budget:
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if counted(without(mid)) <= budget:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return without(lo), True
+    kept = without(len(droppable))
     tried: set[int] = set()
-    while count(kept) > budget:
+    while counted(kept) > budget:
         candidates = [i for i in range(len(kept)) if i not in tried and len(kept[i]["content"]) > 0]
         if not candidates:
             raise PromptTooLong(f"prompt does not fit the context budget of {budget} tokens")
@@ -75,7 +105,7 @@ def compress_messages(
         while lo < hi:
             mid = (lo + hi + 1) // 2
             trial = [*kept[:i], {**kept[i], "content": _cut_middle(text, mid)}, *kept[i + 1 :]]
-            if count(trial) <= budget:
+            if counted(trial) <= budget:
                 lo = mid
             else:
                 hi = mid - 1

@@ -37,6 +37,7 @@ _tracer = telemetry.tracer("wolfpack.inference")
 _SAMPLING_CACHE_SIZE = 1024
 log = logging.getLogger(__name__)
 
+_LONG_CHAT_CHARS = 16_384
 MAX_BATCH_ITEMS = 4096
 """Most requests in one GenerateBatch: far above a rollout worker's batch (~100-300), low enough that one
 call cannot queue unbounded work (split larger batches into several calls)."""
@@ -104,6 +105,16 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         # ``[:]`` is the quickest copy of a repeated field into a list (~30% faster than ``list()``)
         return policy, policy.prepare(sampling, token_ids=r.tokens.token_ids[:], request_id=r.request_id)
 
+    async def _prepare_off_loop(self, r: pb.GenerateRequest) -> tuple[Policy, Prepared]:
+        """``_prepare``, in a worker thread for a long chat: rendering (and compressing) a long chat costs
+        up to ``prompts.MAX_RENDERS`` template renders, which must not stall every other caller's
+        requests on the event loop. Short prompts (the common case) stay on the loop: a thread hop costs
+        more than their render."""
+        chat = r.WhichOneof("prompt") == "chat"
+        if chat and sum(len(m.content) for m in r.chat.messages) > _LONG_CHAT_CHARS:
+            return await asyncio.to_thread(self._prepare, r)
+        return self._prepare(r)
+
     def _span(self, policy: Policy, r: pb.GenerateRequest) -> Any:
         """A span following the GenAI conventions, child of the caller's trace (the server interceptor
         made it current); a context yielding None when nobody collects spans."""
@@ -127,7 +138,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
 
     async def Generate(self, request: pb.GenerateRequest, context: Any) -> pb.GenerateResponse:
         try:
-            policy, prep = self._prepare(request)
+            policy, prep = await self._prepare_off_loop(request)
             with self._span(policy, request) as span:
                 result: Result = await policy.backend.generate(prep.request)
                 if span is not None:
@@ -169,7 +180,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         errors = 0
         for i, r in enumerate(items):
             try:
-                policy, prep = self._prepare(r)
+                policy, prep = await self._prepare_off_loop(r)
             except InferenceError as exc:
                 msg.results.add(index=i, error=_status(exc))
                 errors += 1
@@ -232,7 +243,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         self, request: pb.GenerateStreamRequest, context: Any
     ) -> AsyncIterator[pb.GenerateStreamResponse]:
         try:
-            policy, prep = self._prepare(request.request)
+            policy, prep = await self._prepare_off_loop(request.request)
             with self._span(policy, request.request):
                 first = True
                 async for ch in policy.backend.stream(prep.request):
