@@ -24,19 +24,25 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18wolfpack/v1/common.proto\x12\x0bwolfpack.v1\"/\n\tPolicyRef\x12\x11\n\tpolicy_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"+\n\x07GameRef\x12\x0f\n\x07game_id\x18\x01 \x01(\t\x12\x0f\n\x07variant\x18\x02 \x01(\t\":\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\t\"\x97\x01\n\x0bSeatBinding\x12\x0c\n\x04seat\x18\x01 \x01(\x05\x12/\n\ncontroller\x18\x02 \x01(\x0e\x32\x1b.wolfpack.v1.SeatController\x12&\n\x06policy\x18\x03 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x0b\n\x03\x62ot\x18\x04 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x05 \x01(\t\"D\n\x06\x41\x63tion\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x13\n\x06target\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x0c\n\x04text\x18\x03 \x01(\tB\t\n\x07_target\"\x9e\x01\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\r\n\x05top_k\x18\x04 \x01(\x05\x12\x0c\n\x04stop\x18\x05 \x03(\t\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\t\n\x01n\x18\x07 \x01(\x05\x12\x10\n\x08logprobs\x18\x08 \x01(\x08\x42\x07\n\x05_seed*\x89\x01\n\x0eSeatController\x12\x1f\n\x1bSEAT_CONTROLLER_UNSPECIFIED\x10\x00\x12\x1a\n\x16SEAT_CONTROLLER_POLICY\x10\x01\x12\x1c\n\x18SEAT_CONTROLLER_EXTERNAL\x10\x02\x12\x1c\n\x18SEAT_CONTROLLER_SCRIPTED\x10\x03*\x89\x01\n\x0bOutcomeKind\x12\x1c\n\x18OUTCOME_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10OUTCOME_KIND_WIN\x10\x01\x12\x15\n\x11OUTCOME_KIND_LOSS\x10\x02\x12\x15\n\x11OUTCOME_KIND_DRAW\x10\x03\x12\x18\n\x14OUTCOME_KIND_ABORTED\x10\x04*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18wolfpack/v1/common.proto\x12\x0bwolfpack.v1\"/\n\tPolicyRef\x12\x11\n\tpolicy_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"+\n\x07GameRef\x12\x0f\n\x07game_id\x18\x01 \x01(\t\x12\x0f\n\x07variant\x18\x02 \x01(\t\":\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\t\"\x97\x01\n\x0bSeatBinding\x12\x0c\n\x04seat\x18\x01 \x01(\x05\x12/\n\ncontroller\x18\x02 \x01(\x0e\x32\x1b.wolfpack.v1.SeatController\x12&\n\x06policy\x18\x03 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x0b\n\x03\x62ot\x18\x04 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x05 \x01(\t\"D\n\x06\x41\x63tion\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x13\n\x06target\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x0c\n\x04text\x18\x03 \x01(\tB\t\n\x07_target\"\x9e\x01\n\x0eSamplingParams\x12\x12\n\nmax_tokens\x18\x01 \x01(\x05\x12\x13\n\x0btemperature\x18\x02 \x01(\x02\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\r\n\x05top_k\x18\x04 \x01(\x05\x12\x0c\n\x04stop\x18\x05 \x03(\t\x12\x11\n\x04seed\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\t\n\x01n\x18\x07 \x01(\x05\x12\x10\n\x08logprobs\x18\x08 \x01(\x08\x42\x07\n\x05_seed\"\xc6\x02\n\x08Scenario\x12\x13\n\x0bscenario_id\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61mily\x18\x02 \x01(\t\x12\x12\n\ndifficulty\x18\x03 \x01(\t\x12\x10\n\x08template\x18\x04 \x01(\t\x12\x0c\n\x04tags\x18\x05 \x03(\t\x12\r\n\x05split\x18\x06 \x01(\t\x12\x13\n\x0bpublic_text\x18\x07 \x01(\t\x12\x31\n\x06params\x18\x08 \x03(\x0b\x32!.wolfpack.v1.Scenario.ParamsEntry\x12,\n\x07players\x18\t \x03(\x0b\x32\x1b.wolfpack.v1.ScenarioPlayer\x12\x11\n\tmax_turns\x18\n \x01(\x05\x1aI\n\x0bParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12)\n\x05value\x18\x02 \x01(\x0b\x32\x1a.wolfpack.v1.ScenarioValue:\x02\x38\x01\"\xe3\x01\n\x0eScenarioPlayer\x12\x0c\n\x04seat\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04role\x18\x03 \x01(\t\x12\x46\n\x0eprivate_params\x18\x04 \x03(\x0b\x32..wolfpack.v1.ScenarioPlayer.PrivateParamsEntry\x12\r\n\x05\x62rief\x18\x05 \x01(\t\x1aP\n\x12PrivateParamsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12)\n\x05value\x18\x02 \x01(\x0b\x32\x1a.wolfpack.v1.ScenarioValue:\x02\x38\x01\"\x8f\x02\n\rScenarioValue\x12\x13\n\tint_value\x18\x01 \x01(\x03H\x00\x12\x16\n\x0cnumber_value\x18\x02 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x03 \x01(\tH\x00\x12(\n\x08int_list\x18\x04 \x01(\x0b\x32\x14.wolfpack.v1.IntListH\x00\x12.\n\x0bstring_list\x18\x05 \x01(\x0b\x32\x17.wolfpack.v1.StringListH\x00\x12&\n\x07int_map\x18\x06 \x01(\x0b\x32\x13.wolfpack.v1.IntMapH\x00\x12/\n\x0cint_map_list\x18\x07 \x01(\x0b\x32\x17.wolfpack.v1.IntMapListH\x00\x42\x06\n\x04kind\"\x19\n\x07IntList\x12\x0e\n\x06values\x18\x01 \x03(\x03\"\x1c\n\nStringList\x12\x0e\n\x06values\x18\x01 \x03(\t\"h\n\x06IntMap\x12/\n\x06values\x18\x01 \x03(\x0b\x32\x1f.wolfpack.v1.IntMap.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"1\n\nIntMapList\x12#\n\x06values\x18\x01 \x03(\x0b\x32\x13.wolfpack.v1.IntMap*\x89\x01\n\x0eSeatController\x12\x1f\n\x1bSEAT_CONTROLLER_UNSPECIFIED\x10\x00\x12\x1a\n\x16SEAT_CONTROLLER_POLICY\x10\x01\x12\x1c\n\x18SEAT_CONTROLLER_EXTERNAL\x10\x02\x12\x1c\n\x18SEAT_CONTROLLER_SCRIPTED\x10\x03*\x89\x01\n\x0bOutcomeKind\x12\x1c\n\x18OUTCOME_KIND_UNSPECIFIED\x10\x00\x12\x14\n\x10OUTCOME_KIND_WIN\x10\x01\x12\x15\n\x11OUTCOME_KIND_LOSS\x10\x02\x12\x15\n\x11OUTCOME_KIND_DRAW\x10\x03\x12\x18\n\x14OUTCOME_KIND_ABORTED\x10\x04*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x01\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'wolfpack.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SEATCONTROLLER']._serialized_start=638
-  _globals['_SEATCONTROLLER']._serialized_end=775
-  _globals['_OUTCOMEKIND']._serialized_start=778
-  _globals['_OUTCOMEKIND']._serialized_end=915
-  _globals['_FINISHREASON']._serialized_start=917
-  _globals['_FINISHREASON']._serialized_end=1037
+  _globals['_SCENARIO_PARAMSENTRY']._loaded_options = None
+  _globals['_SCENARIO_PARAMSENTRY']._serialized_options = b'8\001'
+  _globals['_SCENARIOPLAYER_PRIVATEPARAMSENTRY']._loaded_options = None
+  _globals['_SCENARIOPLAYER_PRIVATEPARAMSENTRY']._serialized_options = b'8\001'
+  _globals['_INTMAP_VALUESENTRY']._loaded_options = None
+  _globals['_INTMAP_VALUESENTRY']._serialized_options = b'8\001'
+  _globals['_SEATCONTROLLER']._serialized_start=1685
+  _globals['_SEATCONTROLLER']._serialized_end=1822
+  _globals['_OUTCOMEKIND']._serialized_start=1825
+  _globals['_OUTCOMEKIND']._serialized_end=1962
+  _globals['_FINISHREASON']._serialized_start=1964
+  _globals['_FINISHREASON']._serialized_end=2084
   _globals['_POLICYREF']._serialized_start=41
   _globals['_POLICYREF']._serialized_end=88
   _globals['_GAMEREF']._serialized_start=90
@@ -51,4 +57,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ACTION']._serialized_end=474
   _globals['_SAMPLINGPARAMS']._serialized_start=477
   _globals['_SAMPLINGPARAMS']._serialized_end=635
+  _globals['_SCENARIO']._serialized_start=638
+  _globals['_SCENARIO']._serialized_end=964
+  _globals['_SCENARIO_PARAMSENTRY']._serialized_start=891
+  _globals['_SCENARIO_PARAMSENTRY']._serialized_end=964
+  _globals['_SCENARIOPLAYER']._serialized_start=967
+  _globals['_SCENARIOPLAYER']._serialized_end=1194
+  _globals['_SCENARIOPLAYER_PRIVATEPARAMSENTRY']._serialized_start=1114
+  _globals['_SCENARIOPLAYER_PRIVATEPARAMSENTRY']._serialized_end=1194
+  _globals['_SCENARIOVALUE']._serialized_start=1197
+  _globals['_SCENARIOVALUE']._serialized_end=1468
+  _globals['_INTLIST']._serialized_start=1470
+  _globals['_INTLIST']._serialized_end=1495
+  _globals['_STRINGLIST']._serialized_start=1497
+  _globals['_STRINGLIST']._serialized_end=1525
+  _globals['_INTMAP']._serialized_start=1527
+  _globals['_INTMAP']._serialized_end=1631
+  _globals['_INTMAP_VALUESENTRY']._serialized_start=1586
+  _globals['_INTMAP_VALUESENTRY']._serialized_end=1631
+  _globals['_INTMAPLIST']._serialized_start=1633
+  _globals['_INTMAPLIST']._serialized_end=1682
 # @@protoc_insertion_point(module_scope)

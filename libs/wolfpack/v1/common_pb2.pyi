@@ -340,3 +340,324 @@ class SamplingParams(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__seed) -> _WhichOneofReturnType__seed | None: ...
 
 Global___SamplingParams: _TypeAlias = SamplingParams  # noqa: Y015
+
+@_typing.final
+class Scenario(_message.Message):
+    """A verifiable social scenario as played: the wire form of `wolfpack_games.scenarios.Scenario` (the
+    converters live in `wolfpack_games.scenarios.wire`). Values keep their exact kind (an int stays an int),
+    so the content-hash id of a scenario survives the round trip.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ParamsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___ScenarioValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___ScenarioValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SCENARIO_ID_FIELD_NUMBER: _builtins.int
+    FAMILY_FIELD_NUMBER: _builtins.int
+    DIFFICULTY_FIELD_NUMBER: _builtins.int
+    TEMPLATE_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    SPLIT_FIELD_NUMBER: _builtins.int
+    PUBLIC_TEXT_FIELD_NUMBER: _builtins.int
+    PARAMS_FIELD_NUMBER: _builtins.int
+    PLAYERS_FIELD_NUMBER: _builtins.int
+    MAX_TURNS_FIELD_NUMBER: _builtins.int
+    scenario_id: _builtins.str
+    """Content-hash id, "<family>-<16 hex>". Required."""
+    family: _builtins.str
+    """Scenario family, e.g. "bargaining". Required."""
+    difficulty: _builtins.str
+    """"easy", "medium" or "hard". Required."""
+    template: _builtins.str
+    """The named theory/template the scenario instantiates. Required."""
+    split: _builtins.str
+    """"train" or "eval", derived from the id."""
+    public_text: _builtins.str
+    """Public description shown to every seat. Required."""
+    max_turns: _builtins.int
+    """Turn limit of the scenario. Required."""
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Free tags (used by curriculum buckets)."""
+
+    @_builtins.property
+    def params(self) -> _containers.MessageMap[_builtins.str, Global___ScenarioValue]:
+        """Public parameters of the family's rules (e.g. "cap", "items")."""
+
+    @_builtins.property
+    def players(self) -> _containers.RepeatedCompositeFieldContainer[Global___ScenarioPlayer]:
+        """The seats, 0..n-1 in order. Required."""
+
+    def __init__(
+        self,
+        *,
+        scenario_id: _builtins.str = ...,
+        family: _builtins.str = ...,
+        difficulty: _builtins.str = ...,
+        template: _builtins.str = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        split: _builtins.str = ...,
+        public_text: _builtins.str = ...,
+        params: _abc.Mapping[_builtins.str, Global___ScenarioValue] | None = ...,
+        players: _abc.Iterable[Global___ScenarioPlayer] | None = ...,
+        max_turns: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["difficulty", b"difficulty", "family", b"family", "max_turns", b"max_turns", "params", b"params", "players", b"players", "public_text", b"public_text", "scenario_id", b"scenario_id", "split", b"split", "tags", b"tags", "template", b"template"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Scenario: _TypeAlias = Scenario  # noqa: Y015
+
+@_typing.final
+class ScenarioPlayer(_message.Message):
+    """One seat of a scenario: its public name and role, and what only this seat knows."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class PrivateParamsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___ScenarioValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___ScenarioValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SEAT_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    PRIVATE_PARAMS_FIELD_NUMBER: _builtins.int
+    BRIEF_FIELD_NUMBER: _builtins.int
+    seat: _builtins.int
+    """Seat index. Required."""
+    name: _builtins.str
+    """Display name. Required."""
+    role: _builtins.str
+    """Role, e.g. "buyer". Required."""
+    brief: _builtins.str
+    """Private briefing text for this seat."""
+    @_builtins.property
+    def private_params(self) -> _containers.MessageMap[_builtins.str, Global___ScenarioValue]:
+        """Private parameters of this seat (e.g. "reservation", "target", "values")."""
+
+    def __init__(
+        self,
+        *,
+        seat: _builtins.int = ...,
+        name: _builtins.str = ...,
+        role: _builtins.str = ...,
+        private_params: _abc.Mapping[_builtins.str, Global___ScenarioValue] | None = ...,
+        brief: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brief", b"brief", "name", b"name", "private_params", b"private_params", "role", b"role", "seat", b"seat"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScenarioPlayer: _TypeAlias = ScenarioPlayer  # noqa: Y015
+
+@_typing.final
+class ScenarioValue(_message.Message):
+    """One scenario parameter value: exactly one kind is set."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INT_VALUE_FIELD_NUMBER: _builtins.int
+    NUMBER_VALUE_FIELD_NUMBER: _builtins.int
+    STRING_VALUE_FIELD_NUMBER: _builtins.int
+    INT_LIST_FIELD_NUMBER: _builtins.int
+    STRING_LIST_FIELD_NUMBER: _builtins.int
+    INT_MAP_FIELD_NUMBER: _builtins.int
+    INT_MAP_LIST_FIELD_NUMBER: _builtins.int
+    int_value: _builtins.int
+    """An integer."""
+    number_value: _builtins.float
+    """A real number."""
+    string_value: _builtins.str
+    """A string."""
+    @_builtins.property
+    def int_list(self) -> Global___IntList:
+        """A list of integers."""
+
+    @_builtins.property
+    def string_list(self) -> Global___StringList:
+        """A list of strings."""
+
+    @_builtins.property
+    def int_map(self) -> Global___IntMap:
+        """A mapping of names to integers."""
+
+    @_builtins.property
+    def int_map_list(self) -> Global___IntMapList:
+        """A list of mappings of names to integers."""
+
+    def __init__(
+        self,
+        *,
+        int_value: _builtins.int = ...,
+        number_value: _builtins.float = ...,
+        string_value: _builtins.str = ...,
+        int_list: Global___IntList | None = ...,
+        string_list: Global___StringList | None = ...,
+        int_map: Global___IntMap | None = ...,
+        int_map_list: Global___IntMapList | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["int_list", b"int_list", "int_map", b"int_map", "int_map_list", b"int_map_list", "int_value", b"int_value", "kind", b"kind", "number_value", b"number_value", "string_list", b"string_list", "string_value", b"string_value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["int_list", b"int_list", "int_map", b"int_map", "int_map_list", b"int_map_list", "int_value", b"int_value", "kind", b"kind", "number_value", b"number_value", "string_list", b"string_list", "string_value", b"string_value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["int_value", "number_value", "string_value", "int_list", "string_list", "int_map", "int_map_list"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___ScenarioValue: _TypeAlias = ScenarioValue  # noqa: Y015
+
+@_typing.final
+class IntList(_message.Message):
+    """A list of integers (a ScenarioValue kind)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The integers in order."""
+
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IntList: _TypeAlias = IntList  # noqa: Y015
+
+@_typing.final
+class StringList(_message.Message):
+    """A list of strings (a ScenarioValue kind)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The strings in order."""
+
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StringList: _TypeAlias = StringList  # noqa: Y015
+
+@_typing.final
+class IntMap(_message.Message):
+    """A mapping of names to integers (a ScenarioValue kind)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ValuesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The entries."""
+
+    def __init__(
+        self,
+        *,
+        values: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IntMap: _TypeAlias = IntMap  # noqa: Y015
+
+@_typing.final
+class IntMapList(_message.Message):
+    """A list of name-to-integer mappings (a ScenarioValue kind)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VALUES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___IntMap]:
+        """The mappings in order."""
+
+    def __init__(
+        self,
+        *,
+        values: _abc.Iterable[Global___IntMap] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IntMapList: _TypeAlias = IntMapList  # noqa: Y015

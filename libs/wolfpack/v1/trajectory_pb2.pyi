@@ -258,6 +258,7 @@ class Trajectory(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     GROUP_ID_FIELD_NUMBER: _builtins.int
     GROUP_SIZE_FIELD_NUMBER: _builtins.int
+    SCENARIO_FIELD_NUMBER: _builtins.int
     trajectory_id: _builtins.str
     """Unique id; consumers are idempotent by it. Required."""
     episode_id: _builtins.str
@@ -306,7 +307,15 @@ class Trajectory(_message.Message):
 
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Free-form tags (scenario id, opponent league entry, curriculum bucket)."""
+        """Free-form tags (opponent league entry, curriculum bucket, worker); never data a consumer must parse:
+        typed fields carry that (scenario, SeatOutcome.alive).
+        """
+
+    @_builtins.property
+    def scenario(self) -> _common_pb2.Scenario:
+        """The scenario played, for scenario games (the reward service re-verifies outcomes from it and the
+        applied turns); unset for other games. Per-seat survival is `SeatOutcome.alive`.
+        """
 
     def __init__(
         self,
@@ -327,10 +336,11 @@ class Trajectory(_message.Message):
         metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         group_id: _builtins.str = ...,
         group_size: _builtins.int = ...,
+        scenario: _common_pb2.Scenario | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "game", b"game", "trace", b"trace"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "game", b"game", "scenario", b"scenario", "trace", b"trace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "finished_at", b"finished_at", "game", b"game", "group_id", b"group_id", "group_size", b"group_size", "metadata", b"metadata", "outcomes", b"outcomes", "policy_versions", b"policy_versions", "reward_spec", b"reward_spec", "seats", b"seats", "seed", b"seed", "task_id", b"task_id", "trace", b"trace", "trajectory_id", b"trajectory_id", "turns", b"turns", "winner", b"winner"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "finished_at", b"finished_at", "game", b"game", "group_id", b"group_id", "group_size", b"group_size", "metadata", b"metadata", "outcomes", b"outcomes", "policy_versions", b"policy_versions", "reward_spec", b"reward_spec", "scenario", b"scenario", "seats", b"seats", "seed", b"seed", "task_id", b"task_id", "trace", b"trace", "trajectory_id", b"trajectory_id", "turns", b"turns", "winner", b"winner"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -13,6 +13,7 @@ from wolfpack.settings import load_settings
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
 from wolfpack_games.scenarios import Scenario, generate_scenario
+from wolfpack_games.scenarios.wire import scenario_to_pb
 from wolfpack_reward.server import register
 
 WIN, LOSS, DRAW = common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS, common_pb2.OUTCOME_KIND_DRAW
@@ -75,7 +76,7 @@ def scenario_trajectory(
     traj = trajectory_pb2.Trajectory(
         trajectory_id="sc-1", game=common_pb2.GameRef(game_id="bargaining_v1", variant=scenario.difficulty)
     )
-    traj.metadata["scenario"] = scenario.model_dump_json()
+    traj.scenario.CopyFrom(scenario_to_pb(scenario))
     for i, (seat, text, kw) in enumerate(turns):
         kw = dict(kw)
         kw.setdefault("action", common_pb2.Action(kind="say", text=text))

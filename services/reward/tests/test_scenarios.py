@@ -9,6 +9,7 @@ import pytest
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_games.scenarios import Scenario, generate_scenario
+from wolfpack_games.scenarios.wire import scenario_to_pb
 from wolfpack_reward.outcome import transcript_of
 from wolfpack_reward.result import ScoreError
 from wolfpack_reward.specs import get_spec
@@ -85,22 +86,22 @@ def test_prediction_bonus_in_scenarios(bargaining: Scenario, sc_traj: ScTraj) ->
     assert result.notes["verifier_details"] == '{"deal": 600.0, "ignored_messages": 1, "turns": 2}'
 
 
-def test_bad_scenario_metadata(bargaining: Scenario, sc_traj: ScTraj) -> None:
+def test_bad_scenario(bargaining: Scenario, sc_traj: ScTraj) -> None:
     spec = get_spec("scenario_verified@1")
     traj = sc_traj(bargaining, AGREED)
-    del traj.metadata["scenario"]
-    with pytest.raises(ScoreError, match=r'needs metadata\["scenario"\]'):
+    traj.ClearField("scenario")
+    with pytest.raises(ScoreError, match=r"needs its scenario \(Trajectory.scenario\)"):
         spec.score(traj)
-    traj.metadata["scenario"] = "{not json"
+    traj.scenario.CopyFrom(scenario_to_pb(bargaining))
+    traj.scenario.params["cap"].Clear()  # a value without a kind
     with pytest.raises(ScoreError, match="not a valid scenario"):
         spec.score(traj)
-    data = bargaining.model_dump(mode="json")
-    data["players"][0]["private"]["target"] = 10_000  # content no longer matches the id
-    traj.metadata["scenario"] = __import__("json").dumps(data)
+    traj.scenario.CopyFrom(scenario_to_pb(bargaining))
+    traj.scenario.players[0].private_params["target"].int_value = 10_000  # content no longer matches the id
     with pytest.raises(ScoreError, match="not a valid scenario"):
         spec.score(traj)
     other = generate_scenario("ultimatum", 1, "easy")
-    traj.metadata["scenario"] = other.model_dump_json()
+    traj.scenario.CopyFrom(scenario_to_pb(other))
     with pytest.raises(ScoreError, match="is game ultimatum_v1"):
         spec.score(traj)
 

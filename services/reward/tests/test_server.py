@@ -58,7 +58,11 @@ async def test_score_bargaining_named_spec(
         ),
         (lambda t: setattr(t.game, "game_id", "chess_v1"), "", "no default reward spec for game 'chess_v1'"),
         (lambda t: setattr(t.turns[0], "seat", 7), "", "turn 0 is by seat 7"),
-        (lambda t: setattr(t.game, "game_id", "bargaining_v1"), "", 'needs metadata["scenario"]'),
+        (
+            lambda t: setattr(t.game, "game_id", "bargaining_v1"),
+            "",
+            "needs its scenario (Trajectory.scenario)",
+        ),
         (
             lambda t: setattr(t.game, "game_id", "bargaining_v1"),
             "werewolf_outcome@1",

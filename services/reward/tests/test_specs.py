@@ -128,7 +128,8 @@ def test_survival_bonus(ww: WW) -> None:
     traj = ww()
     skipped = spec.score(traj, cfg)
     assert "survival" in skipped.notes and skipped.seat_reward(0) == 1
-    traj.metadata["alive_seats"] = "[0, 1, 4]"
+    for o in traj.outcomes:
+        o.alive = o.seat in (0, 1, 4)
     result = spec.score(traj, cfg)
     assert result.seats[0].terminal == {"survival": 0.25}
     assert {s: result.seat_reward(s) for s in result.seats} == {
@@ -140,9 +141,6 @@ def test_survival_bonus(ww: WW) -> None:
         5: -1,
     }
     assert_invariant(result)
-    traj.metadata["alive_seats"] = "{bad"
-    with pytest.raises(ScoreError, match="alive_seats"):
-        spec.score(traj, cfg)
 
 
 def test_penalties_tags_and_length(ww: WW) -> None:

@@ -32,8 +32,8 @@ class OutcomeConfig(_Strict):
     team_loss: dict[str, float] = Field(default_factory=dict)
     role_win: dict[str, float] = Field(default_factory=dict)
     role_loss: dict[str, float] = Field(default_factory=dict)
-    #: Terminal-only bonus for seats listed in ``trajectory.metadata["alive_seats"]`` (a JSON list);
-    #: skipped, with a note, when the metadata is absent (the Trajectory has no alive flag of its own).
+    #: Terminal-only bonus for seats whose ``SeatOutcome.alive`` is true; skipped, with a note, when no
+    #: outcome records survival (games without elimination).
     survival_bonus: float = 0.0
 
 

@@ -7,13 +7,13 @@ disagreement is reported as a note.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_games.scenarios import Scenario, VerificationResult, get_family, verify
+from wolfpack_games.scenarios.wire import scenario_from_pb
 from wolfpack_games.werewolf.models import TEAM_VILLAGE, TEAM_WOLVES, WOLF_ROLES
 from wolfpack_reward.config import OutcomeConfig
 from wolfpack_reward.result import ScoreError
@@ -75,33 +75,27 @@ def werewolf_results(trajectory: trajectory_pb2.Trajectory) -> tuple[dict[int, S
 
 
 def alive_seats(trajectory: trajectory_pb2.Trajectory) -> set[int] | None:
-    """Seats listed in ``metadata["alive_seats"]`` (JSON list of ints), or None when absent."""
-    raw = trajectory.metadata.get("alive_seats")
-    if raw is None:
+    """Seats whose ``SeatOutcome.alive`` is set and true, or None when no outcome records survival (games
+    without elimination)."""
+    recorded = [o for o in trajectory.outcomes if o.HasField("alive")]
+    if not recorded:
         return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ScoreError(f"metadata alive_seats is not JSON: {exc}") from None
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise ScoreError(f"metadata alive_seats must be a JSON list of seat numbers, got {raw!r}")
-    return set(value)
+    return {o.seat for o in recorded if o.alive}
 
 
 # --- scenarios ---------------------------------------------------------------------------------------------
 
 
 def scenario_of(trajectory: trajectory_pb2.Trajectory) -> Scenario:
-    """The scenario in ``metadata["scenario"]`` (``Scenario.model_dump(mode="json")`` as JSON), checked
+    """The scenario in ``trajectory.scenario``, validated (family rules, content-hash id) and checked
     against the trajectory's game id."""
-    raw = trajectory.metadata.get("scenario")
-    if not raw:
-        raise ScoreError('scenario trajectory needs metadata["scenario"] (the scenario as JSON)')
+    if not trajectory.HasField("scenario"):
+        raise ScoreError("scenario trajectory needs its scenario (Trajectory.scenario)")
     try:
-        scenario = Scenario.model_validate_json(raw)
+        scenario = scenario_from_pb(trajectory.scenario)
     except (ValidationError, ValueError, KeyError) as exc:
         first = str(exc).splitlines()[0:3]
-        raise ScoreError(f'metadata["scenario"] is not a valid scenario: {" ".join(first)}') from None
+        raise ScoreError(f"Trajectory.scenario is not a valid scenario: {' '.join(first)}") from None
     game_id = get_family(scenario.family).game_id
     if trajectory.game.game_id != game_id:
         raise ScoreError(

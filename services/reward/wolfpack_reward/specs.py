@@ -223,7 +223,7 @@ def score_werewolf(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) ->
     if config.outcome.survival_bonus:
         alive = outcome.alive_seats(trajectory)
         if alive is None:
-            notes["survival"] = 'skipped: no metadata["alive_seats"]'
+            notes["survival"] = "skipped: no SeatOutcome.alive recorded"
         else:
             terminal = {s: {"survival": config.outcome.survival_bonus} for s in results if s in alive}
     return compose(trajectory, results, config, terminal, notes)
@@ -248,7 +248,7 @@ def score_werewolf(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) ->
     SCENARIO_GAMES,
 )
 def score_scenario(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) -> ScoreResult:
-    """Outcomes re-verified from ``metadata["scenario"]`` and the applied turns (``outcome.transcript_of``)."""
+    """Outcomes re-verified from ``Trajectory.scenario`` and the applied turns (``outcome.transcript_of``)."""
     scenario = outcome.scenario_of(trajectory)
     seats = set(range(scenario.num_players))
     _check_seats(trajectory, seats, f"the scenario's seats 0..{scenario.num_players - 1}")
