@@ -129,8 +129,9 @@ async def test_retry_after_a_lost_reply_appends_once(
             raise RedisConnectionError("connection lost before the reply")
         return result
 
-    monkeypatch.setattr(redis_client, "evalsha", reply_lost_once)
     prod = producer(redis_client, stream_key)
+    await producer(redis_client, f"{stream_key}:warm").append(traj(0))  # script cached: EVALSHA succeeds
+    monkeypatch.setattr(redis_client, "evalsha", reply_lost_once)
     ids = await prod.append_many([traj(i) for i in range(20)])
     assert calls == 2
     entries = await redis_client.xrange(stream_key)
