@@ -236,9 +236,9 @@ IDEMPOTENT_METHODS: dict[str, Sequence[str]] = {
     "wolfpack.v1.EnvironmentService": ["ListGames", "GetObservation", "GetEpisode", "Act"],
     "wolfpack.v1.InferenceService": ["ListPolicies"],
     "wolfpack.v1.RewardService": ["Score", "ListRewardSpecs"],
-    "wolfpack.v1.CurriculumService": ["GetStats"],
+    "wolfpack.v1.CurriculumService": ["GetStats", "ListOpponents", "NextTasks"],
     "wolfpack.v1.TrainerService": ["GetStatus"],
-    "wolfpack.v1.RolloutService": ["GetStatus"],
+    "wolfpack.v1.RolloutService": ["GetRolloutStatus"],
     "grpc.health.v1.Health": ["Check"],
 }
 """Methods safe to retry: reads, and ``Act`` (idempotent by turn id)."""

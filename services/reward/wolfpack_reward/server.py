@@ -8,8 +8,10 @@ spec, wraps the call in a "score" span and maps ``ScoreError`` to INVALID_ARGUME
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -18,10 +20,25 @@ from wolfpack import rpc, telemetry
 from wolfpack.settings import Settings
 from wolfpack.v1 import reward_service_pb2 as pb
 from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
+from wolfpack.v1 import trajectory_pb2
+from wolfpack_reward import shaping
+from wolfpack_reward.config import SpecConfig
 from wolfpack_reward.result import ScoreError, to_response
 from wolfpack_reward.specs import SPECS, load_specs, resolve_spec
 
 SERVICE = "reward"
+MAX_TURNS = 100_000
+"""Most turns one Score accepts (the message size limit bounds the bytes; this bounds per-turn work)."""
+HEAVY_WORK = 1_000_000
+"""Calls whose prediction shaping compares more character pairs than this (~0.1-0.3 s of CPU) are scored
+in ``_HEAVY``, a one-thread pool of their own (each is bounded by ``shaping.MAX_PREDICTION_WORK``)."""
+_HEAVY = ThreadPoolExecutor(max_workers=1, thread_name_prefix="score-heavy")
+
+
+def _work(traj: trajectory_pb2.Trajectory, config: SpecConfig) -> int:
+    return shaping.prediction_work(shaping.prediction_pairs(traj.turns, config.prediction), config.prediction)
+
+
 log = logging.getLogger(__name__)
 tracer = telemetry.tracer(__name__)
 
@@ -45,7 +62,16 @@ class RewardServicer(pb_grpc.RewardServiceServicer):
                     raise ScoreError("trajectory is required")
                 spec = resolve_spec(request.spec, traj.game.game_id)
                 span.set_attribute("wolfpack.reward_spec", spec.key)
-                result = await asyncio.to_thread(spec.score, traj)  # keep the loop free for health
+                if len(traj.turns) > MAX_TURNS:
+                    raise ScoreError(f"trajectory.turns: at most {MAX_TURNS} turns, got {len(traj.turns)}")
+                # Off the loop (health stays free). A costly call (by its prediction work, counted in one
+                # linear pass) runs in its own one-thread pool: worst-case calls queue behind each other
+                # instead of filling the pool every other Score uses.
+                loop = asyncio.get_running_loop()
+                work = await loop.run_in_executor(None, _work, traj, spec.config)
+                pool = _HEAVY if work > HEAVY_WORK else None
+                ctx = contextvars.copy_context()  # the score span stays current in the worker
+                result = await loop.run_in_executor(pool, ctx.run, spec.score, traj)
             except ScoreError as exc:
                 span.set_attribute("error.type", "invalid_argument")
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))

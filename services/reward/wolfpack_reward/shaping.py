@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from difflib import SequenceMatcher
 
 from wolfpack.v1 import trajectory_pb2
 from wolfpack_reward.config import PenaltyConfig, PredictionConfig, SimilarityMetric
+from wolfpack_reward.result import ScoreError
 
-_PREDICT_NEXT = re.compile(r"<predict_next>(.*?)</predict_next>", re.S | re.I)
+_OPEN = re.compile(r"<predict_next>", re.I)
+_CLOSE = re.compile(r"</predict_next>", re.I)
 _WORD = re.compile(r"\w+")
+
+MAX_PREDICTION_WORK = 20_000_000
+"""Most character pairs the ``char_ratio`` metric may compare in one Score (difflib is quadratic: about
+2-5 s of CPU at this bound). A trajectory over it is refused (INVALID_ARGUMENT) before any work, so one
+huge trajectory cannot hold a scoring thread for CPU-minutes while every other Score waits."""
 
 
 # --- penalties -------------------------------------------------------------------------------------------
@@ -62,8 +69,21 @@ def extract_prediction(turn: trajectory_pb2.Turn) -> str:
     block of the response; "" when there is none."""
     if turn.prediction.strip():
         return turn.prediction.strip()
-    blocks = _PREDICT_NEXT.findall(turn.response_text)
-    return str(blocks[-1]).strip() if blocks else ""
+    # The last closed block, found in linear time (a lazy ``<tag>(.*?)</tag>`` findall is quadratic on a
+    # text full of unclosed tags).
+    text = turn.response_text
+    close = _last(_CLOSE.finditer(text))
+    if close is None:
+        return ""
+    opened = _last(_OPEN.finditer(text, 0, close.start()))
+    return text[opened.end() : close.start()].strip() if opened is not None else ""
+
+
+def _last(matches: Iterator[re.Match[str]]) -> re.Match[str] | None:
+    found = None
+    for found in matches:  # noqa: B007 (the loop's only job is to reach the last match)
+        pass
+    return found
 
 
 def char_ratio(a: str, b: str) -> float:
@@ -103,19 +123,50 @@ def next_observation(turns: Sequence[trajectory_pb2.Turn], position: int) -> str
     return None
 
 
-def prediction_components(turns: Sequence[trajectory_pb2.Turn], cfg: PredictionConfig) -> dict[int, float]:
-    """``{position: weight * similarity}`` for turns with a prediction and a next observation."""
+def prediction_pairs(
+    turns: Sequence[trajectory_pb2.Turn], cfg: PredictionConfig
+) -> list[tuple[int, str, str]]:
+    """``(position, prediction, target)`` for every turn with a prediction and a next observation, each
+    side cut to ``max_chars`` when set: one reverse pass (``next_observation`` per turn was quadratic in
+    the turn count), linear in the trajectory's size."""
     if not cfg.weight:
-        return {}
-    out: dict[int, float] = {}
-    for position, turn in enumerate(turns):
-        prediction = extract_prediction(turn)
-        if not prediction:
-            continue
-        target = next_observation(turns, position)
-        if target is None:
-            continue
-        if cfg.max_chars is not None:
-            prediction, target = prediction[: cfg.max_chars], target[-cfg.max_chars :]
-        out[position] = cfg.weight * similarity(prediction, target, cfg.metric)
-    return out
+        return []
+    cap = cfg.max_chars
+    pairs: list[tuple[int, str, str]] = []
+    upcoming: dict[int, str] = {}  # seat -> observation of its next fresh decision after this position
+    for position in range(len(turns) - 1, -1, -1):
+        turn = turns[position]
+        target = upcoming.get(turn.seat)
+        if target is not None:
+            prediction = extract_prediction(turn)
+            if prediction:
+                pairs.append(
+                    (position, prediction[:cap], target[-cap:]) if cap else (position, prediction, target)
+                )
+        if turn.attempt == 0:  # re-prompts re-show the same state: never a target
+            upcoming[turn.seat] = turn.observation_text
+    pairs.reverse()
+    return pairs
+
+
+def prediction_work(pairs: Sequence[tuple[int, str, str]], cfg: PredictionConfig) -> int:
+    """Character pairs the similarity of ``pairs`` compares (``char_ratio`` is quadratic per pair;
+    ``token_f1`` linear)."""
+    if cfg.metric == "char_ratio":
+        return sum(len(p) * len(t) for _, p, t in pairs)
+    return sum(len(p) + len(t) for _, p, t in pairs)
+
+
+def prediction_components(turns: Sequence[trajectory_pb2.Turn], cfg: PredictionConfig) -> dict[int, float]:
+    """``{position: weight * similarity}`` for turns with a prediction and a next observation.
+
+    Bounded work: the whole call's comparisons are counted before any runs and refused past
+    ``MAX_PREDICTION_WORK`` (``ScoreError``)."""
+    pairs = prediction_pairs(turns, cfg)
+    work = prediction_work(pairs, cfg)
+    if work > MAX_PREDICTION_WORK:
+        raise ScoreError(
+            f"trajectory.turns: prediction shaping would compare {work} character pairs; the limit "
+            f"is {MAX_PREDICTION_WORK} per Score (lower prediction.max_chars or split the trajectory)"
+        )
+    return {position: cfg.weight * similarity(p, t, cfg.metric) for position, p, t in pairs}
