@@ -18,12 +18,12 @@ from wolfpack.v1 import rollout_service_pb2_grpc as pb_grpc
 
 
 class SlowRollout(pb_grpc.RolloutServiceServicer):
-    """A servicer whose GetStatus takes ``delay`` seconds, to observe deadlines and draining."""
+    """A servicer whose GetRolloutStatus takes ``delay`` seconds, to observe deadlines and draining."""
 
     def __init__(self, delay: float) -> None:
         self.delay = delay
 
-    async def GetStatus(
+    async def GetRolloutStatus(
         self, request: pb.GetRolloutStatusRequest, context: object
     ) -> pb.GetRolloutStatusResponse:
         await asyncio.sleep(self.delay)
@@ -65,7 +65,7 @@ async def test_client_calls_get_a_default_deadline() -> None:
     try:
         async with rpc.channel(f"127.0.0.1:{server.port}", settings) as ch:
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await pb_grpc.RolloutServiceStub(ch).GetStatus(pb.GetRolloutStatusRequest())
+                await pb_grpc.RolloutServiceStub(ch).GetRolloutStatus(pb.GetRolloutStatusRequest())
         assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     finally:
         await server.stop(0)
@@ -78,7 +78,7 @@ async def test_shutdown_drains_in_flight_calls() -> None:
         stub = pb_grpc.RolloutServiceStub(ch)
 
         async def get_status() -> pb.GetRolloutStatusResponse:
-            return await stub.GetStatus(pb.GetRolloutStatusRequest())
+            return await stub.GetRolloutStatus(pb.GetRolloutStatusRequest())
 
         call = asyncio.create_task(get_status())
         await asyncio.sleep(0.1)  # the call is in flight when shutdown starts
@@ -106,7 +106,7 @@ async def test_trace_context_crosses_a_real_grpc_call(spans: InMemorySpanExporte
         tracer = trace.get_tracer("test")
         async with rpc.channel(f"127.0.0.1:{server.port}", load_settings()) as ch:
             with tracer.start_as_current_span("episode") as root:
-                await pb_grpc.RolloutServiceStub(ch).GetStatus(pb.GetRolloutStatusRequest())
+                await pb_grpc.RolloutServiceStub(ch).GetRolloutStatus(pb.GetRolloutStatusRequest())
     finally:
         await server.stop(0)
     finished = spans.get_finished_spans()
@@ -138,7 +138,7 @@ async def test_light_interceptors_carry_trace_context_without_an_sdk() -> None:
     seen: list[int] = []
 
     class Echo(pb_grpc.RolloutServiceServicer):
-        async def GetStatus(
+        async def GetRolloutStatus(
             self, request: pb.GetRolloutStatusRequest, context: object
         ) -> pb.GetRolloutStatusResponse:
             seen.append(trace.get_current_span().get_span_context().trace_id)
@@ -154,9 +154,9 @@ async def test_light_interceptors_carry_trace_context_without_an_sdk() -> None:
             f"127.0.0.1:{port}", interceptors=[ContextClientInterceptor()]
         ) as ch:
             stub = pb_grpc.RolloutServiceStub(ch)
-            await stub.GetStatus(pb.GetRolloutStatusRequest())  # no current trace: nothing sent
+            await stub.GetRolloutStatus(pb.GetRolloutStatusRequest())  # no current trace: nothing sent
             with trace.use_span(NonRecordingSpan(caller)):
-                await stub.GetStatus(pb.GetRolloutStatusRequest())
+                await stub.GetRolloutStatus(pb.GetRolloutStatusRequest())
     finally:
         await server.stop(0)
     assert seen == [0, 0xABC123]

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class CurriculumServiceStub:
-    """Schedules tasks and learns from their outcomes.
+    """Schedules tasks, learns from their outcomes (by RPC and from the trajectory stream) and rates opponents.
     """
 
     def __init__(self, channel):
@@ -50,28 +50,53 @@ class CurriculumServiceStub:
                 request_serializer=wolfpack_dot_v1_dot_curriculum__service__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=wolfpack_dot_v1_dot_curriculum__service__pb2.GetStatsResponse.FromString,
                 _registered_method=True)
+        self.RegisterOpponent = channel.unary_unary(
+                '/wolfpack.v1.CurriculumService/RegisterOpponent',
+                request_serializer=wolfpack_dot_v1_dot_curriculum__service__pb2.RegisterOpponentRequest.SerializeToString,
+                response_deserializer=wolfpack_dot_v1_dot_curriculum__service__pb2.RegisterOpponentResponse.FromString,
+                _registered_method=True)
+        self.ListOpponents = channel.unary_unary(
+                '/wolfpack.v1.CurriculumService/ListOpponents',
+                request_serializer=wolfpack_dot_v1_dot_curriculum__service__pb2.ListOpponentsRequest.SerializeToString,
+                response_deserializer=wolfpack_dot_v1_dot_curriculum__service__pb2.ListOpponentsResponse.FromString,
+                _registered_method=True)
 
 
 class CurriculumServiceServicer:
-    """Schedules tasks and learns from their outcomes.
+    """Schedules tasks, learns from their outcomes (by RPC and from the trajectory stream) and rates opponents.
     """
 
     def NextTasks(self, request, context):
-        """Returns the next tasks for a rollout worker.
+        """Returns the next tasks for a rollout worker, in groups of episodes that share a task and seed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReportOutcomes(self, request, context):
-        """Reports outcomes of finished tasks (also read from the stream).
+        """Reports outcomes of finished tasks (the service also reads them from the trajectory stream);
+        idempotent by trajectory id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetStats(self, request, context):
-        """Returns scheduling statistics.
+        """Returns scheduling statistics per bucket and the failure-aware weights.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterOpponent(self, request, context):
+        """Registers (or updates) an opponent of the league, e.g. a frozen checkpoint of a trained policy.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListOpponents(self, request, context):
+        """Lists the league's opponents with their ratings, best first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -95,6 +120,16 @@ def add_CurriculumServiceServicer_to_server(servicer, server):
                     request_deserializer=wolfpack_dot_v1_dot_curriculum__service__pb2.GetStatsRequest.FromString,
                     response_serializer=wolfpack_dot_v1_dot_curriculum__service__pb2.GetStatsResponse.SerializeToString,
             ),
+            'RegisterOpponent': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterOpponent,
+                    request_deserializer=wolfpack_dot_v1_dot_curriculum__service__pb2.RegisterOpponentRequest.FromString,
+                    response_serializer=wolfpack_dot_v1_dot_curriculum__service__pb2.RegisterOpponentResponse.SerializeToString,
+            ),
+            'ListOpponents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOpponents,
+                    request_deserializer=wolfpack_dot_v1_dot_curriculum__service__pb2.ListOpponentsRequest.FromString,
+                    response_serializer=wolfpack_dot_v1_dot_curriculum__service__pb2.ListOpponentsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'wolfpack.v1.CurriculumService', rpc_method_handlers)
@@ -104,7 +139,7 @@ def add_CurriculumServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class CurriculumService:
-    """Schedules tasks and learns from their outcomes.
+    """Schedules tasks, learns from their outcomes (by RPC and from the trajectory stream) and rates opponents.
     """
 
     @staticmethod
@@ -178,6 +213,60 @@ class CurriculumService:
             '/wolfpack.v1.CurriculumService/GetStats',
             wolfpack_dot_v1_dot_curriculum__service__pb2.GetStatsRequest.SerializeToString,
             wolfpack_dot_v1_dot_curriculum__service__pb2.GetStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterOpponent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wolfpack.v1.CurriculumService/RegisterOpponent',
+            wolfpack_dot_v1_dot_curriculum__service__pb2.RegisterOpponentRequest.SerializeToString,
+            wolfpack_dot_v1_dot_curriculum__service__pb2.RegisterOpponentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOpponents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wolfpack.v1.CurriculumService/ListOpponents',
+            wolfpack_dot_v1_dot_curriculum__service__pb2.ListOpponentsRequest.SerializeToString,
+            wolfpack_dot_v1_dot_curriculum__service__pb2.ListOpponentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

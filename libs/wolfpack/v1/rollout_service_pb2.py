@@ -24,17 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!wolfpack/v1/rollout_service.proto\x12\x0bwolfpack.v1\"\x19\n\x17GetRolloutStatusRequest\"\x84\x01\n\x18GetRolloutStatusResponse\x12\x1a\n\x12\x65pisodes_in_flight\x18\x01 \x01(\x05\x12\x19\n\x11\x65pisodes_finished\x18\x02 \x01(\x03\x12\x17\n\x0f\x65pisodes_failed\x18\x03 \x01(\x03\x12\x18\n\x10turns_per_second\x18\x04 \x01(\x01\x32j\n\x0eRolloutService\x12X\n\tGetStatus\x12$.wolfpack.v1.GetRolloutStatusRequest\x1a%.wolfpack.v1.GetRolloutStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!wolfpack/v1/rollout_service.proto\x12\x0bwolfpack.v1\"\x19\n\x17GetRolloutStatusRequest\"-\n\x0c\x46\x61ilureCount\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"\xf0\x01\n\x18GetRolloutStatusResponse\x12\x1a\n\x12\x65pisodes_in_flight\x18\x01 \x01(\x05\x12\x19\n\x11\x65pisodes_finished\x18\x02 \x01(\x03\x12\x17\n\x0f\x65pisodes_failed\x18\x03 \x01(\x03\x12\x18\n\x10turns_per_second\x18\x04 \x01(\x01\x12+\n\x08\x66\x61ilures\x18\x05 \x03(\x0b\x32\x19.wolfpack.v1.FailureCount\x12\r\n\x05turns\x18\x06 \x01(\x03\x12\x1b\n\x13\x62\x61\x63kpressure_wait_s\x18\x07 \x01(\x01\x12\x11\n\tworker_id\x18\x08 \x01(\t2v\n\x0eRolloutService\x12\x64\n\x10GetRolloutStatus\x12$.wolfpack.v1.GetRolloutStatusRequest\x1a%.wolfpack.v1.GetRolloutStatusResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'wolfpack.v1.rollout_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_ROLLOUTSERVICE'].methods_by_name['GetRolloutStatus']._loaded_options = None
+  _globals['_ROLLOUTSERVICE'].methods_by_name['GetRolloutStatus']._serialized_options = b'\220\002\001'
   _globals['_GETROLLOUTSTATUSREQUEST']._serialized_start=50
   _globals['_GETROLLOUTSTATUSREQUEST']._serialized_end=75
-  _globals['_GETROLLOUTSTATUSRESPONSE']._serialized_start=78
-  _globals['_GETROLLOUTSTATUSRESPONSE']._serialized_end=210
-  _globals['_ROLLOUTSERVICE']._serialized_start=212
-  _globals['_ROLLOUTSERVICE']._serialized_end=318
+  _globals['_FAILURECOUNT']._serialized_start=77
+  _globals['_FAILURECOUNT']._serialized_end=122
+  _globals['_GETROLLOUTSTATUSRESPONSE']._serialized_start=125
+  _globals['_GETROLLOUTSTATUSRESPONSE']._serialized_end=365
+  _globals['_ROLLOUTSERVICE']._serialized_start=367
+  _globals['_ROLLOUTSERVICE']._serialized_end=485
 # @@protoc_insertion_point(module_scope)

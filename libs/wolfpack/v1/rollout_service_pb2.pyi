@@ -3,8 +3,10 @@
 isort:skip_file
 The rollout service drives self-play and reports its progress."""
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -18,7 +20,7 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class GetRolloutStatusRequest(_message.Message):
-    """Request for GetStatus."""
+    """Request for GetRolloutStatus."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -34,8 +36,34 @@ class GetRolloutStatusRequest(_message.Message):
 Global___GetRolloutStatusRequest: _TypeAlias = GetRolloutStatusRequest  # noqa: Y015
 
 @_typing.final
+class FailureCount(_message.Message):
+    """Episodes that failed for one reason."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """Reason, e.g. "inference_unavailable", "context_overflow", "environment_stream". Required."""
+    count: _builtins.int
+    """Number of episodes."""
+    def __init__(
+        self,
+        *,
+        reason: _builtins.str = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FailureCount: _TypeAlias = FailureCount  # noqa: Y015
+
+@_typing.final
 class GetRolloutStatusResponse(_message.Message):
-    """Response for GetStatus."""
+    """Response for GetRolloutStatus."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -43,14 +71,28 @@ class GetRolloutStatusResponse(_message.Message):
     EPISODES_FINISHED_FIELD_NUMBER: _builtins.int
     EPISODES_FAILED_FIELD_NUMBER: _builtins.int
     TURNS_PER_SECOND_FIELD_NUMBER: _builtins.int
+    FAILURES_FIELD_NUMBER: _builtins.int
+    TURNS_FIELD_NUMBER: _builtins.int
+    BACKPRESSURE_WAIT_S_FIELD_NUMBER: _builtins.int
+    WORKER_ID_FIELD_NUMBER: _builtins.int
     episodes_in_flight: _builtins.int
     """Episodes currently running."""
     episodes_finished: _builtins.int
     """Episodes finished and appended to the stream."""
     episodes_failed: _builtins.int
-    """Episodes that failed (and why is in the logs)."""
+    """Episodes that failed (by reason in `failures`)."""
     turns_per_second: _builtins.float
-    """Turns generated per second over the last minute."""
+    """Trainee turns generated per second since the driver started."""
+    turns: _builtins.int
+    """Trainee turns generated."""
+    backpressure_wait_s: _builtins.float
+    """Seconds spent waiting on the stream's backpressure."""
+    worker_id: _builtins.str
+    """Worker id of this rollout process."""
+    @_builtins.property
+    def failures(self) -> _containers.RepeatedCompositeFieldContainer[Global___FailureCount]:
+        """Failed episodes by reason."""
+
     def __init__(
         self,
         *,
@@ -58,10 +100,14 @@ class GetRolloutStatusResponse(_message.Message):
         episodes_finished: _builtins.int = ...,
         episodes_failed: _builtins.int = ...,
         turns_per_second: _builtins.float = ...,
+        failures: _abc.Iterable[Global___FailureCount] | None = ...,
+        turns: _builtins.int = ...,
+        backpressure_wait_s: _builtins.float = ...,
+        worker_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["episodes_failed", b"episodes_failed", "episodes_finished", b"episodes_finished", "episodes_in_flight", b"episodes_in_flight", "turns_per_second", b"turns_per_second"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backpressure_wait_s", b"backpressure_wait_s", "episodes_failed", b"episodes_failed", "episodes_finished", b"episodes_finished", "episodes_in_flight", b"episodes_in_flight", "failures", b"failures", "turns", b"turns", "turns_per_second", b"turns_per_second", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class RolloutServiceStub:
-    """Status of the self-play driver.
+    """Status of the self-play driver running inside the process.
     """
 
     def __init__(self, channel):
@@ -35,18 +35,18 @@ class RolloutServiceStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.GetStatus = channel.unary_unary(
-                '/wolfpack.v1.RolloutService/GetStatus',
+        self.GetRolloutStatus = channel.unary_unary(
+                '/wolfpack.v1.RolloutService/GetRolloutStatus',
                 request_serializer=wolfpack_dot_v1_dot_rollout__service__pb2.GetRolloutStatusRequest.SerializeToString,
                 response_deserializer=wolfpack_dot_v1_dot_rollout__service__pb2.GetRolloutStatusResponse.FromString,
                 _registered_method=True)
 
 
 class RolloutServiceServicer:
-    """Status of the self-play driver.
+    """Status of the self-play driver running inside the process.
     """
 
-    def GetStatus(self, request, context):
+    def GetRolloutStatus(self, request, context):
         """Returns rollout progress.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -56,8 +56,8 @@ class RolloutServiceServicer:
 
 def add_RolloutServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'GetStatus': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetStatus,
+            'GetRolloutStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRolloutStatus,
                     request_deserializer=wolfpack_dot_v1_dot_rollout__service__pb2.GetRolloutStatusRequest.FromString,
                     response_serializer=wolfpack_dot_v1_dot_rollout__service__pb2.GetRolloutStatusResponse.SerializeToString,
             ),
@@ -70,11 +70,11 @@ def add_RolloutServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class RolloutService:
-    """Status of the self-play driver.
+    """Status of the self-play driver running inside the process.
     """
 
     @staticmethod
-    def GetStatus(request,
+    def GetRolloutStatus(request,
             target,
             options=(),
             channel_credentials=None,
@@ -87,7 +87,7 @@ class RolloutService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/wolfpack.v1.RolloutService/GetStatus',
+            '/wolfpack.v1.RolloutService/GetRolloutStatus',
             wolfpack_dot_v1_dot_rollout__service__pb2.GetRolloutStatusRequest.SerializeToString,
             wolfpack_dot_v1_dot_rollout__service__pb2.GetRolloutStatusResponse.FromString,
             options,

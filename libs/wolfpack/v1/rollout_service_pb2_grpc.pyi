@@ -27,28 +27,28 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class RolloutServiceStub:
-    """Status of the self-play driver."""
+    """Status of the self-play driver running inside the process."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> RolloutServiceAsyncStub: ...
-    GetStatus: _grpc.UnaryUnaryMultiCallable[_rollout_service_pb2.GetRolloutStatusRequest, _rollout_service_pb2.GetRolloutStatusResponse]
+    GetRolloutStatus: _grpc.UnaryUnaryMultiCallable[_rollout_service_pb2.GetRolloutStatusRequest, _rollout_service_pb2.GetRolloutStatusResponse]
     """Returns rollout progress."""
 
 @_typing.type_check_only
 class RolloutServiceAsyncStub(RolloutServiceStub):
-    """Status of the self-play driver."""
+    """Status of the self-play driver running inside the process."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    GetStatus: _aio.UnaryUnaryMultiCallable[_rollout_service_pb2.GetRolloutStatusRequest, _rollout_service_pb2.GetRolloutStatusResponse]  # type: ignore[assignment]
+    GetRolloutStatus: _aio.UnaryUnaryMultiCallable[_rollout_service_pb2.GetRolloutStatusRequest, _rollout_service_pb2.GetRolloutStatusResponse]  # type: ignore[assignment]
     """Returns rollout progress."""
 
 class RolloutServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Status of the self-play driver."""
+    """Status of the self-play driver running inside the process."""
 
     @_abc_1.abstractmethod
-    def GetStatus(
+    def GetRolloutStatus(
         self,
         request: _rollout_service_pb2.GetRolloutStatusRequest,
         context: _ServicerContext,

@@ -1,0 +1,100 @@
+"""RolloutDriver over real gRPC (environment, inference with the tiny model, reward) and a real Redis stream."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from wolfpack import rpc
+from wolfpack.stream import ProtoStreamConsumer, ProtoStreamProducer
+from wolfpack.v1 import common_pb2, trajectory_pb2
+from wolfpack_environment.client import EnvironmentClient
+from wolfpack_rollout.driver import RolloutConfig, RolloutDriver, SamplingConfig
+
+
+async def test_werewolf_and_bargaining_concurrently_reach_the_stream_token_exact(
+    stack: Any, tasks: dict[str, Any], redis_client: aioredis.Redis, stream_key: str
+) -> None:
+    """8 Werewolf + 8 bargaining episodes at once; every policy turn on the stream carries exactly the token
+    ids, logprobs and finish reason that inference sent for it."""
+    work = [tasks["werewolf"](seed) for seed in range(8)] + [tasks["bargaining"](seed) for seed in range(8)]
+    producer: ProtoStreamProducer[trajectory_pb2.Trajectory] = ProtoStreamProducer(
+        redis_client, stream_key, id_of=lambda t: t.trajectory_id
+    )
+    consumer = ProtoStreamConsumer(
+        redis_client, stream_key, "check", "c0", trajectory_pb2.Trajectory, block_ms=50
+    )
+    await consumer.ensure_group()
+    config = RolloutConfig(concurrency=16, sampling=SamplingConfig(max_tokens=12), retries=1)
+    async with (
+        EnvironmentClient(stack.environment, stack.settings) as env,
+        rpc.channel(stack.inference, stack.settings) as inference,
+        rpc.channel(stack.reward, stack.settings) as reward,
+    ):
+        driver = RolloutDriver(
+            config, environment=env, inference_channel=inference, reward_channel=reward, producer=producer
+        )
+        played = await driver.play(work)
+        for traj in played:
+            await producer.append(traj)
+        await driver.close()
+    assert driver.stats.failures == {}, driver.stats.failures
+    assert len(played) == 16
+    assert [t.task_id for t in played] == [t.task_id for t in work], "play() keeps task order"
+    received: list[trajectory_pb2.Trajectory] = []
+    while len(received) < len(played):  # bounded: 16 entries are on the stream already
+        batch = await consumer.read()
+        assert batch, "every appended trajectory is readable"
+        received.extend(d.message for d in batch)
+        await consumer.ack(batch)
+    assert {t.trajectory_id for t in received} == {t.trajectory_id for t in played}
+    policy_turns = 0
+    for traj in received:
+        assert traj.reward_spec, "scored by the reward service"
+        assert traj.group_id and traj.group_size == 1
+        assert {o.seat for o in traj.outcomes} == {b.seat for b in traj.seats}
+        for turn in traj.turns:
+            if turn.seat not in json.loads(traj.metadata["trainee_seats"]):
+                continue
+            policy_turns += 1
+            sent = stack.spy.sent[f"{traj.trajectory_id}:{turn.seat}:{turn.turn_id}:{turn.attempt}"]
+            completion = sent.completions[0]
+            assert list(turn.prompt_token_ids) == list(sent.prompt_token_ids)
+            assert list(turn.response_token_ids) == list(completion.token_ids)
+            assert list(turn.response_logprobs) == list(completion.logprobs)
+            assert turn.finish_reason == completion.finish_reason
+            assert turn.policy == sent.policy
+            assert turn.sampling.max_tokens == 12 and turn.sampling.logprobs
+            assert turn.valid or turn.invalid_reason
+    assert policy_turns == driver.stats.turns
+    games = {t.game.game_id for t in received}
+    assert games == {"werewolf_v1", "bargaining_v1"}
+    bargaining = [t for t in received if t.game.game_id == "bargaining_v1"]
+    for traj in bargaining:  # the scripted seller's messages are in the transcript the reward re-verified
+        assert {t.seat for t in traj.turns} == {0, 1}
+        assert all(t.outcome != common_pb2.OUTCOME_KIND_UNSPECIFIED for t in traj.outcomes)
+
+
+async def test_turn_cap_truncates_and_keeps_the_episode(stack: Any, tasks: dict[str, Any]) -> None:
+    """An episode past ``max_turns`` policy decisions ends as a truncated, scored trajectory, counted."""
+    config = RolloutConfig(concurrency=2, max_turns=2, sampling=SamplingConfig(max_tokens=8))
+    async with (
+        EnvironmentClient(stack.environment, stack.settings) as env,
+        rpc.channel(stack.inference, stack.settings) as inference,
+        rpc.channel(stack.reward, stack.settings) as reward,
+    ):
+        driver = RolloutDriver(config, environment=env, inference_channel=inference, reward_channel=reward)
+        played = await driver.play([tasks["werewolf"](11), tasks["bargaining"](12)])
+        await driver.close()
+    assert len(played) == 2
+    for traj in played:
+        policy = [t for t in traj.turns if t.response_token_ids]
+        assert 1 <= len(policy) <= 2
+        if traj.metadata.get("truncated"):
+            assert traj.metadata["truncated"] == "turn_cap"
+            if traj.game.game_id == "werewolf_v1":  # scenario outcomes are re-verified from the transcript
+                assert all(o.outcome == common_pb2.OUTCOME_KIND_ABORTED for o in traj.outcomes)
+    assert driver.stats.truncated_episodes == sum(1 for t in played if t.metadata.get("truncated"))
+    assert driver.stats.truncated_episodes >= 1

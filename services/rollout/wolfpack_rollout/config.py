@@ -1,0 +1,127 @@
+"""``RolloutConfig``: every knob of the self-play driver in one documented dataclass (CleanRL's ``Args``).
+
+Why a dataclass and not settings: a trainer builds one per run (from its YAML config) and may hold several
+(train vs eval sampling); ``from_mapping`` reads the same fields from a dict with unknown keys rejected.
+The rules below are the *documented, counted* ones the rollout summary reports:
+
+* **Over-long turn**: a response that hits ``sampling.max_tokens`` (finish reason LENGTH) is sent to the
+  environment as is (the game parses what is there; an unparsable one is re-prompted, then defaulted) and
+  counted as ``truncated_responses``. The reward spec may penalise it.
+* **Context overflow** (``context_overflow``): the inference service compresses a chat prompt that does
+  not fit the policy's budget (oldest history first). ``"compress"`` accepts that and counts the turn as
+  ``compressed_prompts``; ``"truncate"`` ends the episode at that turn instead (the trajectory is kept,
+  marked ``metadata["truncated"] = "context_overflow"``, outcomes ABORTED). A prompt that cannot fit even
+  compressed fails the episode with reason ``context_overflow``.
+* **Turn cap** (``max_turns``): at most this many policy decisions per episode (re-prompts count). The
+  decision past the cap is not generated: the episode is closed, kept as a truncated trajectory
+  (``metadata["truncated"] = "turn_cap"``, outcomes ABORTED) and counted as ``truncated_episodes``.
+* **Retries**: a generation or scoring call that fails with a transient status (UNAVAILABLE,
+  DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED) is retried ``retries`` times with exponential backoff
+  from ``backoff_s``; after that the episode fails with a reason (``inference_unavailable``, ...). A failed
+  episode is counted by reason and never appended half-written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from wolfpack.v1 import common_pb2
+
+PromptMode = Literal["full", "memory"]
+OverflowRule = Literal["compress", "truncate"]
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Sampling of every policy turn (the trajectory records it per turn)."""
+
+    max_tokens: int = 64
+    """Maximum new tokens per turn; a longer answer is cut (finish reason LENGTH)."""
+    temperature: float = 1.0
+    """Sampling temperature; 1.0 for on-policy RL (logprobs are at this temperature)."""
+    top_p: float = 1.0
+    """Nucleus mass."""
+    top_k: int = 0
+    """Top-k cutoff; 0 disables it."""
+    stop: tuple[str, ...] = ()
+    """Stop strings."""
+
+    def to_pb(self, seed: int | None = None) -> common_pb2.SamplingParams:
+        params = common_pb2.SamplingParams(
+            max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            stop=list(self.stop), logprobs=True,
+        )  # fmt: skip
+        if seed is not None:
+            params.seed = seed
+        return params
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How the driver plays episodes. Defaults suit a CPU test stack; the trainer's YAML overrides them."""
+
+    concurrency: int = 16
+    """Episodes in flight at once over the PlaySeats stream."""
+    prompt_mode: PromptMode = "full"
+    """``full``: the environment's rendered observation (rules, role, whole visible history, instruction).
+    ``memory``: step-independent prompts: the opening context, then only what happened since the seat's
+    ``memory_steps``-th last decision, then the instruction (see ``prompts.render_messages``)."""
+    memory_steps: int = 2
+    """k of the ``memory`` prompt mode."""
+    system_prompt: str = ""
+    """Optional system message put before every prompt."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Sampling of policy turns."""
+    max_turns: int = 64
+    """Per-episode cap on policy decisions (re-prompts count); see the module docstring."""
+    context_overflow: OverflowRule = "compress"
+    """What a compressed (over-budget) prompt does: ``compress`` (accept, count) or ``truncate``."""
+    retries: int = 3
+    """Retries of a transient generation / scoring failure before the episode fails."""
+    backoff_s: float = 0.2
+    """First retry delay; doubles each retry."""
+    generate_timeout_s: float = 300.0
+    """Deadline of one GenerateBatch call."""
+    reward_spec: str = ""
+    """Reward spec for Score (``name`` or ``name@version``); empty: the game's default."""
+    language: str = "en"
+    """Prompt language pack for CreateEpisode."""
+    turn_timeout_s: float = 0.0
+    """Seconds a policy seat may stay silent before the environment defaults it; 0: server default."""
+    worker_id: str = ""
+    """This worker's id for the curriculum and logs; empty: hostname-pid."""
+    backpressure_retry_s: float = 1.0
+    """Pause after the stream refused an append for backpressure, before trying again (never dropped)."""
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if self.prompt_mode not in ("full", "memory"):
+            raise ValueError(f"prompt_mode must be 'full' or 'memory', not {self.prompt_mode!r}")
+        if self.memory_steps < 1:
+            raise ValueError("memory_steps must be >= 1")
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be >= 1")
+        if self.context_overflow not in ("compress", "truncate"):
+            raise ValueError(
+                f"context_overflow must be 'compress' or 'truncate', not {self.context_overflow!r}"
+            )
+        if self.sampling.max_tokens < 1:
+            raise ValueError("sampling.max_tokens must be >= 1")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> RolloutConfig:
+        """Build from a dict (a YAML section); unknown keys are an error naming the valid ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown rollout option(s) {sorted(unknown)}; valid: {sorted(known)}")
+        values = dict(data)
+        if isinstance(values.get("sampling"), Mapping):
+            sampling = dict(values["sampling"])
+            if "stop" in sampling:
+                sampling["stop"] = tuple(sampling["stop"])
+            values["sampling"] = SamplingConfig(**sampling)
+        return cls(**values)

@@ -1,0 +1,721 @@
+"""The self-play driver: tasks → PlaySeats → GenerateBatch → Score → stream.
+
+    driver = RolloutDriver(config, environment=env, inference_channel=ch_inf, reward_channel=ch_rew,
+                           curriculum=curriculum, producer=producer)
+    trajectories = await driver.play(tasks)          # eval: play these, return scored trajectories
+    summary = await driver.run(200, split="train")   # train: pull tasks, play, append to the stream
+
+How it is built, and why:
+
+* **One PlaySeats stream** carries every episode of a call: creates, decisions and acts go both ways in
+  batches (the environment's fast path). A create's ``request_id`` is the trajectory id; the server's
+  episode id comes back with it and routes the episode's decisions and results.
+* **Decisions that arrive together are generated together**: each server message's decisions become one
+  GenerateBatch (split per episode until GenerateRequest carries its own trace context, so every
+  generate span joins its episode's trace). Results go back as raw text; the environment parses them.
+* **Validity comes from the environment**: a rejected act's result (``rejected_results_only``) marks the
+  attempt invalid (re-prompted) or defaulted; the re-prompt arrives as a decision with the same turn id.
+* **Finishing is off the stream's path**: an ended episode is read (GetEpisode with the admin token: roles,
+  outcomes, event log), closed, built into a ``Trajectory`` (``trajectory.py``), scored by the reward
+  service and handed to the sink while the stream keeps playing the others. ``concurrency`` counts an
+  episode until its trajectory is delivered, so a slow stream (backpressure) or reward service slows
+  the creation of new episodes instead of piling work up.
+* **Nothing is dropped silently**: an episode either yields a complete scored trajectory or is counted in
+  ``stats.failures`` by reason; appends are one atomic, idempotent (by trajectory id) stream entry each.
+* **One trace per episode**: an ``episode`` span is opened per episode; its context goes into the create
+  request, each generate item and the trajectory (``Trajectory.trace``), and the Score call and the
+  stream append run under it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from wolfpack import stream as wolfpack_stream
+from wolfpack import telemetry
+from wolfpack.stream import ProtoStreamProducer
+from wolfpack.v1 import common_pb2, trajectory_pb2
+from wolfpack.v1 import curriculum_service_pb2 as cur_pb
+from wolfpack.v1 import environment_service_pb2 as env_pb
+from wolfpack.v1 import environment_service_pb2_grpc as env_grpc
+from wolfpack.v1 import inference_service_pb2 as inf_pb
+from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
+from wolfpack.v1 import reward_service_pb2 as rew_pb
+from wolfpack.v1 import reward_service_pb2_grpc as rew_grpc
+from wolfpack_curriculum.client import CurriculumClient, outcome_of
+from wolfpack_environment.client import EnvironmentClient
+from wolfpack_inference.client import generate_batch
+from wolfpack_rollout.config import RolloutConfig, SamplingConfig
+from wolfpack_rollout.prompts import render_messages
+from wolfpack_rollout.summary import RolloutSummary, summarize
+from wolfpack_rollout.trajectory import EpisodeResult, TurnRecord, build_trajectory
+
+__all__ = [
+    "EpisodeFailed",
+    "RolloutConfig",
+    "RolloutDriver",
+    "RolloutStats",
+    "RolloutSummary",
+    "SamplingConfig",
+    "Task",
+]
+
+Task = cur_pb.Task
+log = logging.getLogger(__name__)
+tracer = telemetry.tracer(__name__)
+
+TRANSIENT = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+    }
+)
+# The stream's backpressure error (the lossless stream raises it once its wait ran out); absent from older
+# versions of ``wolfpack.stream``, where appends never refuse.
+_BACKPRESSURE: tuple[type[BaseException], ...] = tuple(
+    t for t in (getattr(wolfpack_stream, "StreamBackpressureError", None),) if isinstance(t, type)
+)
+_HAS_CREATE_TRACE = "trace" in env_pb.CreateEpisodeRequest.DESCRIPTOR.fields_by_name
+_HAS_GENERATE_TRACE = "trace" in inf_pb.GenerateRequest.DESCRIPTOR.fields_by_name
+
+
+class EpisodeFailed(Exception):
+    """An episode could not be completed; ``reason`` is the counted failure reason."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass
+class RolloutStats:
+    """Counters of one driver (what GetRolloutStatus and the CLI summary report)."""
+
+    started_at: float = field(default_factory=time.monotonic)
+    episodes_started: int = 0
+    episodes_finished: int = 0
+    episodes_failed: int = 0
+    in_flight: int = 0
+    turns: int = 0
+    generated_tokens: int = 0
+    truncated_responses: int = 0
+    compressed_prompts: int = 0
+    truncated_episodes: int = 0
+    stale_acts: int = 0
+    retries: int = 0
+    backpressure_waits: int = 0
+    backpressure_wait_s: float = 0.0
+    failures: Counter[str] = field(default_factory=Counter)
+
+    def fail(self, reason: str) -> None:
+        self.episodes_failed += 1
+        self.failures[reason] += 1
+
+
+@dataclass(eq=False)
+class _Episode:
+    task: cur_pb.Task
+    trajectory_id: str
+    span: trace.Span
+    context: otel_context.Context
+    trace: common_pb2.TraceContext
+    ended: asyncio.Future[None]
+    policy_of: dict[int, str] = field(default_factory=dict)
+    episode_id: str = ""
+    admin_token: str = ""
+    seat_tokens: dict[int, str] = field(default_factory=dict)
+    records: list[TurnRecord] = field(default_factory=list)
+    past: dict[int, list[str]] = field(default_factory=dict)
+    last: dict[int, TurnRecord] = field(default_factory=dict)
+    finals: dict[int, env_pb.Observation] = field(default_factory=dict)
+    decisions: int = 0
+    truncated: str = ""
+    failure: EpisodeFailed | None = None
+    stream: _PlayStream | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self.ended.done()
+
+    def end(self, *, truncated: str = "", failure: EpisodeFailed | None = None) -> None:
+        if self.ended.done():
+            return
+        self.truncated = truncated
+        self.failure = failure
+        self.ended.set_result(None)
+
+
+def _code_and_message(item: Any) -> tuple[str, str]:
+    """A request error of a PlaySeats result or created entry: ``error`` (google.rpc.Status) in the current
+    contract, ``code``/``reason`` strings in the older one; ("", "") when there is none."""
+    if "error" in item.DESCRIPTOR.fields_by_name:
+        if item.HasField("error"):
+            try:
+                name = grpc.StatusCode(
+                    next(c for c in grpc.StatusCode if c.value[0] == item.error.code).value
+                ).name
+            except StopIteration:
+                name = "UNKNOWN"
+            return name, item.error.message
+        return "", ""
+    return str(getattr(item, "code", "")), str(getattr(item, "reason", ""))
+
+
+class _PlayStream:
+    """One PlaySeats call: an outbox flushed by a writer task, and a reader that routes server messages to
+    episodes and hands decisions to ``on_decisions``."""
+
+    def __init__(
+        self,
+        stub: Any,
+        episodes: dict[str, _Episode],
+        on_decisions: Callable[[list[tuple[_Episode, env_pb.Observation]]], None],
+        stats: RolloutStats,
+    ) -> None:
+        self.call = stub.PlaySeats()
+        self.episodes = episodes
+        self.on_decisions = on_decisions
+        self.stats = stats
+        self.outbox = env_pb.PlaySeatsRequest(
+            include_text=True, close_finished=False, rejected_results_only=True
+        )
+        self.mail = asyncio.Event()
+        self.mail.set()  # the first message carries the stream options
+        self.failure: BaseException | None = None
+        self.writer = asyncio.create_task(self._write_loop())
+        self.reader = asyncio.create_task(self._read_loop())
+
+    async def close(self) -> None:
+        for task in (self.writer, self.reader):
+            task.cancel()
+        self.call.cancel()
+        for task in (self.writer, self.reader):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    @property
+    def broken(self) -> bool:
+        return self.failure is not None or self.reader.done()
+
+    def create(self, req: env_pb.CreateEpisodeRequest) -> None:
+        self.outbox.create.append(req)
+        self.mail.set()
+
+    def act(self, ep: _Episode, seat: int, turn_id: int, text: str) -> None:
+        token = ep.seat_tokens.get(seat)
+        if token is None or ep.closed:
+            return
+        self.outbox.acts.add(episode_id=ep.episode_id, token=token, turn_id=turn_id, raw_text=text)
+        self.mail.set()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self.mail.wait()
+                self.mail.clear()
+                message, self.outbox = self.outbox, env_pb.PlaySeatsRequest()
+                await self.call.write(message)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._broke(exc)
+
+    def _broke(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
+        failure = EpisodeFailed("environment_stream", f"{type(exc).__name__}: {exc}")
+        for ep in list(self.episodes.values()):
+            ep.end(failure=failure)
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                message = await self.call.read()
+                if message is grpc.aio.EOF:
+                    raise ConnectionError("the PlaySeats stream ended")
+                assert isinstance(message, env_pb.PlaySeatsResponse)
+                self._handle(message)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._broke(exc)
+
+    def _handle(self, message: env_pb.PlaySeatsResponse) -> None:
+        for created in message.created:
+            ep = self.episodes.get(created.request_id)
+            if ep is None:
+                continue
+            code, reason = _code_and_message(created)
+            if code:
+                ep.end(failure=EpisodeFailed("create_failed", f"{code}: {reason}"))
+                continue
+            ep.episode_id = created.episode.episode_id
+            self.episodes[ep.episode_id] = ep  # decisions and results name the server's episode id
+            ep.admin_token = created.episode.admin_token
+            ep.seat_tokens = {t.seat: t.token for t in created.episode.seat_tokens}
+            if not ep.seat_tokens:
+                ep.end()  # every seat scripted: it ended inside CreateEpisode
+        for result in message.results:
+            ep = self.episodes.get(result.episode_id)
+            if ep is None or ep.closed:
+                continue
+            code, reason = _code_and_message(result)
+            rec = ep.last.get(result.seat)
+            if rec is None or rec.turn_id != result.turn_id:
+                continue
+            if code:  # a stale turn: the environment moved on (turn timeout) and applied its default
+                self.stats.stale_acts += 1
+                rec.valid, rec.defaulted, rec.invalid_reason = False, True, f"{code}: {reason}"
+            elif not result.accepted:
+                rec.valid = False
+                rec.defaulted = result.defaulted
+                rec.invalid_reason = result.reason or "rejected"
+        due: list[tuple[_Episode, env_pb.Observation]] = []
+        for obs in message.decisions:
+            ep = self.episodes.get(obs.episode_id)
+            if ep is None or ep.closed:
+                continue
+            if obs.done:
+                ep.finals[obs.seat] = obs
+                if ep.seat_tokens and len(ep.finals) >= len(ep.seat_tokens):
+                    ep.end()
+            elif obs.your_turn and obs.turn_id:
+                due.append((ep, obs))
+        if due:
+            self.on_decisions(due)
+
+
+class RolloutDriver:
+    """Plays tasks through the environment, inference and reward services (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: RolloutConfig,
+        *,
+        environment: EnvironmentClient,
+        inference_channel: grpc.aio.Channel,
+        reward_channel: grpc.aio.Channel,
+        curriculum: CurriculumClient | None = None,
+        producer: ProtoStreamProducer[trajectory_pb2.Trajectory] | None = None,
+        play_channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        self.config = config
+        self.environment = environment
+        # PlaySeats lasts as long as the rollout: ``rpc.channel``'s service config gives every method a
+        # default timeout (rpc_timeout_s), which would cut the stream, so the stream gets its own channel.
+        self._own_play_channel = play_channel is None
+        self.play_channel = play_channel or _stream_channel(environment)
+        self.play_stub = env_grpc.EnvironmentServiceStub(self.play_channel)
+        self.inference = inf_grpc.InferenceServiceStub(inference_channel)
+        self.reward = rew_grpc.RewardServiceStub(reward_channel)
+        self.curriculum = curriculum
+        self.producer = producer
+        self.worker_id = config.worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.stats = RolloutStats()
+        self.trajectories: list[trajectory_pb2.Trajectory] = []  # of the current play()/run(), for summaries
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def close(self) -> None:
+        """Close the PlaySeats channel the driver opened (the clients passed in stay the caller's)."""
+        if self._own_play_channel:
+            await self.play_channel.close()
+
+    # ------------------------------------------------------------------ public API
+    async def play(self, tasks: Sequence[cur_pb.Task]) -> list[trajectory_pb2.Trajectory]:
+        """Play ``tasks`` (``config.concurrency`` at a time) and return their scored trajectories in task
+        order; failed episodes are left out and counted in ``stats.failures``. Nothing is appended to the
+        stream and nothing is reported (evaluation uses this)."""
+        out: dict[int, trajectory_pb2.Trajectory] = {}
+        index = {id(t): i for i, t in enumerate(tasks)}
+
+        async def keep(task: cur_pb.Task, traj: trajectory_pb2.Trajectory) -> None:
+            out[index[id(task)]] = traj
+
+        await self._drive(_aiter(tasks), keep)
+        return [out[i] for i in sorted(out)]
+
+    async def run(
+        self, episodes: int, split: str = "train", *, on_episode: Callable[[], None] | None = None
+    ) -> RolloutSummary:
+        """Pull ``episodes`` tasks from the curriculum, play them, append each scored trajectory to the
+        stream (when a producer is set; else report outcomes to the curriculum by RPC) and summarise."""
+        if self.curriculum is None:
+            raise ValueError("run() needs a curriculum client; use play(tasks) for a fixed task list")
+        curriculum = self.curriculum
+        self.trajectories = []
+        started = time.monotonic()
+        failed_before = Counter(self.stats.failures)
+
+        async def tasks() -> AsyncIterator[cur_pb.Task]:
+            left = episodes
+            while left > 0:
+                want = min(left, self.config.concurrency)
+                batch = await self._retrying(
+                    lambda n=want: curriculum.next_tasks(n, split, self.worker_id),  # type: ignore[misc]
+                    "curriculum_unavailable",
+                )
+                if not batch:
+                    raise EpisodeFailed("curriculum_empty", f"NextTasks returned no task for split {split!r}")
+                for task in batch[:left]:
+                    yield task
+                left -= min(left, len(batch))
+
+        async def deliver(task: cur_pb.Task, traj: trajectory_pb2.Trajectory) -> None:
+            if self.producer is not None:
+                await self._append(traj)
+            else:
+                await self._retrying(
+                    lambda: curriculum.report_outcomes([outcome_of(traj)]), "curriculum_unavailable"
+                )
+            self.trajectories.append(traj)
+            if on_episode is not None:
+                on_episode()
+
+        await self._drive(tasks(), deliver)
+        failures = self.stats.failures - failed_before
+        return summarize(self.trajectories, failures, time.monotonic() - started, self.stats)
+
+    # ------------------------------------------------------------------ the loop
+    async def _drive(
+        self,
+        tasks: AsyncIterator[cur_pb.Task],
+        sink: Callable[[cur_pb.Task, trajectory_pb2.Trajectory], Awaitable[None]],
+    ) -> None:
+        episodes: dict[str, _Episode] = {}
+        slots = asyncio.Semaphore(self.config.concurrency)
+        lifecycles: set[asyncio.Task[None]] = set()
+        stream: _PlayStream | None = None
+        try:
+            async for task in tasks:
+                await slots.acquire()
+                if stream is None or stream.broken:
+                    if stream is not None:
+                        await stream.close()
+                    stream = _PlayStream(
+                        self.play_stub, episodes, self._on_decisions_for(episodes), self.stats
+                    )
+                ep = self._new_episode(task)
+                ep.stream = stream
+                episodes[ep.trajectory_id] = ep
+                stream.create(self._create_request(ep))
+                self.stats.episodes_started += 1
+                self.stats.in_flight += 1
+                life = asyncio.create_task(self._lifecycle(ep, episodes, slots, sink))
+                lifecycles.add(life)
+                life.add_done_callback(lifecycles.discard)
+            while lifecycles:
+                await asyncio.gather(*list(lifecycles))
+        finally:
+            for life in list(lifecycles):
+                life.cancel()
+            for pending in list(self._tasks):
+                pending.cancel()
+            if stream is not None:
+                await stream.close()
+
+    def _new_episode(self, task: cur_pb.Task) -> _Episode:
+        trajectory_id = uuid.uuid4().hex
+        span = tracer.start_span(
+            "episode",
+            context=otel_context.Context(),  # a new trace per episode
+            attributes={
+                "wolfpack.trajectory_id": trajectory_id, "wolfpack.task_id": task.task_id,
+                "wolfpack.game.id": task.game.game_id, "wolfpack.game.variant": task.game.variant,
+                "wolfpack.seed": task.seed, "wolfpack.rollout.worker": self.worker_id,
+            },
+        )  # fmt: skip
+        ctx = trace.set_span_in_context(span)
+        tc = common_pb2.TraceContext()
+        telemetry.inject_into(tc, ctx)
+        ep = _Episode(task, trajectory_id, span, ctx, tc, asyncio.get_running_loop().create_future())
+        ep.policy_of = {
+            b.seat: b.policy.policy_id
+            for b in task.seats
+            if b.controller == common_pb2.SEAT_CONTROLLER_POLICY
+        }
+        return ep
+
+    def _create_request(self, ep: _Episode) -> env_pb.CreateEpisodeRequest:
+        t = ep.task
+        req = env_pb.CreateEpisodeRequest(
+            game=t.game, seed=t.seed, seats=list(t.seats), language=self.config.language,
+            turn_timeout_s=self.config.turn_timeout_s, options=dict(t.options), scenario_id=t.scenario_id,
+            request_id=ep.trajectory_id,
+        )  # fmt: skip
+        if _HAS_CREATE_TRACE:
+            req.trace.CopyFrom(ep.trace)
+        return req
+
+    async def _lifecycle(
+        self,
+        ep: _Episode,
+        episodes: dict[str, _Episode],
+        slots: asyncio.Semaphore,
+        sink: Callable[[cur_pb.Task, trajectory_pb2.Trajectory], Awaitable[None]],
+    ) -> None:
+        try:
+            await ep.ended
+            if ep.failure is not None:
+                raise ep.failure
+            traj = await self._finish(ep)
+            token = otel_context.attach(ep.context)
+            try:
+                await sink(ep.task, traj)
+            finally:
+                otel_context.detach(token)
+            self.stats.episodes_finished += 1
+            if ep.truncated:
+                self.stats.truncated_episodes += 1
+        except EpisodeFailed as exc:
+            self.stats.fail(exc.reason)
+            ep.span.set_attribute("error.type", exc.reason)
+            log.warning("episode failed", extra={"trajectory_id": ep.trajectory_id, "reason": str(exc)})
+            await self._close_quietly(ep)
+        except Exception as exc:
+            self.stats.fail(f"internal:{type(exc).__name__}")
+            ep.span.record_exception(exc)
+            log.exception("episode failed", extra={"trajectory_id": ep.trajectory_id})
+            await self._close_quietly(ep)
+        finally:
+            episodes.pop(ep.trajectory_id, None)
+            episodes.pop(ep.episode_id, None)
+            self.stats.in_flight -= 1
+            ep.span.end()
+            slots.release()
+
+    async def _close_quietly(self, ep: _Episode) -> None:
+        if ep.admin_token:
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await self.environment.close_episode(ep.episode_id, ep.admin_token)
+
+    async def _finish(self, ep: _Episode) -> trajectory_pb2.Trajectory:
+        """Read the ended episode, release it, build and score its trajectory."""
+        if not ep.admin_token:
+            raise EpisodeFailed("create_failed", "the environment returned no admin token")
+        state = await self._retrying(
+            lambda: self.environment.get_episode(ep.episode_id, ep.admin_token), "environment_unavailable"
+        )
+        await self._close_quietly(ep)
+        traj = build_trajectory(
+            ep.task, trajectory_id=ep.trajectory_id, episode_id=ep.episode_id, records=ep.records,
+            result=EpisodeResult.from_pb(state), trace=ep.trace, truncated=ep.truncated,
+            worker_id=self.worker_id,
+        )  # fmt: skip
+        if not traj.turns:
+            raise EpisodeFailed("no_turns", "the episode ended before any policy seat acted")
+        token = otel_context.attach(ep.context)
+        try:
+            scored = await self._retrying(
+                lambda: self.reward.Score(rew_pb.ScoreRequest(trajectory=traj, spec=self.config.reward_spec)),
+                "reward_unavailable",
+            )
+        finally:
+            otel_context.detach(token)
+        out: trajectory_pb2.Trajectory = scored.trajectory
+        return out
+
+    # ------------------------------------------------------------------ generation
+    def _on_decisions_for(
+        self, episodes: dict[str, _Episode]
+    ) -> Callable[[list[tuple[_Episode, env_pb.Observation]]], None]:
+        def on_decisions(due: list[tuple[_Episode, env_pb.Observation]]) -> None:
+            items: list[tuple[_Episode, env_pb.Observation]] = []
+            for ep, obs in due:
+                ep.decisions += 1
+                if ep.decisions > self.config.max_turns:
+                    ep.end(truncated="turn_cap")
+                    continue
+                if obs.seat not in ep.policy_of:
+                    ep.end(failure=EpisodeFailed("unplayable_seat", f"seat {obs.seat} is not a policy seat"))
+                    continue
+                items.append((ep, obs))
+            if not items:
+                return
+            if _HAS_GENERATE_TRACE:
+                self._spawn(self._generate(items))
+            else:  # one call per episode, under the episode's context, so its generate spans join its trace
+                by_episode: dict[str, list[tuple[_Episode, env_pb.Observation]]] = {}
+                for ep, obs in items:
+                    by_episode.setdefault(ep.trajectory_id, []).append((ep, obs))
+                for group in by_episode.values():
+                    self._spawn(self._generate(group, group[0][0].context))
+
+        return on_decisions
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._spawned_done)
+
+    def _spawned_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("rollout task failed", exc_info=task.exception())
+
+    def _request(self, ep: _Episode, obs: env_pb.Observation) -> inf_pb.GenerateRequest:
+        cfg = self.config
+        messages = render_messages(
+            obs.text, obs.messages, ep.past.get(obs.seat, []), mode=cfg.prompt_mode, k=cfg.memory_steps,
+            system_prompt=cfg.system_prompt,
+        )  # fmt: skip
+        req = inf_pb.GenerateRequest(
+            policy_id=ep.policy_of[obs.seat], sampling=cfg.sampling.to_pb(),
+            request_id=f"{ep.trajectory_id}:{obs.seat}:{obs.turn_id}:{_attempt(ep, obs)}",
+        )  # fmt: skip
+        req.chat.messages.extend(messages)
+        if _HAS_GENERATE_TRACE:
+            req.trace.CopyFrom(ep.trace)
+        return req
+
+    async def _generate(
+        self, items: list[tuple[_Episode, env_pb.Observation]], context: otel_context.Context | None = None
+    ) -> None:
+        token = otel_context.attach(context) if context is not None else None
+        try:
+            attempt = 0
+            while items:
+                started, t0 = time.time(), time.monotonic()
+                retry: list[tuple[_Episode, env_pb.Observation]] = []
+                requests = [self._request(ep, obs) for ep, obs in items]
+                try:
+                    async for item in generate_batch(
+                        self.inference, requests, timeout=self.config.generate_timeout_s
+                    ):
+                        ep, obs = items[item.index]
+                        if item.response is not None:
+                            self._record(ep, obs, item.response, started, (time.monotonic() - t0) * 1e3)
+                        elif item.code in TRANSIENT and attempt < self.config.retries:
+                            retry.append((ep, obs))
+                        else:
+                            ep.end(failure=_generate_failure(item.code, item.message))
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() not in TRANSIENT or attempt >= self.config.retries:
+                        for ep, _ in items:
+                            ep.end(failure=_generate_failure(exc.code(), exc.details() or ""))
+                        return
+                    retry = items
+                items = [(ep, obs) for ep, obs in retry if not ep.closed]
+                if items:
+                    self.stats.retries += 1
+                    await asyncio.sleep(self.config.backoff_s * 2**attempt)
+                    attempt += 1
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+
+    def _record(
+        self,
+        ep: _Episode,
+        obs: env_pb.Observation,
+        resp: inf_pb.GenerateResponse,
+        started: float,
+        generate_ms: float,
+    ) -> None:
+        if ep.closed:
+            return
+        if resp.prompt_compressed:
+            if self.config.context_overflow == "truncate":
+                ep.end(truncated="context_overflow")
+                return
+            self.stats.compressed_prompts += 1
+        completion = resp.completions[0]
+        attempt = _attempt(ep, obs)
+        rec = TurnRecord(
+            seat=obs.seat, turn_id=obs.turn_id, phase=obs.phase, round=obs.round, observation_text=obs.text,
+            prompt_token_ids=list(resp.prompt_token_ids), response_token_ids=list(completion.token_ids),
+            response_logprobs=list(completion.logprobs), response_text=completion.text,
+            finish_reason=int(completion.finish_reason), policy=resp.policy,
+            sampling=self.config.sampling.to_pb(), started_at=started, generate_ms=generate_ms,
+            attempt=attempt, compressed=resp.prompt_compressed,
+        )  # fmt: skip
+        ep.records.append(rec)
+        ep.last[obs.seat] = rec
+        ep.past.setdefault(obs.seat, []).append(obs.text)
+        self.stats.turns += 1
+        self.stats.generated_tokens += len(completion.token_ids)
+        if completion.finish_reason == common_pb2.FINISH_REASON_LENGTH:
+            self.stats.truncated_responses += 1
+        if ep.stream is not None:
+            ep.stream.act(ep, obs.seat, obs.turn_id, completion.text)
+
+    # ------------------------------------------------------------------ helpers
+    async def _append(self, traj: trajectory_pb2.Trajectory) -> None:
+        """Append one trajectory; on the stream's backpressure error wait and try again (never drop it).
+        The append is idempotent by trajectory id, so a retry after a lost reply adds no duplicate."""
+        assert self.producer is not None
+        while True:
+            try:
+                await self.producer.append(traj)
+                return
+            except _BACKPRESSURE as exc:
+                self.stats.backpressure_waits += 1
+                log.warning("stream backpressure: waiting", extra={"detail": str(exc)})
+                t0 = time.monotonic()
+                await asyncio.sleep(self.config.backpressure_retry_s)
+                self.stats.backpressure_wait_s += time.monotonic() - t0
+
+    async def _retrying(self, call: Callable[[], Awaitable[Any]], reason: str) -> Any:
+        """``call()`` with retries on transient gRPC failures; ``EpisodeFailed(reason)`` after the last."""
+        for attempt in range(self.config.retries + 1):
+            try:
+                return await call()
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in TRANSIENT or attempt == self.config.retries:
+                    failure = (
+                        reason
+                        if exc.code() in TRANSIENT
+                        else f"{reason.split('_')[0]}_{exc.code().name.lower()}"
+                    )
+                    raise EpisodeFailed(failure, exc.details() or "") from None
+                self.stats.retries += 1
+                await asyncio.sleep(self.config.backoff_s * 2**attempt)
+        raise AssertionError("unreachable")
+
+
+def _attempt(ep: _Episode, obs: env_pb.Observation) -> int:
+    """0 for a new decision; n for the n-th re-prompt of the same turn."""
+    prev = ep.last.get(obs.seat)
+    return prev.attempt + 1 if prev is not None and prev.turn_id == obs.turn_id else 0
+
+
+def _generate_failure(code: grpc.StatusCode, message: str) -> EpisodeFailed:
+    low = message.lower()
+    if code == grpc.StatusCode.INVALID_ARGUMENT and (
+        "budget" in low or "too long" in low or "context" in low
+    ):
+        return EpisodeFailed("context_overflow", message)
+    if code in TRANSIENT:
+        return EpisodeFailed("inference_unavailable", f"{code.name}: {message}")
+    return EpisodeFailed(f"inference_{code.name.lower()}", message)
+
+
+def _stream_channel(environment: EnvironmentClient) -> grpc.aio.Channel:
+    """A channel to the environment's address for long-lived streams: size limits and trace propagation as
+    ``rpc.channel`` has them, but no service-config timeout."""
+    raw = environment.channel._channel.target  # type: ignore[attr-defined]  # grpc.aio keeps no public copy
+    raw = raw() if callable(raw) else raw
+    target = raw.decode() if isinstance(raw, bytes) else str(raw)
+    size = environment.settings.grpc_max_message_mb * 1024 * 1024
+    options = [("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size)]
+    return grpc.aio.insecure_channel(target, options=options, interceptors=telemetry.client_interceptors())
+
+
+async def _aiter(items: Iterable[cur_pb.Task]) -> AsyncIterator[cur_pb.Task]:
+    for item in items:
+        yield item

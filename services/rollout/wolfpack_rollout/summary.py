@@ -1,0 +1,111 @@
+"""``RolloutSummary``: what a batch of rollouts did, from the trajectories themselves (pure).
+
+Win rates are per trainee seat (a seat that won counts 1, a draw 0.5), grouped by the seat's role and by
+the opponent kind the curriculum chose; invalid and defaulted moves count trainee turns only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from wolfpack.v1 import common_pb2, trajectory_pb2
+
+_SCORE = {
+    common_pb2.OUTCOME_KIND_WIN: 1.0,
+    common_pb2.OUTCOME_KIND_DRAW: 0.5,
+    common_pb2.OUTCOME_KIND_LOSS: 0.0,
+}
+
+
+class _Counters(Protocol):
+    generated_tokens: int
+    truncated_responses: int
+    compressed_prompts: int
+    backpressure_wait_s: float
+
+
+@dataclass
+class RolloutSummary:
+    """Totals of one ``run``/``play``: counts, rates by role and opponent kind, failures by reason."""
+
+    episodes: int = 0
+    failed: int = 0
+    turns: int = 0
+    trainee_turns: int = 0
+    invalid_moves: int = 0
+    defaulted_moves: int = 0
+    truncated_episodes: int = 0
+    truncated_responses: int = 0
+    compressed_prompts: int = 0
+    generated_tokens: int = 0
+    elapsed_s: float = 0.0
+    backpressure_wait_s: float = 0.0
+    mean_trainee_reward: float = 0.0
+    win_rate_by_role: dict[str, tuple[float, int]] = field(default_factory=dict)
+    win_rate_by_opponent: dict[str, tuple[float, int]] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def episodes_per_min(self) -> float:
+        return 60.0 * self.episodes / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "episodes_per_min": self.episodes_per_min, "tokens_per_s": self.tokens_per_s}
+
+
+def _trainee_seats(traj: trajectory_pb2.Trajectory) -> set[int]:
+    raw = traj.metadata.get("trainee_seats", "")
+    seats = set(json.loads(raw)) if raw else set()
+    return seats or {b.seat for b in traj.seats if b.controller == common_pb2.SEAT_CONTROLLER_POLICY}
+
+
+def summarize(
+    trajectories: Sequence[trajectory_pb2.Trajectory],
+    failures: Mapping[str, int],
+    elapsed_s: float,
+    counters: _Counters | None = None,
+) -> RolloutSummary:
+    s = RolloutSummary(episodes=len(trajectories), failed=sum(failures.values()), elapsed_s=elapsed_s)
+    s.failures = dict(sorted(failures.items()))
+    by_role: dict[str, list[float]] = defaultdict(list)
+    by_opp: dict[str, list[float]] = defaultdict(list)
+    rewards: list[float] = []
+    truncated: Counter[str] = Counter()
+    for traj in trajectories:
+        seats = _trainee_seats(traj)
+        s.turns += len(traj.turns)
+        if traj.metadata.get("truncated"):
+            truncated[traj.metadata["truncated"]] += 1
+        for t in traj.turns:
+            if t.seat in seats:
+                s.trainee_turns += 1
+                s.invalid_moves += int(not t.valid and not t.defaulted)
+                s.defaulted_moves += int(t.defaulted)
+        opp = traj.metadata.get("opponent_kind", "").removeprefix("OPPONENT_KIND_").lower() or "unknown"
+        for o in traj.outcomes:
+            if o.seat not in seats:
+                continue
+            rewards.append(o.final_reward)
+            if o.outcome in _SCORE:
+                by_role[o.role or "?"].append(_SCORE[o.outcome])
+                by_opp[opp].append(_SCORE[o.outcome])
+    s.truncated_episodes = sum(truncated.values())
+    s.mean_trainee_reward = sum(rewards) / len(rewards) if rewards else 0.0
+    s.win_rate_by_role = {k: (sum(v) / len(v), len(v)) for k, v in sorted(by_role.items())}
+    s.win_rate_by_opponent = {k: (sum(v) / len(v), len(v)) for k, v in sorted(by_opp.items())}
+    if counters is not None:
+        s.generated_tokens = counters.generated_tokens
+        s.truncated_responses = counters.truncated_responses
+        s.compressed_prompts = counters.compressed_prompts
+        s.backpressure_wait_s = counters.backpressure_wait_s
+    else:
+        s.generated_tokens = sum(len(t.response_token_ids) for tr in trajectories for t in tr.turns)
+    return s
