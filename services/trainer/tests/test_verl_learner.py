@@ -1,0 +1,154 @@
+"""The ``verl_fsdp`` learner (verl 0.9.1's FSDP ``TrainingWorker``) on CPU: FSDP2 on gloo, tiny random Qwen2.
+
+The same code runs on a GPU (bench/results/2026-11-26-gpu-trainer.md); here it runs through the CPU
+platform the module gives verl. Oracles are independent of verl: a plain transformers forward for the
+log-probs, the sign of the advantage for the direction of an update, and the saved weights for resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("verl.workers.engine_workers", reason="verl (trainer extra) is not installed")
+
+import torch
+
+from wolfpack_inference.models import tiny_model
+from wolfpack_trainer.learners.base import LearnerConfig, LossConfig, TrainBatch, get_learner
+
+B, P, R = 8, 12, 10
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_model(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module")
+def learner(model_dir: Path) -> Iterator[Any]:
+    cfg = LearnerConfig(
+        model=str(model_dir), lr=5e-3, mini_batch_size=4, micro_batch_size=4, ppo_epochs=1, device="cpu",
+        loss=LossConfig(clip_ratio=0.2, loss_agg_mode="token-mean"), extra={"strategy": "fsdp2"},
+    )  # fmt: skip
+    yield get_learner("verl_fsdp")(cfg)
+
+
+def make_batch(vocab: int, seed: int = 0) -> TrainBatch:
+    """Left-padded prompts, right-padded responses of random lengths, verl's layout."""
+    g = torch.Generator().manual_seed(seed)
+    plen = torch.randint(4, P + 1, (B,), generator=g)
+    rlen = torch.randint(3, R + 1, (B,), generator=g)
+    pmask = (torch.arange(P)[None, :] >= (P - plen)[:, None]).long()
+    rmask = (torch.arange(R)[None, :] < rlen[:, None]).long()
+    prompts = torch.randint(3, vocab, (B, P), generator=g) * pmask
+    responses = torch.randint(3, vocab, (B, R), generator=g) * rmask
+    attention = torch.cat([pmask, rmask], dim=1)
+    position = (attention.cumsum(-1) - 1).clamp(min=0) * attention
+    return TrainBatch(
+        prompts=prompts, responses=responses, input_ids=torch.cat([prompts, responses], dim=1),
+        attention_mask=attention, position_ids=position, response_mask=rmask.float(),
+        rollout_log_probs=torch.zeros(B, R), token_level_rewards=torch.zeros(B, R),
+        uids=[f"g{i // 4}" for i in range(B)], trajectory_ids=[f"t{i}" for i in range(B)], policy_ids=["p"] * B,
+        roles=["r"] * B, policy_versions=[0] * B, turn_indices=[-1] * B,
+    )  # fmt: skip
+
+
+def hf_logprobs(model_dir: Path, batch: TrainBatch) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       position_ids=batch.position_ids).logits[:, P - 1 : -1].float()  # fmt: skip
+    return (
+        torch.log_softmax(logits, -1).gather(-1, batch.responses.unsqueeze(-1)).squeeze(-1)
+        * batch.response_mask
+    )
+
+
+def test_log_probs_match_a_plain_transformers_forward(learner: Any, model_dir: Path) -> None:
+    vocab = int(learner.engine.module.config.vocab_size)
+    batch = make_batch(vocab)
+    ours = learner.compute_log_probs(batch)
+    ref = hf_logprobs(model_dir, batch)
+    assert ours.shape == (B, R)
+    assert torch.all(ours[batch.response_mask == 0] == 0)
+    # verl computes under bf16 autocast: the gap is bf16 rounding, far below the spread of random tokens
+    gap = (ours - ref).abs().max().item()
+    assert gap < 0.25, gap
+    assert (ref * batch.response_mask).std().item() > 10 * gap / 4
+
+
+def test_update_moves_logprobs_with_the_advantage_and_resumes_exactly(learner: Any, tmp_path: Path) -> None:
+    vocab = int(learner.engine.module.config.vocab_size)
+    batch = make_batch(vocab, seed=1)
+    sign = torch.tensor([1.0, -1.0] * (B // 2))[:, None]
+    batch.advantages = sign.expand(B, R) * batch.response_mask
+    batch.old_log_probs = learner.compute_log_probs(batch)
+    before = learner.export_weights().tensors
+    step0 = learner.step
+    metrics = learner.update(batch)
+    assert learner.step == step0 + 1
+    assert metrics["actor/optimizer_steps"] == B // 4
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/lr"):
+        assert key in metrics and torch.isfinite(torch.tensor(metrics[key])), (key, metrics)
+    after = learner.export_weights().tensors
+    assert set(after) == set(before)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    new = learner.compute_log_probs(batch)
+    mask = batch.response_mask
+    delta = ((new - batch.old_log_probs) * mask).sum(-1) / mask.sum(-1)
+    assert (delta[0::2].mean() > 0) and (delta[1::2].mean() < 0), delta  # up for +A, down for -A
+
+    state = learner.state_dict()
+    saved = {k: v.clone() for k, v in after.items()}
+    batch.old_log_probs = new
+    learner.update(batch)
+    assert any(not torch.equal(saved[k], v) for k, v in learner.export_weights().tensors.items())
+    learner.load_state_dict(state)
+    assert learner.step == step0 + 1
+    restored = learner.export_weights().tensors
+    assert all(torch.equal(saved[k], restored[k]) for k in saved)
+
+
+def test_save_pretrained_loads_in_transformers(learner: Any, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    out = learner.save_pretrained(tmp_path / "ckpt")
+    model: Any = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    exported = learner.export_weights().tensors
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, exported[name].float()), name
+
+
+def test_unsupported_configs_fail_at_construction() -> None:
+    cls = get_learner("verl_fsdp")
+    with pytest.raises(ValueError, match="LoRA"):
+        cls(LearnerConfig(lora_rank=8))
+    with pytest.raises(ValueError, match="value head"):
+        cls(LearnerConfig(value_head=True))
+
+
+def test_kl_to_a_frozen_reference(model_dir: Path) -> None:
+    """With ``kl_coef`` > 0 a forward-only copy of the initial weights gives the reference log-probs: they
+    stay put while the actor moves, and the KL term shows up in the metrics."""
+    cfg = LearnerConfig(
+        model=str(model_dir), lr=5e-3, mini_batch_size=8, micro_batch_size=8, device="cpu",
+        loss=LossConfig(kl_coef=0.1, kl_type="low_var_kl"), extra={"strategy": "fsdp2"},
+    )  # fmt: skip
+    learner = get_learner("verl_fsdp")(cfg)
+    batch = make_batch(int(learner.engine.module.config.vocab_size), seed=2)
+    ref0 = learner.compute_ref_log_probs(batch)
+    assert ref0 is not None
+    assert (ref0 - hf_logprobs(model_dir, batch)).abs().max().item() < 0.25
+    batch.old_log_probs = learner.compute_log_probs(batch)
+    batch.ref_log_prob = ref0
+    batch.advantages = torch.ones(B, R) * batch.response_mask
+    metrics = learner.update(batch)
+    assert "actor/kl_loss" in metrics
+    assert torch.equal(learner.compute_ref_log_probs(batch), ref0)
+    assert not torch.equal(learner.compute_log_probs(batch), batch.old_log_probs)

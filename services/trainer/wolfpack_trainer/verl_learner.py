@@ -1,0 +1,410 @@
+"""The GPU learner: verl 0.9.1's FSDP training engine (``TrainingWorker``, as ``ActorRolloutRefWorker`` builds
+it) behind Wolfpack's ``Learner`` contract, registered as ``verl_fsdp``.
+
+Why verl's engine rather than our own FSDP code: it is what stock verl PPO runs (FSDP1/FSDP2 wrapping,
+mixed precision, gradient accumulation over micro-batches, the LR schedule, log-probs and entropy on
+no-padding batches) and its loss is verl's ``ppo_loss`` configured from our ``LossConfig``, so a batch
+trained here and one trained by ``main_ppo`` see the same maths. The trainer loop hands a ``TrainBatch``
+(verl key names already); this module only turns it into the TensorDicts verl's worker takes, the way
+``verl/trainer/ppo/ray_trainer.py`` does, and back.
+
+One process drives one engine: a single GPU here, or one rank per GPU when started under ``torchrun``
+(``RANK``/``WORLD_SIZE`` set; each rank must call the same methods with the same batch). Attention is
+``sdpa`` without padding removal (no flash-attn wheel on the GPU hosts). On a machine without CUDA the
+learner still runs (FSDP2 on gloo) through a small CPU platform for verl, which has none: slow, but it
+lets CI exercise this exact code path.
+
+``config.extra`` keys: ``strategy`` ("fsdp2" default, or "fsdp" = FSDP1), ``param_offload``,
+``optimizer_offload``, ``gradient_checkpointing``, ``infer_micro_batch_size``, ``total_training_steps``
+(LR schedule length), ``warmup_steps``. Not supported here: LoRA (``lora_rank`` > 0) and a value head
+(PPO with GAE runs verl's critic worker in ``main_ppo``); both fail at construction with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+from collections.abc import Mapping
+from contextlib import nullcontext
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from wolfpack_trainer.learners.base import (
+    ExportedWeights,
+    Learner,
+    LearnerConfig,
+    TrainBatch,
+    register_learner,
+)
+from wolfpack_trainer.learners.cpu import resolve_model_path
+
+_METRIC_NAMES = {
+    "actor/pg_loss": "actor/pg_loss",
+    "actor/pg_clipfrac": "actor/pg_clipfrac",
+    "actor/ppo_kl": "actor/ppo_kl",
+    "actor/pg_clipfrac_lower": "actor/pg_clipfrac_lower",
+    "actor/entropy": "actor/entropy",
+    "actor/kl_loss": "actor/kl_loss",
+    "kl_loss": "actor/kl_loss",
+    "grad_norm": "actor/grad_norm",
+    "actor/grad_norm": "actor/grad_norm",
+    "loss": "actor/loss",
+    "lr": "actor/lr",
+    "actor/lr": "actor/lr",
+}
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def use_cpu_platform() -> None:
+    """Give verl a CPU "device" (verl 0.9.1 has no CPU platform: with no GPU it assumes CUDA and calls
+    ``torch.cuda`` everywhere). Must run before ``verl.workers`` modules are imported, since some read
+    the platform at import time. Idempotent."""
+    from verl.plugin.platform.platform_cuda import PlatformCUDA
+    from verl.plugin.platform.platform_manager import get_platform, set_platform
+
+    if get_platform().device_name == "cpu":
+        return
+
+    class _CpuModule:
+        """Stands in for ``torch.cuda``: memory queries report 0, everything else is a no-op."""
+
+        @staticmethod
+        def mem_get_info(*_a: Any, **_k: Any) -> tuple[int, int]:
+            return (0, 0)
+
+        @staticmethod
+        def get_device_name(*_a: Any, **_k: Any) -> str:
+            return "cpu"
+
+        def __getattr__(self, name: str) -> Any:
+            found = getattr(torch.cpu, name, None)
+            return found if found is not None else (lambda *_a, **_k: 0)
+
+    class PlatformCPU(PlatformCUDA):  # type: ignore[misc]
+        device_name = property(lambda self: "cpu")
+        vendor_name = property(lambda self: "cpu")
+        device_module = property(lambda self: _CpuModule())
+
+        def is_available(self) -> bool:
+            return True
+
+        def current_device(self) -> Any:
+            return "cpu"
+
+        def device_count(self) -> int:
+            return 1
+
+        def set_device(self, *_a: Any, **_k: Any) -> None:
+            return None
+
+        def synchronize(self, *_a: Any, **_k: Any) -> None:
+            return None
+
+        def empty_cache(self, *_a: Any, **_k: Any) -> None:
+            return None
+
+        def set_allocator_settings(self, *_a: Any, **_k: Any) -> None:
+            return None
+
+        def profiler_start(self) -> None:
+            return None
+
+        def profiler_stop(self) -> None:
+            return None
+
+        def manual_seed(self, seed: int) -> None:
+            torch.manual_seed(seed)
+
+        def manual_seed_all(self, seed: int) -> None:
+            torch.manual_seed(seed)
+
+        def communication_backend_name(self) -> str:
+            return "gloo"
+
+        def nvtx_range(self, msg: str) -> Any:
+            return nullcontext()
+
+        def get_device_capability(self, device_index: int = 0) -> tuple[int | None, int | None]:
+            return (None, None)
+
+    set_platform(PlatformCPU())
+    os.environ["VERL_ENGINE_DEVICE"] = "cuda"  # verl registers its FSDP engines under the cuda/npu keys only
+
+
+def _init_process_group(use_cuda: bool) -> None:
+    """A process group for verl's engine: torchrun's when launched by it, else a one-process group."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
+                       ("LOCAL_WORLD_SIZE", "1")):  # fmt: skip
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", _free_port())
+    if use_cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(
+        backend="cpu:gloo,cuda:nccl" if use_cuda else "gloo",
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+    )
+
+
+def _scalar(value: Any) -> float:
+    return float(value.value if hasattr(value, "value") else value)
+
+
+@register_learner("verl_fsdp")
+class VerlFsdpLearner(Learner):
+    """``Learner`` on verl's FSDP ``TrainingWorker`` (see the module docstring)."""
+
+    def __init__(self, config: LearnerConfig) -> None:
+        super().__init__(config)
+        if config.lora_rank > 0:
+            raise ValueError("verl_fsdp trains full weights; use the cpu learner for LoRA (lora_rank > 0)")
+        if config.value_head:
+            raise ValueError("verl_fsdp has no value head; PPO with GAE runs verl's critic in main_ppo")
+        self.use_cuda = torch.cuda.is_available() and not config.device.startswith("cpu")
+        if not self.use_cuda:
+            use_cpu_platform()
+        for key, value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
+                           ("VERL_LOGGING_LEVEL", "WARN")):  # fmt: skip
+            os.environ.setdefault(key, value)
+        _init_process_group(self.use_cuda)
+        torch.manual_seed(config.seed)
+        random.seed(config.seed)
+
+        from verl.workers.config import (
+            FSDPActorConfig,
+            FSDPEngineConfig,
+            FSDPOptimizerConfig,
+            HFModelConfig,
+            PolicyLossConfig,
+            TrainingWorkerConfig,
+        )
+        from verl.workers.engine_workers import TrainingWorker
+        from verl.workers.utils.losses import ppo_loss
+
+        extra = dict(config.extra)
+        self.strategy = str(extra.get("strategy", "fsdp2"))
+        if not self.use_cuda and self.strategy != "fsdp2":
+            raise ValueError("without CUDA only FSDP2 runs (verl's FSDP1 path syncs module states over NCCL)")
+        self.model_path = resolve_model_path(config.model, config.cache_dir)
+        loss = config.loss
+        micro = max(1, config.micro_batch_size)
+        infer_micro = int(extra.get("infer_micro_batch_size", micro))
+        self.model_config = HFModelConfig(
+            path=self.model_path, load_tokenizer=False, use_remove_padding=False,
+            enable_gradient_checkpointing=bool(extra.get("gradient_checkpointing", False)),
+            override_config={"attn_implementation": "sdpa"},
+        )  # fmt: skip
+
+        def engine(forward_only: bool) -> Any:
+            return FSDPEngineConfig(
+                strategy=self.strategy, use_torch_compile=False, use_dynamic_bsz=False, use_remove_padding=False,
+                micro_batch_size_per_gpu=micro, infer_micro_batch_size_per_gpu=infer_micro,
+                param_offload=bool(extra.get("param_offload", False)),
+                optimizer_offload=bool(extra.get("optimizer_offload", False)), forward_only=forward_only,
+            )  # fmt: skip
+
+        self.actor_config = FSDPActorConfig(
+            strategy=self.strategy, rollout_n=1, ppo_mini_batch_size=max(1, config.mini_batch_size or 1),
+            ppo_micro_batch_size_per_gpu=micro, ppo_epochs=config.ppo_epochs, clip_ratio=loss.clip_ratio,
+            clip_ratio_low=loss.clip_ratio_low if loss.clip_ratio_low is not None else loss.clip_ratio,
+            clip_ratio_high=loss.clip_ratio_high if loss.clip_ratio_high is not None else loss.clip_ratio,
+            clip_ratio_c=loss.clip_ratio_c, loss_agg_mode=loss.loss_agg_mode, entropy_coeff=loss.entropy_coeff,
+            use_kl_loss=loss.kl_coef > 0, kl_loss_coef=loss.kl_coef, kl_loss_type=loss.kl_type,
+            use_dynamic_bsz=False, use_remove_padding=False, ulysses_sequence_parallel_size=1,
+            use_torch_compile=False, policy_loss=PolicyLossConfig(loss_mode=loss.policy_loss),
+            optim=FSDPOptimizerConfig(
+                optimizer="AdamW", lr=config.lr, weight_decay=config.weight_decay, betas=(config.betas[0], config.betas[1]),
+                clip_grad=config.max_grad_norm, total_training_steps=int(extra.get("total_training_steps", 1000)),
+                lr_warmup_steps=int(extra.get("warmup_steps", 0)),
+            ),
+            fsdp_config=engine(False),
+        )  # fmt: skip
+        self.actor_config.model_config = self.model_config
+        actor_engine: Any = (
+            self.actor_config.engine
+        )  # typed as verl's BaseConfig; it is the FSDP engine config
+        self.worker = TrainingWorker(
+            config=TrainingWorkerConfig(
+                model_type="language_model", model_config=self.model_config, engine_config=actor_engine,
+                optimizer_config=self.actor_config.optim, checkpoint_config=self.actor_config.checkpoint,
+            )
+        )  # fmt: skip
+        self.worker.reset()  # from_pretrained + FSDP wrap + AdamW + LR scheduler
+        self.worker.set_loss_fn(partial(ppo_loss, config=self.actor_config))
+        self.ref_worker: Any = None
+        if loss.kl_coef > 0:  # the initial policy, frozen, for the KL term
+            # Forward-only on a GPU (verl then offloads its params to pinned CPU memory between calls); on
+            # CPU pinning needs an accelerator, so it is a regular engine whose optimizer never steps.
+            frozen_engine: Any = engine(self.use_cuda)
+            self.ref_worker = TrainingWorker(
+                config=TrainingWorkerConfig(
+                    model_type="language_model", model_config=self.model_config, engine_config=frozen_engine,
+                    optimizer_config=None if self.use_cuda else self.actor_config.optim,  # type: ignore[arg-type]
+                    checkpoint_config=self.actor_config.checkpoint,
+                )
+            )  # fmt: skip
+            self.ref_worker.reset()
+
+    # --- batches -------------------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Any:
+        return self.worker.engine
+
+    def _dataproto(self, batch: TrainBatch, with_training: bool) -> Any:
+        from verl import DataProto
+
+        tensors: dict[str, Any] = {
+            "prompts": batch.prompts.long(),
+            "responses": batch.responses.long(),
+            "input_ids": batch.input_ids.long(),
+            "attention_mask": batch.attention_mask.long(),
+            "position_ids": batch.position_ids.long(),
+            "response_mask": (batch.response_mask > 0).long(),
+        }
+        if with_training:
+            assert batch.old_log_probs is not None and batch.advantages is not None
+            tensors["old_log_probs"] = batch.old_log_probs.float()
+            tensors["advantages"] = batch.advantages.float()
+            tensors["token_level_rewards"] = batch.token_level_rewards.float()
+            if batch.ref_log_prob is not None:
+                tensors["ref_log_prob"] = batch.ref_log_prob.float()
+            if batch.is_weights is not None:
+                tensors["rollout_is_weights"] = batch.is_weights.float()
+        meta = {
+            "temperature": self.config.temperature,
+            "global_token_num": batch.attention_mask.sum(-1).tolist(),
+        }
+        return DataProto.from_single_dict(tensors, meta_info=meta)
+
+    def _tensordict(self, batch: TrainBatch, with_training: bool, **non_tensor: Any) -> Any:
+        """DataProto → TensorDict → no-padding (jagged) layout + non-tensor keys, as ray_trainer does."""
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import left_right_2_no_padding
+
+        td = left_right_2_no_padding(self._dataproto(batch, with_training).to_tensordict())
+        tu.assign_non_tensor(td, **non_tensor)
+        return td
+
+    def _infer(self, worker: Any, batch: TrainBatch) -> torch.Tensor:
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        td = self._tensordict(batch, False, calculate_entropy=False, compute_loss=False)
+        out = worker.infer_batch(td)
+        logp = no_padding_2_padding(tu.get(out, "log_probs"), td).float().cpu()
+        return logp * (batch.response_mask > 0).float()
+
+    def compute_log_probs(self, batch: TrainBatch) -> torch.Tensor:
+        return self._infer(self.worker, batch)
+
+    def compute_ref_log_probs(self, batch: TrainBatch) -> torch.Tensor | None:
+        return None if self.ref_worker is None else self._infer(self.ref_worker, batch)
+
+    def update(self, batch: TrainBatch) -> dict[str, float]:
+        if batch.advantages is None or batch.old_log_probs is None:
+            raise ValueError("update needs batch.advantages and batch.old_log_probs")
+        if self.config.loss.kl_coef > 0 and batch.ref_log_prob is None:
+            raise ValueError("kl_coef > 0 needs batch.ref_log_prob")
+        from verl.utils import tensordict_utils as tu
+
+        n = len(batch)
+        mini = self.config.mini_batch_size if 0 < self.config.mini_batch_size <= n else n
+        if n % mini:
+            raise ValueError(f"batch of {n} samples is not a multiple of mini_batch_size {mini}")
+        td = self._tensordict(
+            batch, True, calculate_entropy=True, compute_loss=True, global_batch_size=mini, mini_batch_size=mini,
+            epochs=self.config.ppo_epochs, seed=self.config.seed + self.step, dataloader_kwargs={"shuffle": True},
+        )  # fmt: skip
+        metrics = tu.get(self.worker.train_mini_batch(td), "metrics")
+        self.step += 1
+        out: dict[str, float] = {}
+        for key, value in metrics.items():
+            values = [_scalar(v) for v in (value if isinstance(value, list) else [value])]
+            if not values:
+                continue
+            out[_METRIC_NAMES.get(key, key if "/" in key else f"actor/{key}")] = sum(values) / len(values)
+        out["actor/optimizer_steps"] = float(
+            len(metrics.get("grad_norm", [])) or n // mini * self.config.ppo_epochs
+        )
+        return out
+
+    # --- state ---------------------------------------------------------------------------------------
+
+    def _full_state(self) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        # clone: with cpu_offload on a CPU engine the returned tensors alias the live parameters
+        state = get_model_state_dict(self.engine.module, options=opts)
+        return {k: v.detach().clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+    def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        scheduler = getattr(self.engine, "lr_scheduler", None)
+        return {
+            "step": self.step,
+            "model": self._full_state(),
+            "optimizer": get_optimizer_state_dict(self.engine.module, self.engine.optimizer, options=opts),
+            "lr_scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "torch_rng": torch.get_rng_state(),
+            "py_rng": random.getstate(),
+            "config_model": self.config.model,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        set_model_state_dict(self.engine.module, dict(state["model"]), options=opts)
+        set_optimizer_state_dict(
+            self.engine.module, self.engine.optimizer, dict(state["optimizer"]), options=opts
+        )
+        scheduler = getattr(self.engine, "lr_scheduler", None)
+        if scheduler is not None and state.get("lr_scheduler") is not None:
+            scheduler.load_state_dict(state["lr_scheduler"])
+        self.step = int(state["step"])
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["py_rng"])
+
+    def export_weights(self) -> ExportedWeights:
+        """Full weights under HF names (what inference's full-weight PushWeights takes)."""
+        return ExportedWeights(self._full_state(), False)
+
+    def save_pretrained(self, directory: Path) -> Path:
+        """An HF directory (config, safetensors, tokenizer when the source has one) inference loads by path."""
+        from safetensors.torch import save_file
+        from transformers import AutoConfig
+
+        directory.mkdir(parents=True, exist_ok=True)
+        AutoConfig.from_pretrained(self.model_path).save_pretrained(directory)
+        state = {k: v.contiguous() for k, v in self._full_state().items()}
+        if getattr(AutoConfig.from_pretrained(self.model_path), "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        try:
+            from transformers import AutoTokenizer
+
+            AutoTokenizer.from_pretrained(self.model_path).save_pretrained(directory)
+        except (OSError, ValueError):
+            pass  # a model without a tokenizer (token ids only): inference then needs skip_tokenizer_init
+        return directory
