@@ -260,6 +260,17 @@ return {dead, out}
 )
 
 
+# KEYS: stream, dead-letter stream. ARGV: group, dead maxlen, entry id, then the dead entry's field pairs.
+# Dead-letters only an entry still pending (acked now, atomically), so a retry never copies it twice.
+_DEAD = _Script(
+    """
+if redis.call('XACK', KEYS[1], ARGV[1], ARGV[3]) == 0 then return 0 end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(ARGV, 4))
+return 1
+"""
+)
+
+
 _PRODUCERS: weakref.WeakSet[ProtoStreamProducer[Any]] = weakref.WeakSet()
 
 
@@ -550,7 +561,6 @@ class ProtoStreamConsumer(Generic[M]):
         return out
 
     async def _dead_letter_raw(self, bad: Sequence[tuple[bytes, Mapping[bytes, bytes], str]]) -> None:
-        pipe = self.client.pipeline(transaction=True)
         for raw_id, fields, reason in bad:
             log.warning(
                 "dead-lettering stream entry",
@@ -562,10 +572,11 @@ class ProtoStreamConsumer(Generic[M]):
                 b"source_entry": raw_id,
                 b"group": self.group.encode(),
             }
-            pipe.xadd(self._dead, dead, maxlen=DEAD_LETTER_MAXLEN, approximate=True)
-            pipe.xack(self.stream, self.group, raw_id)
-        await self._call(pipe.execute, "dead-letter")
-        self.dead_lettered += len(bad)
+            args = [self.group, DEAD_LETTER_MAXLEN, raw_id, *(x for kv in dead.items() for x in kv)]
+            moved = await self._call(
+                lambda: _DEAD(self.client, [self.stream, self._dead], args), "dead-letter"
+            )  # noqa: B023
+            self.dead_lettered += int(moved)
 
     async def dead_letter(self, delivery: Delivery[M], reason: str) -> None:
         """Move an entry the caller rejects (e.g. fails validation) to the dead-letter stream, acked."""
