@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.wolfpack-setup
 
-.PHONY: setup demo test lint typecheck proto bench clean up
+.PHONY: setup demo test lint typecheck proto proto-check bench clean up
 
 setup: $(STAMP)
 
@@ -38,6 +38,11 @@ typecheck: setup
 
 proto: setup
 	$(BIN)/python proto/generate.py
+
+proto-check: setup  # buf lint + buf breaking against proto/buf-baseline.binpb, and the import contracts
+	$(BIN)/python proto/buf_check.py lint
+	$(BIN)/python proto/buf_check.py breaking
+	$(BIN)/lint-imports --no-cache
 
 bench: setup
 	$(BIN)/python bench/run.py

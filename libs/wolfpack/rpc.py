@@ -6,7 +6,8 @@ balancers stop routing), then ``server.stop(grace)`` lets in-flight calls drain 
 
 Client: ``channel()`` returns an asyncio channel whose calls always have a deadline (the default is
 added when the caller gives none) and whose idempotent methods retry on UNAVAILABLE through gRPC's
-service config, so a service restarting under ``wolfpack up`` does not fail a whole rollout.
+service config, so a service restarting under ``wolfpack up`` does not fail a whole rollout. Which methods
+are idempotent is read from the protos (``option idempotency_level``), not listed here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -210,7 +211,7 @@ class DefaultDeadlineInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type:
         return await continuation(details, request)
 
 
-def service_config(idempotent_methods: dict[str, Sequence[str]], timeout_s: float) -> str:
+def service_config(idempotent_methods: Mapping[str, Sequence[str]], timeout_s: float) -> str:
     """gRPC service config JSON: retries on UNAVAILABLE for the listed idempotent methods
     (``{"wolfpack.v1.EnvironmentService": ["ListGames", "GetEpisode"]}``) and a default timeout."""
     configs: list[dict[str, Any]] = [{"name": [{}], "timeout": f"{timeout_s:.3f}s"}]
@@ -232,16 +233,37 @@ def service_config(idempotent_methods: dict[str, Sequence[str]], timeout_s: floa
     return json.dumps({"methodConfig": configs})
 
 
-IDEMPOTENT_METHODS: dict[str, Sequence[str]] = {
-    "wolfpack.v1.EnvironmentService": ["ListGames", "GetObservation", "GetEpisode", "Act"],
-    "wolfpack.v1.InferenceService": ["ListPolicies"],
-    "wolfpack.v1.RewardService": ["Score", "ListRewardSpecs"],
-    "wolfpack.v1.CurriculumService": ["GetStats", "ListOpponents", "NextTasks"],
-    "wolfpack.v1.TrainerService": ["GetStatus"],
-    "wolfpack.v1.RolloutService": ["GetRolloutStatus"],
-    "grpc.health.v1.Health": ["Check"],
-}
-"""Methods safe to retry: reads, and ``Act`` (idempotent by turn id)."""
+EXTERNAL_IDEMPOTENT_METHODS: dict[str, Sequence[str]] = {"grpc.health.v1.Health": ["Check"]}
+"""Retry-safe methods of services whose protos are not ours (they carry no idempotency option)."""
+
+
+def idempotent_methods() -> dict[str, list[str]]:
+    """Every ``wolfpack.v1`` method whose proto says ``option idempotency_level = NO_SIDE_EFFECTS`` or
+    ``IDEMPOTENT``, by full service name, plus ``EXTERNAL_IDEMPOTENT_METHODS``. Read from the generated
+    descriptors of every ``*_service_pb2`` module, so marking a method in its proto is the one place that
+    makes clients retry it; nothing here lists methods by hand."""
+    import importlib
+    import pkgutil
+
+    from google.protobuf import descriptor_pb2
+
+    import wolfpack.v1
+
+    safe = (descriptor_pb2.MethodOptions.NO_SIDE_EFFECTS, descriptor_pb2.MethodOptions.IDEMPOTENT)
+    out: dict[str, list[str]] = {k: list(v) for k, v in EXTERNAL_IDEMPOTENT_METHODS.items()}
+    for info in pkgutil.iter_modules(wolfpack.v1.__path__):
+        if not info.name.endswith("_service_pb2"):
+            continue
+        module = importlib.import_module(f"wolfpack.v1.{info.name}")
+        for service in module.DESCRIPTOR.services_by_name.values():
+            names = [m.name for m in service.methods if m.GetOptions().idempotency_level in safe]
+            if names:
+                out[service.full_name] = names
+    return out
+
+
+IDEMPOTENT_METHODS: dict[str, list[str]] = idempotent_methods()
+"""Methods clients retry on UNAVAILABLE: reads, and writes idempotent by key (``Act`` by turn id)."""
 
 
 def channel(target: str, settings: Settings, *, traced: bool = True) -> grpc.aio.Channel:

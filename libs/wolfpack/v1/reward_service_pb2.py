@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from wolfpack.v1 import trajectory_pb2 as wolfpack_dot_v1_dot_trajectory__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n wolfpack/v1/reward_service.proto\x12\x0bwolfpack.v1\x1a\x1cwolfpack/v1/trajectory.proto\"I\n\x0cScoreRequest\x12+\n\ntrajectory\x18\x01 \x01(\x0b\x32\x17.wolfpack.v1.Trajectory\x12\x0c\n\x04spec\x18\x02 \x01(\t\"\xa0\x01\n\nTurnReward\x12\x12\n\nturn_index\x18\x01 \x01(\x05\x12\x0e\n\x06reward\x18\x02 \x01(\x02\x12;\n\ncomponents\x18\x03 \x03(\x0b\x32\'.wolfpack.v1.TurnReward.ComponentsEntry\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"\x9a\x01\n\nSeatReward\x12\x0c\n\x04seat\x18\x01 \x01(\x05\x12\x0e\n\x06reward\x18\x02 \x01(\x02\x12;\n\ncomponents\x18\x03 \x03(\x0b\x32\'.wolfpack.v1.SeatReward.ComponentsEntry\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"\xa8\x01\n\rScoreResponse\x12-\n\x0cseat_rewards\x18\x01 \x03(\x0b\x32\x17.wolfpack.v1.SeatReward\x12-\n\x0cturn_rewards\x18\x02 \x03(\x0b\x32\x17.wolfpack.v1.TurnReward\x12\x0c\n\x04spec\x18\x03 \x01(\t\x12+\n\ntrajectory\x18\x04 \x01(\x0b\x32\x17.wolfpack.v1.Trajectory\"\x18\n\x16ListRewardSpecsRequest\"E\n\x0eRewardSpecInfo\x12\x0c\n\x04spec\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x10\n\x08game_ids\x18\x03 \x03(\t\"E\n\x17ListRewardSpecsResponse\x12*\n\x05specs\x18\x01 \x03(\x0b\x32\x1b.wolfpack.v1.RewardSpecInfo2\xad\x01\n\rRewardService\x12>\n\x05Score\x12\x19.wolfpack.v1.ScoreRequest\x1a\x1a.wolfpack.v1.ScoreResponse\x12\\\n\x0fListRewardSpecs\x12#.wolfpack.v1.ListRewardSpecsRequest\x1a$.wolfpack.v1.ListRewardSpecsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n wolfpack/v1/reward_service.proto\x12\x0bwolfpack.v1\x1a\x1cwolfpack/v1/trajectory.proto\"I\n\x0cScoreRequest\x12+\n\ntrajectory\x18\x01 \x01(\x0b\x32\x17.wolfpack.v1.Trajectory\x12\x0c\n\x04spec\x18\x02 \x01(\t\"\xa0\x01\n\nTurnReward\x12\x12\n\nturn_index\x18\x01 \x01(\x05\x12\x0e\n\x06reward\x18\x02 \x01(\x02\x12;\n\ncomponents\x18\x03 \x03(\x0b\x32\'.wolfpack.v1.TurnReward.ComponentsEntry\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"\x9a\x01\n\nSeatReward\x12\x0c\n\x04seat\x18\x01 \x01(\x05\x12\x0e\n\x06reward\x18\x02 \x01(\x02\x12;\n\ncomponents\x18\x03 \x03(\x0b\x32\'.wolfpack.v1.SeatReward.ComponentsEntry\x1a\x31\n\x0f\x43omponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x02:\x02\x38\x01\"\xa8\x01\n\rScoreResponse\x12-\n\x0cseat_rewards\x18\x01 \x03(\x0b\x32\x17.wolfpack.v1.SeatReward\x12-\n\x0cturn_rewards\x18\x02 \x03(\x0b\x32\x17.wolfpack.v1.TurnReward\x12\x0c\n\x04spec\x18\x03 \x01(\t\x12+\n\ntrajectory\x18\x04 \x01(\x0b\x32\x17.wolfpack.v1.Trajectory\"\x18\n\x16ListRewardSpecsRequest\"E\n\x0eRewardSpecInfo\x12\x0c\n\x04spec\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x10\n\x08game_ids\x18\x03 \x03(\t\"E\n\x17ListRewardSpecsResponse\x12*\n\x05specs\x18\x01 \x03(\x0b\x32\x1b.wolfpack.v1.RewardSpecInfo2\xb7\x01\n\rRewardService\x12\x43\n\x05Score\x12\x19.wolfpack.v1.ScoreRequest\x1a\x1a.wolfpack.v1.ScoreResponse\"\x03\x90\x02\x01\x12\x61\n\x0fListRewardSpecs\x12#.wolfpack.v1.ListRewardSpecsRequest\x1a$.wolfpack.v1.ListRewardSpecsResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,6 +36,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TURNREWARD_COMPONENTSENTRY']._serialized_options = b'8\001'
   _globals['_SEATREWARD_COMPONENTSENTRY']._loaded_options = None
   _globals['_SEATREWARD_COMPONENTSENTRY']._serialized_options = b'8\001'
+  _globals['_REWARDSERVICE'].methods_by_name['Score']._loaded_options = None
+  _globals['_REWARDSERVICE'].methods_by_name['Score']._serialized_options = b'\220\002\001'
+  _globals['_REWARDSERVICE'].methods_by_name['ListRewardSpecs']._loaded_options = None
+  _globals['_REWARDSERVICE'].methods_by_name['ListRewardSpecs']._serialized_options = b'\220\002\001'
   _globals['_SCOREREQUEST']._serialized_start=79
   _globals['_SCOREREQUEST']._serialized_end=152
   _globals['_TURNREWARD']._serialized_start=155
@@ -55,5 +59,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTREWARDSPECSRESPONSE']._serialized_start=742
   _globals['_LISTREWARDSPECSRESPONSE']._serialized_end=811
   _globals['_REWARDSERVICE']._serialized_start=814
-  _globals['_REWARDSERVICE']._serialized_end=987
+  _globals['_REWARDSERVICE']._serialized_end=997
 # @@protoc_insertion_point(module_scope)
