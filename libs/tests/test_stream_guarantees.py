@@ -221,6 +221,29 @@ async def test_ack_in_commits_with_the_callers_writes(redis_client: aioredis.Red
     assert await c.pending_count() == 0
 
 
+async def test_keep_alive_resets_idle_without_counting_a_delivery(
+    redis_client: aioredis.Redis, stream_key: str
+) -> None:
+    """A trainer holding entries across a long update keeps them from being reclaimed: their idle time
+    goes back to zero and their delivery count stays 1 (a reclaim would make them suspects)."""
+    await producer(redis_client, stream_key).append(traj(1))
+    c = consumer(redis_client, stream_key, "trainer", "A", block_ms=10)
+    got = await c.read()
+
+    async def idle_and_count() -> tuple[int, int]:
+        [p] = await redis_client.xpending_range(stream_key, "trainer", min="-", max="+", count=1)
+        return int(p["time_since_delivered"]), int(p["times_delivered"])
+
+    for _ in range(200):  # bounded wait until the entry has measurably aged
+        if (await idle_and_count())[0] >= 50:
+            break
+        await asyncio.sleep(0.01)
+    before, _ = await idle_and_count()
+    await c.keep_alive(got)
+    after, count = await idle_and_count()
+    assert after < before and count == 1
+
+
 async def test_dead_letter_by_the_caller(redis_client: aioredis.Redis, stream_key: str) -> None:
     """A handler that rejects an entry (e.g. it fails validation) moves it to the dead-letter stream."""
     await producer(redis_client, stream_key).append(traj("bad"))

@@ -40,6 +40,7 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import redis.asyncio as aioredis
@@ -574,14 +575,24 @@ class ProtoStreamConsumer(Generic[M]):
             }
             args = [self.group, DEAD_LETTER_MAXLEN, raw_id, *(x for kv in dead.items() for x in kv)]
             moved = await self._call(
-                lambda: _DEAD(self.client, [self.stream, self._dead], args), "dead-letter"
-            )  # noqa: B023
+                partial(_DEAD, self.client, [self.stream, self._dead], args), "dead-letter"
+            )
             self.dead_lettered += int(moved)
 
     async def dead_letter(self, delivery: Delivery[M], reason: str) -> None:
         """Move an entry the caller rejects (e.g. fails validation) to the dead-letter stream, acked."""
         fields = {F_DATA: delivery.message.SerializeToString(), F_ID: delivery.message_id.encode()}
         await self._dead_letter_raw([(delivery.entry_id.encode(), fields, reason)])
+
+    async def keep_alive(self, deliveries: Sequence[Delivery[M]]) -> None:
+        """Reset the idle time of entries still being worked on (no delivery counted), so nobody reclaims
+        them: call it when holding entries longer than ``claim_idle_ms`` between read and ack."""
+        if deliveries:
+            ids = [d._raw_id for d in deliveries]
+            await self._call(
+                lambda: self.client.xclaim(self.stream, self.group, self.consumer, 0, ids, justid=True),
+                "keep alive",
+            )
 
     def ack_in(self, pipe: aioredis.client.Pipeline, deliveries: Sequence[Delivery[M]]) -> None:
         """Queue the ack of ``deliveries`` on the caller's pipeline (``transaction=True``), so a commit the
