@@ -65,6 +65,31 @@ def test_tracing_and_external_redis_options() -> None:
     assert env["WOLFPACK_REDIS_URL"] == "redis://ext:6379/1"
 
 
+def test_redis_keeps_its_append_only_file_on_a_persistent_volume() -> None:
+    """The trajectory stream survives a Redis pod restart: AOF on, under /data, on a PVC (or an existing
+    claim), and the Deployment recreates rather than rolls (a ReadWriteOnce volume has one owner)."""
+    docs = render()
+    [pvc] = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert pvc["metadata"]["name"] == "wolfpack-redis-data"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    redis_dep = by_kind(docs, "Deployment")["wolfpack-redis"]
+    pod = redis_dep["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--appendonly") + 1] == "yes" and args[args.index("--dir") + 1] == "/data"
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+    assert pod["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "wolfpack-redis-data"}}]
+    assert redis_dep["spec"]["strategy"] == {"type": "Recreate"}
+
+    existing = render({"redis": {"persistence": {"existingClaim": "redis-pvc", "storageClass": "fast"}}})
+    assert not [d for d in existing if d["kind"] == "PersistentVolumeClaim"]
+    pod = by_kind(existing, "Deployment")["wolfpack-redis"]["spec"]["template"]["spec"]
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "redis-pvc"
+    ephemeral = render({"redis": {"persistence": {"enabled": False}}})
+    pod = by_kind(ephemeral, "Deployment")["wolfpack-redis"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "data", "emptyDir": {}}]
+
+
 def test_cpu_only_render_requests_no_gpus() -> None:
     docs = render({"services": {"inference": {"gpus": 0}, "trainer": {"gpus": 0}}})
     for dep in by_kind(docs, "Deployment").values():
