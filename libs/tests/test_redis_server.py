@@ -56,3 +56,36 @@ def _is_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+def test_data_survives_a_clean_restart_and_a_crash(tmp_path: Path) -> None:
+    """The append-only file brings streams and consumer groups back: after a clean stop (default fsync
+    everysec) and after SIGKILL with fsync always, on the same data directory and port."""
+    server = EmbeddedRedis(tmp_path).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        client.xadd("s", {"k": "v1"})
+        client.xgroup_create("s", "g", id="0")
+        assert client.xreadgroup("g", "c", {"s": ">"})
+        client.close()
+        server.stop()
+        assert (tmp_path / "appendonlydir").is_dir()
+        server.start()
+        client = redis.Redis.from_url(server.url)
+        assert client.xlen("s") == 1 and client.xpending("s", "g")["pending"] == 1
+        client.close()
+        server.stop()
+
+        crashy = EmbeddedRedis(tmp_path, port=server.port, appendfsync="always").start()
+        client = redis.Redis.from_url(crashy.url)
+        client.xadd("s", {"k": "v2"})
+        client.close()
+        crashy.kill()
+        crashy.start()
+        client = redis.Redis.from_url(crashy.url)
+        assert [f[b"k"] for _e, f in client.xrange("s")] == [b"v1", b"v2"]
+        assert client.xpending("s", "g")["pending"] == 1
+        client.close()
+        crashy.stop()
+    finally:
+        server.stop()
