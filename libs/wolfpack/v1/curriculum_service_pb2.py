@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from wolfpack.v1 import common_pb2 as wolfpack_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$wolfpack/v1/curriculum_service.proto\x12\x0bwolfpack.v1\x1a\x18wolfpack/v1/common.proto\"\x8b\x03\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\"\n\x04game\x18\x02 \x01(\x0b\x32\x14.wolfpack.v1.GameRef\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x13\n\x0bscenario_id\x18\x04 \x01(\t\x12\'\n\x05seats\x18\x05 \x03(\x0b\x32\x18.wolfpack.v1.SeatBinding\x12\x0e\n\x06\x62ucket\x18\x06 \x01(\t\x12/\n\x07options\x18\x07 \x03(\x0b\x32\x1e.wolfpack.v1.Task.OptionsEntry\x12\x15\n\rtrainee_seats\x18\x08 \x03(\x05\x12\x10\n\x08group_id\x18\t \x01(\t\x12\x12\n\ngroup_size\x18\n \x01(\x05\x12\x30\n\ropponent_kind\x18\x0b \x01(\x0e\x32\x19.wolfpack.v1.OpponentKind\x12\x13\n\x0bopponent_id\x18\x0c \x01(\t\x12\r\n\x05split\x18\r \x01(\t\x1a.\n\x0cOptionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"C\n\x10NextTasksRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\r\n\x05split\x18\x03 \x01(\t\"5\n\x11NextTasksResponse\x12 \n\x05tasks\x18\x01 \x03(\x0b\x32\x11.wolfpack.v1.Task\"\x80\x02\n\x0bTaskOutcome\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06\x62ucket\x18\x02 \x01(\t\x12\x13\n\x0bmean_reward\x18\x03 \x01(\x02\x12\x0f\n\x07success\x18\x04 \x01(\x08\x12\x17\n\x0finvalid_actions\x18\x05 \x01(\x05\x12\x15\n\rtrajectory_id\x18\x06 \x01(\t\x12\r\n\x05score\x18\x07 \x01(\x02\x12\x13\n\x0bopponent_id\x18\x08 \x01(\t\x12\x30\n\ropponent_kind\x18\t \x01(\x0e\x32\x19.wolfpack.v1.OpponentKind\x12\x13\n\x0b\x66ingerprint\x18\n \x01(\t\x12\x0f\n\x07\x61\x62orted\x18\x0b \x01(\x08\"C\n\x15ReportOutcomesRequest\x12*\n\x08outcomes\x18\x01 \x03(\x0b\x32\x18.wolfpack.v1.TaskOutcome\"*\n\x16ReportOutcomesResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x05\"z\n\x0b\x42ucketStats\x12\x0e\n\x06\x62ucket\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x02\x12\x11\n\tscheduled\x18\x03 \x01(\x03\x12\x10\n\x08\x66inished\x18\x04 \x01(\x03\x12\x14\n\x0csuccess_rate\x18\x05 \x01(\x02\x12\x10\n\x08\x66\x61ilures\x18\x06 \x01(\x03\"\x11\n\x0fGetStatsRequest\"\x81\x01\n\x10GetStatsResponse\x12)\n\x07\x62uckets\x18\x01 \x03(\x0b\x32\x18.wolfpack.v1.BucketStats\x12\x10\n\x08outcomes\x18\x02 \x01(\x03\x12\x17\n\x0fstream_outcomes\x18\x03 \x01(\x03\x12\x17\n\x0f\x66\x61ilure_history\x18\x04 \x01(\x05\"\xc9\x01\n\x08Opponent\x12\x13\n\x0bopponent_id\x18\x01 \x01(\t\x12\'\n\x04kind\x18\x02 \x01(\x0e\x32\x19.wolfpack.v1.OpponentKind\x12&\n\x06policy\x18\x03 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x0b\n\x03\x62ot\x18\x04 \x01(\t\x12\x0e\n\x06rating\x18\x05 \x01(\x01\x12\r\n\x05games\x18\x06 \x01(\x03\x12\x0c\n\x04wins\x18\x07 \x01(\x03\x12\x0e\n\x06losses\x18\x08 \x01(\x03\x12\r\n\x05\x64raws\x18\t \x01(\x03\"B\n\x17RegisterOpponentRequest\x12\'\n\x08opponent\x18\x01 \x01(\x0b\x32\x15.wolfpack.v1.Opponent\"T\n\x18RegisterOpponentResponse\x12\'\n\x08opponent\x18\x01 \x01(\x0b\x32\x15.wolfpack.v1.Opponent\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x16\n\x14ListOpponentsRequest\"p\n\x15ListOpponentsResponse\x12(\n\topponents\x18\x01 \x03(\x0b\x32\x15.wolfpack.v1.Opponent\x12\x16\n\x0etrainee_rating\x18\x02 \x01(\x01\x12\x15\n\rtrainee_games\x18\x03 \x01(\x03*\x9b\x01\n\x0cOpponentKind\x12\x1d\n\x19OPPONENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12OPPONENT_KIND_SELF\x10\x01\x12\x1a\n\x16OPPONENT_KIND_SCRIPTED\x10\x02\x12\x1c\n\x18OPPONENT_KIND_CHECKPOINT\x10\x03\x12\x1a\n\x16OPPONENT_KIND_EXTERNAL\x10\x04\x32\xd0\x03\n\x11\x43urriculumService\x12J\n\tNextTasks\x12\x1d.wolfpack.v1.NextTasksRequest\x1a\x1e.wolfpack.v1.NextTasksResponse\x12^\n\x0eReportOutcomes\x12\".wolfpack.v1.ReportOutcomesRequest\x1a#.wolfpack.v1.ReportOutcomesResponse\"\x03\x90\x02\x02\x12L\n\x08GetStats\x12\x1c.wolfpack.v1.GetStatsRequest\x1a\x1d.wolfpack.v1.GetStatsResponse\"\x03\x90\x02\x01\x12\x64\n\x10RegisterOpponent\x12$.wolfpack.v1.RegisterOpponentRequest\x1a%.wolfpack.v1.RegisterOpponentResponse\"\x03\x90\x02\x02\x12[\n\rListOpponents\x12!.wolfpack.v1.ListOpponentsRequest\x1a\".wolfpack.v1.ListOpponentsResponse\"\x03\x90\x02\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$wolfpack/v1/curriculum_service.proto\x12\x0bwolfpack.v1\x1a\x18wolfpack/v1/common.proto\"\x8b\x03\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\"\n\x04game\x18\x02 \x01(\x0b\x32\x14.wolfpack.v1.GameRef\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x13\n\x0bscenario_id\x18\x04 \x01(\t\x12\'\n\x05seats\x18\x05 \x03(\x0b\x32\x18.wolfpack.v1.SeatBinding\x12\x0e\n\x06\x62ucket\x18\x06 \x01(\t\x12/\n\x07options\x18\x07 \x03(\x0b\x32\x1e.wolfpack.v1.Task.OptionsEntry\x12\x15\n\rtrainee_seats\x18\x08 \x03(\x05\x12\x10\n\x08group_id\x18\t \x01(\t\x12\x12\n\ngroup_size\x18\n \x01(\x05\x12\x30\n\ropponent_kind\x18\x0b \x01(\x0e\x32\x19.wolfpack.v1.OpponentKind\x12\x13\n\x0bopponent_id\x18\x0c \x01(\t\x12\r\n\x05split\x18\r \x01(\t\x1a.\n\x0cOptionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"C\n\x10NextTasksRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\r\n\x05split\x18\x03 \x01(\t\"5\n\x11NextTasksResponse\x12 \n\x05tasks\x18\x01 \x03(\x0b\x32\x11.wolfpack.v1.Task\"\x80\x02\n\x0bTaskOutcome\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06\x62ucket\x18\x02 \x01(\t\x12\x13\n\x0bmean_reward\x18\x03 \x01(\x02\x12\x0f\n\x07success\x18\x04 \x01(\x08\x12\x17\n\x0finvalid_actions\x18\x05 \x01(\x05\x12\x15\n\rtrajectory_id\x18\x06 \x01(\t\x12\r\n\x05score\x18\x07 \x01(\x02\x12\x13\n\x0bopponent_id\x18\x08 \x01(\t\x12\x30\n\ropponent_kind\x18\t \x01(\x0e\x32\x19.wolfpack.v1.OpponentKind\x12\x13\n\x0b\x66ingerprint\x18\n \x01(\t\x12\x0f\n\x07\x61\x62orted\x18\x0b \x01(\x08\"C\n\x15ReportOutcomesRequest\x12*\n\x08outcomes\x18\x01 \x03(\x0b\x32\x18.wolfpack.v1.TaskOutcome\"*\n\x16ReportOutcomesResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x05\"\xa3\x01\n\x0b\x42ucketStats\x12\x0e\n\x06\x62ucket\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x02\x12\x11\n\tscheduled\x18\x03 \x01(\x03\x12\x10\n\x08\x66inished\x18\x04 \x01(\x03\x12\x14\n\x0csuccess_rate\x18\x05 \x01(\x02\x12\x10\n\x08\x66\x61ilures\x18\x06 \x01(\x03\x12\x18\n\x10mean_task_weight\x18\x07 \x01(\x01\x12\r\n\x05tasks\x18\x08 \x01(\x05\"\x11\n\x0fGetStatsRequest\"\x81\x01\n\x10GetStatsResponse\x12)\n\x07\x62uckets\x18\x01 \x03(\x0b\x32\x18.wolfpack.v1.BucketStats\x12\x10\n\x08outcomes\x18\x02 \x01(\x03\x12\x17\n\x0fstream_outcomes\x18\x03 \x01(\x03\x12\x17\n\x0f\x66\x61ilure_history\x18\x04 \x01(\x05\"\xc9\x01\n\x08Opponent\x12\x13\n\x0bopponent_id\x18\x01 \x01(\t\x12\'\n\x04kind\x18\x02 \x01(\x0e\x32\x19.wolfpack.v1.OpponentKind\x12&\n\x06policy\x18\x03 \x01(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x0b\n\x03\x62ot\x18\x04 \x01(\t\x12\x0e\n\x06rating\x18\x05 \x01(\x01\x12\r\n\x05games\x18\x06 \x01(\x03\x12\x0c\n\x04wins\x18\x07 \x01(\x03\x12\x0e\n\x06losses\x18\x08 \x01(\x03\x12\r\n\x05\x64raws\x18\t \x01(\x03\"B\n\x17RegisterOpponentRequest\x12\'\n\x08opponent\x18\x01 \x01(\x0b\x32\x15.wolfpack.v1.Opponent\"T\n\x18RegisterOpponentResponse\x12\'\n\x08opponent\x18\x01 \x01(\x0b\x32\x15.wolfpack.v1.Opponent\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"\x16\n\x14ListOpponentsRequest\"p\n\x15ListOpponentsResponse\x12(\n\topponents\x18\x01 \x03(\x0b\x32\x15.wolfpack.v1.Opponent\x12\x16\n\x0etrainee_rating\x18\x02 \x01(\x01\x12\x15\n\rtrainee_games\x18\x03 \x01(\x03*\x9b\x01\n\x0cOpponentKind\x12\x1d\n\x19OPPONENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12OPPONENT_KIND_SELF\x10\x01\x12\x1a\n\x16OPPONENT_KIND_SCRIPTED\x10\x02\x12\x1c\n\x18OPPONENT_KIND_CHECKPOINT\x10\x03\x12\x1a\n\x16OPPONENT_KIND_EXTERNAL\x10\x04\x32\xd0\x03\n\x11\x43urriculumService\x12J\n\tNextTasks\x12\x1d.wolfpack.v1.NextTasksRequest\x1a\x1e.wolfpack.v1.NextTasksResponse\x12^\n\x0eReportOutcomes\x12\".wolfpack.v1.ReportOutcomesRequest\x1a#.wolfpack.v1.ReportOutcomesResponse\"\x03\x90\x02\x02\x12L\n\x08GetStats\x12\x1c.wolfpack.v1.GetStatsRequest\x1a\x1d.wolfpack.v1.GetStatsResponse\"\x03\x90\x02\x01\x12\x64\n\x10RegisterOpponent\x12$.wolfpack.v1.RegisterOpponentRequest\x1a%.wolfpack.v1.RegisterOpponentResponse\"\x03\x90\x02\x02\x12[\n\rListOpponents\x12!.wolfpack.v1.ListOpponentsRequest\x1a\".wolfpack.v1.ListOpponentsResponse\"\x03\x90\x02\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,8 +42,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CURRICULUMSERVICE'].methods_by_name['RegisterOpponent']._serialized_options = b'\220\002\002'
   _globals['_CURRICULUMSERVICE'].methods_by_name['ListOpponents']._loaded_options = None
   _globals['_CURRICULUMSERVICE'].methods_by_name['ListOpponents']._serialized_options = b'\220\002\001'
-  _globals['_OPPONENTKIND']._serialized_start=1745
-  _globals['_OPPONENTKIND']._serialized_end=1900
+  _globals['_OPPONENTKIND']._serialized_start=1787
+  _globals['_OPPONENTKIND']._serialized_end=1942
   _globals['_TASK']._serialized_start=80
   _globals['_TASK']._serialized_end=475
   _globals['_TASK_OPTIONSENTRY']._serialized_start=429
@@ -58,22 +58,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTOUTCOMESREQUEST']._serialized_end=927
   _globals['_REPORTOUTCOMESRESPONSE']._serialized_start=929
   _globals['_REPORTOUTCOMESRESPONSE']._serialized_end=971
-  _globals['_BUCKETSTATS']._serialized_start=973
-  _globals['_BUCKETSTATS']._serialized_end=1095
-  _globals['_GETSTATSREQUEST']._serialized_start=1097
-  _globals['_GETSTATSREQUEST']._serialized_end=1114
-  _globals['_GETSTATSRESPONSE']._serialized_start=1117
-  _globals['_GETSTATSRESPONSE']._serialized_end=1246
-  _globals['_OPPONENT']._serialized_start=1249
-  _globals['_OPPONENT']._serialized_end=1450
-  _globals['_REGISTEROPPONENTREQUEST']._serialized_start=1452
-  _globals['_REGISTEROPPONENTREQUEST']._serialized_end=1518
-  _globals['_REGISTEROPPONENTRESPONSE']._serialized_start=1520
-  _globals['_REGISTEROPPONENTRESPONSE']._serialized_end=1604
-  _globals['_LISTOPPONENTSREQUEST']._serialized_start=1606
-  _globals['_LISTOPPONENTSREQUEST']._serialized_end=1628
-  _globals['_LISTOPPONENTSRESPONSE']._serialized_start=1630
-  _globals['_LISTOPPONENTSRESPONSE']._serialized_end=1742
-  _globals['_CURRICULUMSERVICE']._serialized_start=1903
-  _globals['_CURRICULUMSERVICE']._serialized_end=2367
+  _globals['_BUCKETSTATS']._serialized_start=974
+  _globals['_BUCKETSTATS']._serialized_end=1137
+  _globals['_GETSTATSREQUEST']._serialized_start=1139
+  _globals['_GETSTATSREQUEST']._serialized_end=1156
+  _globals['_GETSTATSRESPONSE']._serialized_start=1159
+  _globals['_GETSTATSRESPONSE']._serialized_end=1288
+  _globals['_OPPONENT']._serialized_start=1291
+  _globals['_OPPONENT']._serialized_end=1492
+  _globals['_REGISTEROPPONENTREQUEST']._serialized_start=1494
+  _globals['_REGISTEROPPONENTREQUEST']._serialized_end=1560
+  _globals['_REGISTEROPPONENTRESPONSE']._serialized_start=1562
+  _globals['_REGISTEROPPONENTRESPONSE']._serialized_end=1646
+  _globals['_LISTOPPONENTSREQUEST']._serialized_start=1648
+  _globals['_LISTOPPONENTSREQUEST']._serialized_end=1670
+  _globals['_LISTOPPONENTSRESPONSE']._serialized_start=1672
+  _globals['_LISTOPPONENTSRESPONSE']._serialized_end=1784
+  _globals['_CURRICULUMSERVICE']._serialized_start=1945
+  _globals['_CURRICULUMSERVICE']._serialized_end=2409
 # @@protoc_insertion_point(module_scope)

@@ -332,10 +332,12 @@ class BucketStats(_message.Message):
     FINISHED_FIELD_NUMBER: _builtins.int
     SUCCESS_RATE_FIELD_NUMBER: _builtins.int
     FAILURES_FIELD_NUMBER: _builtins.int
+    MEAN_TASK_WEIGHT_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
     bucket: _builtins.str
     """Bucket name. Required."""
     weight: _builtins.float
-    """Current sampling weight (after failure-aware reweighting)."""
+    """The bucket's configured share of groups."""
     scheduled: _builtins.int
     """Tasks handed out."""
     finished: _builtins.int
@@ -344,6 +346,10 @@ class BucketStats(_message.Message):
     """Success rate over the recent window."""
     failures: _builtins.int
     """Failures recorded (all time)."""
+    mean_task_weight: _builtins.float
+    """Mean AIW weight of the bucket's tasks seen so far (1.0 before any outcome)."""
+    tasks: _builtins.int
+    """Tasks of the bucket with an AIW weight (played at least once)."""
     def __init__(
         self,
         *,
@@ -353,10 +359,12 @@ class BucketStats(_message.Message):
         finished: _builtins.int = ...,
         success_rate: _builtins.float = ...,
         failures: _builtins.int = ...,
+        mean_task_weight: _builtins.float = ...,
+        tasks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "failures", b"failures", "finished", b"finished", "scheduled", b"scheduled", "success_rate", b"success_rate", "weight", b"weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bucket", b"bucket", "failures", b"failures", "finished", b"finished", "mean_task_weight", b"mean_task_weight", "scheduled", b"scheduled", "success_rate", b"success_rate", "tasks", b"tasks", "weight", b"weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
