@@ -40,7 +40,6 @@ from wolfpack_trainer.learners.base import (
     TrainBatch,
     register_learner,
 )
-from wolfpack_trainer.learners.cpu import resolve_model_path
 
 _METRIC_NAMES = {
     "actor/pg_loss": "actor/pg_loss",
@@ -56,6 +55,16 @@ _METRIC_NAMES = {
     "lr": "actor/lr",
     "actor/lr": "actor/lr",
 }
+
+
+def resolve_model_path(spec: str, cache_dir: str) -> str:
+    """``tiny`` / ``smollm2`` / a GGUF file → a checkpoint directory (the inference package builds and caches
+    those); anything else is a local directory or HF id, used as is."""
+    if spec in ("tiny", "smollm2") or spec.endswith(".gguf"):
+        from wolfpack_inference.models import resolve_model
+
+        return resolve_model(spec, Path(cache_dir))
+    return spec
 
 
 def _free_port() -> str:
