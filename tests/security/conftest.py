@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+
 from wolfpack import rpc
 from wolfpack.settings import Settings, load_settings
 from wolfpack_environment.client import EnvironmentClient

@@ -262,10 +262,11 @@ async def test_gateway_partial_headers_neither_starve_healthz_nor_live_forever(
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         writers.append((reader, writer))
     await asyncio.gather(*(w.drain() for _, w in writers))
-    async with aiohttp.ClientSession(gateway.url) as http:
-        async with http.get("/healthz", timeout=aiohttp.ClientTimeout(total=5)) as resp:
-            assert resp.status == 200
-    _, last_writer = writers[-1]
+    async with (
+        aiohttp.ClientSession(gateway.url) as http,
+        http.get("/healthz", timeout=aiohttp.ClientTimeout(total=5)) as resp,
+    ):
+        assert resp.status == 200
     reader = writers[-1][0]
     data = await asyncio.wait_for(reader.read(), timeout=10)  # EOF once the header timeout fires
     assert data == b"" or data.startswith(b"HTTP/1.1 4")
@@ -274,9 +275,11 @@ async def test_gateway_partial_headers_neither_starve_healthz_nor_live_forever(
 
 
 async def test_gateway_oversized_header_is_rejected(gateway: RunningGateway) -> None:
-    async with aiohttp.ClientSession(gateway.url) as http:
-        async with http.get("/healthz", headers={"X-Big": "a" * 20_000}) as resp:
-            assert resp.status in (400, 431)
+    async with (
+        aiohttp.ClientSession(gateway.url) as http,
+        http.get("/healthz", headers={"X-Big": "a" * 20_000}) as resp,
+    ):
+        assert resp.status in (400, 431)
 
 
 # --------------------------------------------------------------------------- credential

@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Any
 
 import aiohttp
+import pytest
 
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
@@ -42,45 +43,43 @@ def check_turn_ids(seen: dict[int, list[int]]) -> None:
         assert distinct == list(range(1, len(distinct) + 1)), (seat, distinct)
 
 
-async def test_grpc_seats_see_only_their_own_counters_and_role(env: EnvStack) -> None:
-    for seed in (3, 11):
-        req = pb.CreateEpisodeRequest(game=common_pb2.GameRef(game_id="werewolf_v1", variant="9p"), seed=seed)
-        for seat in range(SEATS):
-            req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_EXTERNAL)
-        created = await env.client.stub.CreateEpisode(req)
-        roles: dict[int, str] = {}
-        turn_ids: dict[int, list[int]] = defaultdict(list)
+@pytest.mark.parametrize("seed", [3, 11])
+async def test_grpc_seats_see_only_their_own_counters_and_role(env: EnvStack, seed: int) -> None:
+    req = pb.CreateEpisodeRequest(game=common_pb2.GameRef(game_id="werewolf_v1", variant="9p"), seed=seed)
+    for seat in range(SEATS):
+        req.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_EXTERNAL)
+    created = await env.client.stub.CreateEpisode(req)
+    roles: dict[int, str] = {}
+    turn_ids: dict[int, list[int]] = defaultdict(list)
 
-        async def play(seat: int, token: str) -> None:
-            rng = random.Random(seed * 100 + seat)
-            session = env.client.seat(created.episode_id, token)
-            async for obs in session.observe():
-                assert obs.episode_id == created.episode_id and obs.seat == seat
-                roles.setdefault(seat, obs.role)
-                assert obs.role == roles[seat]
-                if not obs.done:
-                    state = await env.client.stub.GetEpisode(
-                        pb.GetEpisodeRequest(episode_id=created.episode_id, token=token)
-                    )
-                    if not state.done:
-                        assert [s.seat for s in state.seats if s.role] == [seat]
-                        assert not state.events  # the event log's indices count private events
-                while obs.your_turn and not obs.done:
-                    turn_ids[seat].append(obs.turn_id)
-                    resp = await session.act(obs.turn_id, pick(obs, rng))
-                    obs = resp.observation
-                    if resp.accepted or resp.defaulted or obs.done:
-                        break
-                if obs.done:
-                    return
+    async def play(seat: int, token: str) -> None:
+        rng = random.Random(seed * 100 + seat)
+        session = env.client.seat(created.episode_id, token)
+        async for obs in session.observe():
+            assert obs.episode_id == created.episode_id and obs.seat == seat
+            roles.setdefault(seat, obs.role)
+            assert obs.role == roles[seat]
+            if not obs.done:
+                state = await env.client.stub.GetEpisode(
+                    pb.GetEpisodeRequest(episode_id=created.episode_id, token=token)
+                )
+                if not state.done:
+                    assert [s.seat for s in state.seats if s.role] == [seat]
+                    assert not state.events  # the event log's indices count private events
+            while obs.your_turn and not obs.done:
+                turn_ids[seat].append(obs.turn_id)
+                resp = await session.act(obs.turn_id, pick(obs, rng))
+                obs = resp.observation
+                if resp.accepted or resp.defaulted or obs.done:
+                    break
+            if obs.done:
+                return
 
-        await asyncio.wait_for(
-            asyncio.gather(*(play(t.seat, t.token) for t in created.seat_tokens)), timeout=60
-        )
-        check_turn_ids(turn_ids)
-        # decisions really were private and uneven: some seat acted more often than another
-        counts = sorted(len(set(v)) for v in turn_ids.values())
-        assert counts[0] < counts[-1]
+    await asyncio.wait_for(asyncio.gather(*(play(t.seat, t.token) for t in created.seat_tokens)), timeout=60)
+    check_turn_ids(turn_ids)
+    # decisions really were private and uneven: some seat acted more often than another
+    counts = sorted(len(set(v)) for v in turn_ids.values())
+    assert counts[0] < counts[-1]
 
 
 async def test_gateway_seats_see_only_their_own_counters(env: EnvStack, gateway: RunningGateway) -> None:

@@ -3,21 +3,32 @@
 Why processes and not threads: each service is exactly what runs in its container (``wolfpack serve
 SERVICE``), so local runs exercise the real gRPC boundaries, ports and shutdown paths. Children get the
 Redis URL and every service address through ``WOLFPACK_*`` variables, their output is prefixed and
-streamed (and kept under ``<run_dir>/logs``), and on Ctrl-C or SIGTERM each gets SIGTERM first (drain),
-then SIGKILL after the grace period; the embedded Redis stops last.
+streamed (and kept under ``<run_dir>/logs``), and on Ctrl-C, SIGTERM or SIGHUP (a closed terminal) —
+at any moment, start-up included — each gets SIGTERM first (drain), then SIGKILL after the grace period;
+the embedded Redis stops last.
+
+Nothing is left behind: the services form one process group owned by the launcher, each is told by the
+kernel to exit when the launcher dies (``PR_SET_PDEATHSIG``), and ``up.json`` is written as soon as each
+process starts, so an ``up`` after a SIGKILLed one reaps whatever survived (and the embedded Redis reaps
+its own orphan from its pid file). One stack per run dir: ``up.lock`` is held (``flock``) while a stack
+runs, and a second ``up`` on the same run dir refuses with a message instead of touching it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import fcntl
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -48,10 +59,79 @@ class UpState:
     services: dict[str, str]
     pids: dict[str, int]
     started_at: float
+    launcher_pid: int = 0
+    pgid: int = 0  # the services' process group
 
     @staticmethod
     def path(run_dir: Path) -> Path:
         return run_dir / "up.json"
+
+
+class AlreadyRunning(RuntimeError):
+    """Another ``wolfpack up`` holds this run dir."""
+
+
+def _lock_run_dir(run_dir: Path) -> IO[str]:
+    """Hold ``<run_dir>/up.lock`` for as long as this stack runs (the kernel drops it when we die, even
+    by SIGKILL), or raise ``AlreadyRunning`` naming the holder."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fh = (run_dir / "up.lock").open("a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        holder = ""
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            holder = f" (launcher pid {json.loads(UpState.path(run_dir).read_text())['launcher_pid']})"
+        raise AlreadyRunning(
+            f"a wolfpack stack is already running from run dir {run_dir.resolve()}{holder}; stop it first "
+            "(Ctrl-C in its terminal, or SIGTERM to the launcher) or set WOLFPACK_RUN_DIR to another "
+            "directory. Nothing was started or stopped."
+        ) from None
+    return fh
+
+
+def _ours(pid: int) -> bool:
+    """Is ``pid`` alive and a Wolfpack service (not an unrelated process that reused the pid)?"""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"wolfpack" in cmdline
+
+
+def reap_leftovers(run_dir: Path) -> list[int]:
+    """Kill what a previous launcher of this run dir left behind (it was SIGKILLed: no clean-up ran)."""
+    path = UpState.path(run_dir)
+    if not path.exists():
+        return []
+    killed = []
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        state = json.loads(path.read_text())
+        pgid = int(state.get("pgid") or 0)
+        if pgid > 0 and _ours(pgid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        for pid in state.get("pids", {}).values():
+            if _ours(int(pid)):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed.append(int(pid))
+    path.unlink(missing_ok=True)
+    return killed
+
+
+def _child_setup(pgid: int) -> Callable[[], None]:
+    """``preexec_fn`` of a service: join the stack's process group and die with the launcher."""
+
+    def setup() -> None:
+        os.setpgid(0, pgid)  # pgid 0: a new group led by this child (the first service)
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the launcher died before prctl took effect
+            os._exit(1)
+
+    return setup
 
 
 def plan_addresses(settings: Settings) -> dict[str, str]:
@@ -112,7 +192,7 @@ def status_table(title: str, rows: list[tuple[str, str, str, str]]) -> Table:
     return table
 
 
-async def _terminate(procs: list[ServiceProc], grace_s: float) -> None:
+async def _terminate(procs: list[ServiceProc], grace_s: float, pgid: int = 0) -> None:
     for svc in procs:
         if svc.proc is not None and svc.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
@@ -127,16 +207,74 @@ async def _terminate(procs: list[ServiceProc], grace_s: float) -> None:
             with contextlib.suppress(ProcessLookupError):
                 svc.proc.kill()
             await svc.proc.wait()
+    if pgid > 0:  # anything a service started in our group goes too
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 async def run_up(settings: Settings, *, check: bool, timeout_s: float, console: Console) -> int:
-    """Start everything, wait for SERVING, print the table; with ``check`` stop and return the verdict."""
+    """Start everything, wait for SERVING, print the table; with ``check`` stop and return the verdict.
+    SIGINT, SIGTERM and SIGHUP stop the stack at any moment, start-up included."""
+    run_dir = settings.run_dir
+    try:
+        lock = _lock_run_dir(run_dir)
+    except AlreadyRunning as exc:
+        console.print(f"[red]{exc}[/]")
+        return 1
+    with lock:
+        reaped = reap_leftovers(run_dir)
+        if reaped:
+            console.print(f"reaped {len(reaped)} process(es) left by a previous launcher of {run_dir}")
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        running = asyncio.Event()  # set once start-up is over: from then on ``_run_up`` handles ``stop``
+        main = asyncio.ensure_future(_run_up(settings, check, timeout_s, console, stop, running))
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([main, stopper], return_when=asyncio.FIRST_COMPLETED)
+            if not main.done() and running.is_set():
+                return await main  # drains and returns its own verdict
+            if not main.done():  # a signal during start-up: unwind it (its finally stops everything)
+                main.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await main
+                console.print("stopped during start-up.")
+                return 130
+            return main.result()
+        finally:
+            stopper.cancel()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                with contextlib.suppress(NotImplementedError):
+                    loop.remove_signal_handler(sig)
+
+
+async def _run_up(
+    settings: Settings,
+    check: bool,
+    timeout_s: float,
+    console: Console,
+    stop: asyncio.Event,
+    running: asyncio.Event,
+) -> int:
     run_dir = settings.run_dir
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    redis_url, embedded = redis_url_or_embedded(settings)
     procs: list[ServiceProc] = []
+    embedded: Any = None
+    pgid = 0
+    state = UpState(redis_url="", embedded_redis=False, services={}, pids={}, started_at=time.time(),
+                    launcher_pid=os.getpid())  # fmt: skip
+
+    def save() -> None:  # written as each process starts: a SIGKILLed launcher's successor reaps them
+        UpState.path(run_dir).write_text(json.dumps(asdict(state), indent=2))
+
     try:
+        redis_url, embedded = await asyncio.to_thread(redis_url_or_embedded, settings)
+        state.redis_url, state.embedded_redis = redis_url, embedded is not None
         addresses = plan_addresses(settings)
+        state.services = addresses
         env = child_env(settings, redis_url, addresses)
         pumps = []
         for i, name in enumerate(SERVICES):
@@ -154,8 +292,12 @@ async def run_up(settings: Settings, *, check: bool, timeout_s: float, console: 
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
-                start_new_session=True,
+                preexec_fn=_child_setup(pgid),
             )
+            pgid = pgid or svc.proc.pid  # the first service leads the stack's process group
+            state.pgid = pgid
+            state.pids[name] = svc.proc.pid
+            save()
             procs.append(svc)
             pumps.append(asyncio.create_task(_pump(svc, COLORS[i % len(COLORS)], console, echo=not check)))
         deadline = time.monotonic() + timeout_s
@@ -176,20 +318,12 @@ async def run_up(settings: Settings, *, check: bool, timeout_s: float, console: 
             if s.status != "SERVING":
                 console.print(f"[red]{s.name} is {s.status}; last log lines ({s.log_path}):[/]")
                 console.print("\n".join(s.tail[-20:]), markup=False, highlight=False)
-        state = UpState(
-            redis_url=redis_url,
-            embedded_redis=embedded is not None,
-            services=addresses,
-            pids={s.name: s.proc.pid for s in procs if s.proc},
-            started_at=time.time(),
-        )
-        UpState.path(run_dir).write_text(json.dumps(asdict(state), indent=2))
         if check or not healthy:
             verdict = "all services SERVING" if healthy else "some services are not healthy"
             console.print(f"[{'green' if healthy else 'red'}]{verdict}[/]; shutting down.")
             return 0 if healthy else 1
         console.print("[bold]Ctrl-C to stop.[/] Logs also in " + str(run_dir / "logs"))
-        stop = rpc.stop_on_signals()
+        running.set()
         exits = [asyncio.create_task(s.proc.wait()) for s in procs if s.proc]
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([stopper, *exits], return_when=asyncio.FIRST_COMPLETED)
@@ -200,7 +334,8 @@ async def run_up(settings: Settings, *, check: bool, timeout_s: float, console: 
         console.print("stopping: draining services…")
         return 0
     finally:
-        await _terminate(procs, settings.grpc_grace_s)
+        # Shielded: a second signal while draining must not leave children behind.
+        await asyncio.shield(_terminate(procs, settings.grpc_grace_s, pgid))
         if embedded is not None:
             embedded.stop()
         UpState.path(run_dir).unlink(missing_ok=True)
