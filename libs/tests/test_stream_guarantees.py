@@ -139,6 +139,20 @@ async def test_retry_after_a_lost_reply_appends_once(
     assert prod.duplicates == 20, "the retry found every message already appended"
 
 
+async def test_a_message_id_twice_in_one_batch_is_appended_once(
+    redis_client: aioredis.Redis, stream_key: str
+) -> None:
+    """Dedup also holds within a batch, and across the per-period id hashes' boundary (the previous
+    period's hash is consulted too)."""
+    prod = producer(redis_client, stream_key)
+    first, again = await prod.append_many([traj(1), traj(1)])
+    assert first == again and await redis_client.xlen(stream_key) == 1
+    [older] = [k for k in await redis_client.keys(f"{stream_key}:ids:*")]
+    bucket = int(older.decode().rsplit(":", 1)[1])
+    await redis_client.rename(older, f"{stream_key}:ids:{bucket - 1}")  # as if appended a period ago
+    assert await prod.append(traj(1)) == first and await redis_client.xlen(stream_key) == 1
+
+
 async def test_poison_mixed_into_valid_traffic_dead_letters_only_the_poison(
     redis_client: aioredis.Redis, stream_key: str
 ) -> None:

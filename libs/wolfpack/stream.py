@@ -11,7 +11,8 @@ Why each piece exists:
   append waits for consumers, up to ``backpressure_timeout_s``, then raises ``StreamBackpressureError``:
   memory stays bounded and a lagging trainer slows the producers down instead of losing data.
 - *Idempotent appends*: one Lua script per batch (one round trip) appends each message only if its id
-  (``id_of(message)``, e.g. ``Trajectory.trajectory_id``) was not appended within ``dedup_ttl_s``; so a
+  (``id_of(message)``, e.g. ``Trajectory.trajectory_id``) was not appended within the last
+  ``dedup_ttl_s`` (to 2x that: ids are kept in per-period hashes, two periods at a time); so a
   producer retrying after a lost reply (or a rollout re-sending a trajectory) never creates a duplicate
   entry, and consumers need no per-entry check. What remains is at-least-once redelivery of an entry whose
   consumer died before acking: a consumer that must not apply it twice commits and acks atomically
@@ -63,6 +64,7 @@ F_ID = b"id"
 F_TRACEPARENT = b"traceparent"
 F_TRACESTATE = b"tracestate"
 DEAD_LETTER_MAXLEN = 100_000
+APPEND_CHUNK = 1000  # messages per append script call (Lua's unpack() limit is ~8000 values)
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
 
@@ -93,9 +95,10 @@ def dead_letter_key(stream: str) -> str:
     return f"{stream}:dead"
 
 
-def dedup_key(stream: str, message_id: str) -> str:
-    """Marker of an appended message id (value: its entry id), so a retried append is a no-op."""
-    return f"{stream}:id:{message_id}"
+def ids_key(stream: str, bucket: int) -> str:
+    """Hash of message id -> entry id for messages appended in time bucket ``bucket`` (of
+    ``dedup_ttl_s`` seconds), so a retried append is a no-op; it expires two buckets after its last write."""
+    return f"{stream}:ids:{bucket}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,45 +179,55 @@ local function trim(stream)
 end
 """
 
-# KEYS: stream, dedup key per message. ARGV: bound (0: none), dedup ttl s, n extra field pairs, the pairs,
-# then data and message id per message. Returns {admitted (0/1), backlog, entry id per message...,
-# duplicates}; nothing is written unless admitted.
+# KEYS: stream, message-id hash of the current time bucket, of the previous one. ARGV: bound (0: none),
+# bucket length s, n extra field pairs, the pairs, then data and message id per message. Returns
+# {admitted (0/1), backlog, entry id per message..., duplicates}; nothing is written unless admitted.
+# A message whose id is in either hash (or earlier in the batch) is not appended: its first entry id is
+# returned. Two redis.calls per batch for the ids (HMGET, HSET), not two per message.
 _APPEND = _Script(
     _TRIM_LUA
     + """
 local stream = KEYS[1]
-local n = #KEYS - 1
 local bound = tonumber(ARGV[1])
-local ttl = ARGV[2]
 local nextra = tonumber(ARGV[3])
 local base = 3 + 2 * nextra
-local existing = {}
+local n = (#ARGV - base) / 2
+local ids = {}
+for i = 1, n do ids[i] = ARGV[base + 2 * i] end
+local cur = redis.call('HMGET', KEYS[2], unpack(ids))
+local prev = redis.call('HMGET', KEYS[3], unpack(ids))
 local fresh = 0
 for i = 1, n do
-  existing[i] = redis.call('GET', KEYS[i + 1])
-  if not existing[i] then fresh = fresh + 1 end
+  if not (cur[i] or prev[i]) then fresh = fresh + 1 end
 end
 local backlog = trim(stream)
 if fresh > 0 and bound > 0 and backlog >= bound then return {0, backlog} end
 local out = {1, 0}
-local fields = {}
+local fields = {'data', false, 'id', false}
 for j = 1, 2 * nextra do fields[4 + j] = ARGV[3 + j] end
-fields[1] = 'data'
-fields[3] = 'id'
+local seen = {}
+local written = {}
 local dups = 0
 for i = 1, n do
-  if existing[i] then
-    out[i + 2] = existing[i]
+  local known = cur[i] or prev[i] or seen[ids[i]]
+  if known then
+    out[i + 2] = known
     dups = dups + 1
   else
     fields[2] = ARGV[base + 2 * i - 1]
-    fields[4] = ARGV[base + 2 * i]
+    fields[4] = ids[i]
     local id = redis.call('XADD', stream, '*', unpack(fields))
-    redis.call('SET', KEYS[i + 1], id, 'EX', ttl)
+    seen[ids[i]] = id
+    written[#written + 1] = ids[i]
+    written[#written + 1] = id
     out[i + 2] = id
   end
 end
-out[2] = backlog + fresh
+if #written > 0 then
+  redis.call('HSET', KEYS[2], unpack(written))
+  redis.call('EXPIRE', KEYS[2], 2 * tonumber(ARGV[2]))
+end
+out[2] = backlog + n - dups
 out[n + 3] = dups
 return out
 """
@@ -358,11 +371,18 @@ class ProtoStreamProducer(Generic[M]):
         return (await self.append_many([message]))[0]
 
     async def append_many(self, messages: Sequence[M]) -> list[str]:
-        """Append in one round trip; returns the entry ids (a message whose id was already appended gets
-        the earlier entry's id and is not appended again)."""
+        """Append in one round trip per ``APPEND_CHUNK`` messages; returns the entry ids (a message whose
+        id was already appended gets the earlier entry's id and is not appended again)."""
+        out: list[str] = []
+        for start in range(0, len(messages), APPEND_CHUNK):
+            out += await self._append_chunk(messages[start : start + APPEND_CHUNK])
+        return out
+
+    async def _append_chunk(self, messages: Sequence[M]) -> list[str]:
         if not messages:
             return []
-        keys: list[str] = [self.stream]
+        bucket = int(time.time()) // self.dedup_ttl_s
+        keys = [self.stream, ids_key(self.stream, bucket), ids_key(self.stream, bucket - 1)]
         args: list[bytes | str | int] = [self.maxlen, self.dedup_ttl_s]
         carrier = telemetry.inject_carrier()
         extra = [(k, carrier[k]) for k in ("traceparent", "tracestate") if k in carrier]
@@ -373,8 +393,7 @@ class ProtoStreamProducer(Generic[M]):
             message_id = self.id_of(m)
             if not message_id:
                 raise ValueError("id_of(message) returned an empty id; every message needs its own id")
-            keys.append(dedup_key(self.stream, message_id))
-            args += (m.SerializeToString(), message_id)
+            args += (m.SerializeToString(), message_id.encode())
         started = time.monotonic()
         wait = 0.01
         blocked = False
