@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from wolfpack.redis_server import EmbeddedRedis
+from wolfpack.settings import load_settings
 from wolfpack.stream import (
     Delivery,
     ProtoStreamConsumer,
@@ -256,6 +257,18 @@ async def test_keep_alive_resets_idle_without_counting_a_delivery(
     await c.keep_alive(got)
     after, count = await idle_and_count()
     assert after < before and count == 1
+
+
+def test_from_settings_uses_the_stream_settings() -> None:
+    """Rollout and trainer build their ends from ``WOLFPACK_STREAM_*`` (one place to tune them)."""
+    settings = load_settings(
+        stream_maxlen=7, stream_backpressure_timeout_s=3, stream_retry_timeout_s=9, stream_max_deliveries=4
+    )
+    client = aioredis.Redis()  # never connected
+    prod = ProtoStreamProducer[Trajectory].from_settings(client, settings, lambda t: t.trajectory_id)
+    assert (prod.stream, prod.maxlen, prod.backpressure_timeout_s) == (settings.stream_trajectories, 7, 3)
+    cons = ProtoStreamConsumer.from_settings(client, settings, "trainer", "t0", Trajectory, batch=8)
+    assert (cons.max_deliveries, cons.retry.timeout_s, cons.batch) == (4, 9, 8)
 
 
 async def test_dead_letter_by_the_caller(redis_client: aioredis.Redis, stream_key: str) -> None:

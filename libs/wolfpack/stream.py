@@ -53,6 +53,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from wolfpack import telemetry
+from wolfpack.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -367,6 +368,20 @@ class ProtoStreamProducer(Generic[M]):
         self.backpressure_waits = 0
         _PRODUCERS.add(self)
 
+    @classmethod
+    def from_settings(
+        cls, client: aioredis.Redis, settings: Settings, id_of: Callable[[M], str], stream: str | None = None
+    ) -> ProtoStreamProducer[M]:
+        """A producer on ``stream`` (default: the trajectory stream) with the ``WOLFPACK_STREAM_*`` bounds."""
+        return cls(
+            client,
+            stream or settings.stream_trajectories,
+            id_of,
+            settings.stream_maxlen,
+            backpressure_timeout_s=settings.stream_backpressure_timeout_s,
+            retry=RetryPolicy(timeout_s=settings.stream_retry_timeout_s),
+        )
+
     async def append(self, message: M) -> str:
         return (await self.append_many([message]))[0]
 
@@ -465,6 +480,31 @@ class ProtoStreamConsumer(Generic[M]):
         self._claim_batch: list[str] = []
         self._claim_alone: deque[str] = deque()
         self._dead = dead_letter_key(stream)
+
+    @classmethod
+    def from_settings(
+        cls,
+        client: aioredis.Redis,
+        settings: Settings,
+        group: str,
+        consumer: str,
+        message_type: type[M],
+        stream: str | None = None,
+        **kwargs: Any,
+    ) -> ProtoStreamConsumer[M]:
+        """A consumer of ``stream`` (default: the trajectory stream) with the ``WOLFPACK_STREAM_*``
+        reclaim, dead-letter and retry settings; ``kwargs`` (``batch``, ``block_ms``, …) pass through."""
+        return cls(
+            client,
+            stream or settings.stream_trajectories,
+            group,
+            consumer,
+            message_type,
+            claim_idle_ms=settings.stream_claim_idle_ms,
+            max_deliveries=settings.stream_max_deliveries,
+            retry=RetryPolicy(timeout_s=settings.stream_retry_timeout_s),
+            **kwargs,
+        )
 
     async def ensure_group(self) -> None:
         """Create the group (and the stream) if missing; starting from the beginning loses nothing."""
