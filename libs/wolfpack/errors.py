@@ -1,46 +1,67 @@
 """The one error type of Wolfpack services and its mapping to gRPC status.
 
-A handler (or the pure code under it) raises ``ServiceError`` with the gRPC status code the caller should
-see; ``rpc.ErrorInterceptor`` turns it into that status for a whole call, and ``to_status`` turns it into
-a ``google.rpc.Status`` for one item of a batched call (a PlaySeats act or create, a GenerateBatch item),
-so a bad item and a bad call read the same: a code and a message, never a status name inside a string.
-Each service keeps its own subclasses (``SessionError``, ``InferenceError``, ``ScoreError``) for its
-vocabulary; nothing else needs to know them.
+A handler (or the pure code under it) raises a ``ServiceError`` that knows the gRPC status the caller
+should see (``status``). ``rpc.ErrorInterceptor``, installed on every server by ``rpc.start_server``,
+turns it into that status for a whole call, so no servicer writes ``try/except/abort``; ``to_status``
+turns it into a ``google.rpc.Status`` for one item of a batched call (a PlaySeats act or create, a
+GenerateBatch item), so a bad item and a bad call read the same: a code and a message, never a status
+name inside a string. Anything else a handler raises is a bug: logged with its traceback, answered
+INTERNAL without internals.
+
+Each service keeps its own subclasses for its vocabulary (``SessionError``, ``InferenceError``,
+``ScoreError``); a subclass sets ``status``, or names it as a string class attribute ``code`` (e.g.
+``code = "NOT_FOUND"``), which is read once when the class is defined.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import grpc
 from google.rpc import status_pb2
 
 
 class ServiceError(Exception):
-    """An error the caller can act on. ``code`` is the gRPC status it becomes; subclasses set a class
-    default, a raise site may pass another."""
+    """An error the caller can act on; ``status`` is the gRPC status code it becomes."""
 
-    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    status: grpc.StatusCode = grpc.StatusCode.INTERNAL
 
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        code = cls.__dict__.get("code")
+        if isinstance(code, str):
+            cls.status = grpc.StatusCode[code]
+
+    def __init__(self, message: str, status: grpc.StatusCode | None = None) -> None:
         super().__init__(message)
-        if code is not None:
-            self.code = code
+        if status is not None:
+            self.status = status
 
 
 def status_code(exc: BaseException) -> grpc.StatusCode:
     """The status code ``exc`` maps to: its own for a ``ServiceError``, INTERNAL for anything else
     (a bug: the caller cannot fix it by changing the request)."""
-    return exc.code if isinstance(exc, ServiceError) else grpc.StatusCode.INTERNAL
+    return exc.status if isinstance(exc, ServiceError) else grpc.StatusCode.INTERNAL
 
 
-def to_status(exc: BaseException) -> status_pb2.Status:
-    """``exc`` as a ``google.rpc.Status`` (numeric code of the gRPC status, the message)."""
-    message = str(exc) if isinstance(exc, ServiceError) else f"{type(exc).__name__}: {exc}"
-    return make_status(status_code(exc), message)
+def public_message(exc: BaseException) -> str:
+    """What the caller is told: a ``ServiceError``'s message; for anything else only that it was an
+    internal error (the traceback goes to the server log, not over the wire)."""
+    return (
+        str(exc)
+        if isinstance(exc, ServiceError)
+        else f"internal error ({type(exc).__name__}); see the server log"
+    )
 
 
 def make_status(code: grpc.StatusCode, message: str) -> status_pb2.Status:
     """A ``google.rpc.Status`` with gRPC's number for ``code``."""
     return status_pb2.Status(code=code.value[0], message=message)
+
+
+def to_status(exc: BaseException) -> status_pb2.Status:
+    """``exc`` as a ``google.rpc.Status``: the code ``status_code`` gives, the ``public_message``."""
+    return make_status(status_code(exc), public_message(exc))
 
 
 _BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}

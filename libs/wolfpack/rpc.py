@@ -15,18 +15,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import inspect
 import json
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from wolfpack import auth, telemetry
+from wolfpack import auth, errors, telemetry
 from wolfpack.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,83 @@ class AccessLogInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return wrapped
 
 
+class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """The one error-to-status mapping of every server (see ``wolfpack.errors``): a ``ServiceError``
+    raised by a handler ends the call with its status and message; any other exception is logged with
+    its traceback and ends it INTERNAL without internals. Covers all four call kinds; wrapped handlers
+    are cached per method. Innermost of the server's interceptors, so the access log sees the status."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, Any] = {}
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        method = details.method  # type: ignore[attr-defined]
+        cached = self._wrapped.get(method)
+        if cached is not None:
+            return cached
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        kinds = {
+            "unary_unary": grpc.unary_unary_rpc_method_handler,
+            "stream_unary": grpc.stream_unary_rpc_method_handler,
+            "unary_stream": grpc.unary_stream_rpc_method_handler,
+            "stream_stream": grpc.stream_stream_rpc_method_handler,
+        }
+        for kind, make in kinds.items():
+            inner = getattr(handler, kind)
+            if inner is None:
+                continue
+            body = _mapped_stream(inner, method) if kind.endswith("_stream") else _mapped(inner, method)
+            wrapped = make(
+                body,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+            self._wrapped[method] = wrapped
+            return wrapped
+        return handler
+
+
+async def _abort_with(context: Any, exc: Exception, method: str) -> None:
+    if not isinstance(exc, errors.ServiceError):
+        log.error("handler failed", exc_info=exc, extra={"method": method})
+    await context.abort(errors.status_code(exc), errors.public_message(exc))
+
+
+def _mapped(inner: Any, method: str) -> Any:
+    async def call(request: Any, context: Any) -> Any:
+        try:
+            return await inner(request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort_with(context, exc, method)
+
+    return call
+
+
+def _mapped_stream(inner: Any, method: str) -> Any:
+    """A response-streaming handler: an async generator function, a function returning an async
+    iterator, or a coroutine that writes with ``context.write`` and returns None."""
+
+    async def call(request: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            responses = inner(request, context)
+            if inspect.isawaitable(responses):
+                responses = await responses
+            if responses is None:
+                return
+            async for response in responses:
+                yield response
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort_with(context, exc, method)
+
+    return call
+
+
 class Server:
     """A running service: the grpc.aio server, its health servicer and its bound port."""
 
@@ -121,6 +199,7 @@ async def start_server(
             AccessLogInterceptor(),
             auth.CredentialInterceptor(credential),
             *interceptors,
+            ErrorInterceptor(),
         ],
         options=_size_options(settings),
     )

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 from opentelemetry import trace
 
+from wolfpack.errors import ServiceError
 from wolfpack_games import Action, GameEnv, Observation, get_game, make_game
 
 tracer = trace.get_tracer("wolfpack.environment")
@@ -52,7 +53,7 @@ def _new_tokens(n: int) -> list[str]:
     return [raw[36 * i : 36 * (i + 1)] for i in range(n)]
 
 
-class SessionError(Exception):
+class SessionError(ServiceError):
     """A client error; ``code`` names the gRPC status the server returns."""
 
     code = "INVALID_ARGUMENT"

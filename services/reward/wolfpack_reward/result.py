@@ -16,12 +16,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import grpc
+
+from wolfpack.errors import ServiceError
 from wolfpack.v1 import reward_service_pb2 as pb
 from wolfpack.v1 import trajectory_pb2
 
 
-class ScoreError(ValueError):
+class ScoreError(ServiceError, ValueError):
     """The request cannot be scored as given (bad trajectory, unknown spec, ...): INVALID_ARGUMENT."""
+
+    status = grpc.StatusCode.INVALID_ARGUMENT
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """gRPC adapter of the reward service: proto in, ``specs`` scoring, proto out.
 
 All reward rules live in ``specs``/``outcome``/``shaping``/``credit``; this module only maps requests to a
-spec, wraps the call in a "score" span and maps ``ScoreError`` to INVALID_ARGUMENT. Start it with
+spec and wraps the call in a "score" span (a ``ScoreError`` becomes INVALID_ARGUMENT in the shared
+``rpc.ErrorInterceptor``). Start it with
 ``wolfpack serve reward``; ``WOLFPACK_REWARD_SPECS`` may name a YAML file of extra spec variants.
 """
 
@@ -57,25 +58,21 @@ class RewardServicer(pb_grpc.RewardServiceServicer):
         # joins the episode's trace whichever worker sends it; without one, the call's context does.
         parent = telemetry.extract_from(traj.trace) if traj.trace.traceparent else None
         with tracer.start_as_current_span("score", context=parent, attributes=attributes) as span:
-            try:
-                if not request.HasField("trajectory"):
-                    raise ScoreError("trajectory is required")
-                spec = resolve_spec(request.spec, traj.game.game_id)
-                span.set_attribute("wolfpack.reward_spec", spec.key)
-                if len(traj.turns) > MAX_TURNS:
-                    raise ScoreError(f"trajectory.turns: at most {MAX_TURNS} turns, got {len(traj.turns)}")
-                # Off the loop (health stays free). A costly call (by its prediction work, counted in one
-                # linear pass) runs in its own one-thread pool: worst-case calls queue behind each other
-                # instead of filling the pool every other Score uses.
-                loop = asyncio.get_running_loop()
-                work = await loop.run_in_executor(None, _work, traj, spec.config)
-                pool = _HEAVY if work > HEAVY_WORK else None
-                ctx = contextvars.copy_context()  # the score span stays current in the worker
-                result = await loop.run_in_executor(pool, ctx.run, spec.score, traj)
-            except ScoreError as exc:
-                span.set_attribute("error.type", "invalid_argument")
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                raise AssertionError("unreachable") from exc
+            # a ScoreError ends the call INVALID_ARGUMENT (rpc.ErrorInterceptor) and the span records it
+            if not request.HasField("trajectory"):
+                raise ScoreError("trajectory is required")
+            spec = resolve_spec(request.spec, traj.game.game_id)
+            span.set_attribute("wolfpack.reward_spec", spec.key)
+            if len(traj.turns) > MAX_TURNS:
+                raise ScoreError(f"trajectory.turns: at most {MAX_TURNS} turns, got {len(traj.turns)}")
+            # Off the loop (health stays free). A costly call (by its prediction work, counted in one
+            # linear pass) runs in its own one-thread pool: worst-case calls queue behind each other
+            # instead of filling the pool every other Score uses.
+            loop = asyncio.get_running_loop()
+            work = await loop.run_in_executor(None, _work, traj, spec.config)
+            pool = _HEAVY if work > HEAVY_WORK else None
+            ctx = contextvars.copy_context()  # the score span stays current in the worker
+            result = await loop.run_in_executor(pool, ctx.run, spec.score, traj)
             for key, note in result.notes.items():
                 if "mismatch" in key:
                     span.set_attribute(f"wolfpack.reward.{key}", note)

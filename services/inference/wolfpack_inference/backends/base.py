@@ -19,6 +19,10 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
+
+from wolfpack.errors import ServiceError
+
 
 class ErrorCode(enum.Enum):
     """Error kinds, named after the gRPC status codes they map to."""
@@ -31,11 +35,12 @@ class ErrorCode(enum.Enum):
     UNIMPLEMENTED = "UNIMPLEMENTED"
 
 
-class InferenceError(Exception):
-    """An error the caller can act on; ``code`` says which gRPC status it becomes."""
+class InferenceError(ServiceError):
+    """An error the caller can act on; ``code`` (the service's vocabulary, also used by the HTTP front)
+    names the gRPC status it becomes."""
 
     def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
+        super().__init__(message, grpc.StatusCode[code.value])
         self.code = code
 
 

@@ -1,0 +1,191 @@
+"""The PlaySeats state machine: one object per stream, holding the seats it plays, what it last sent each
+of them and the episodes it created; ``play`` drives it from the client's messages and episode changes.
+
+Requests and episode changes go through one queue; each wake-up applies every queued request, then sends
+every joined seat's new decisions in one message (both directions batched). Episodes whose end was sent
+are forgotten at once, so a stream that plays episode after episode for hours holds only the live ones.
+Per-item failures (a bad create, an act with a foreign token) become that item's ``google.rpc.Status``;
+the stream goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from wolfpack.errors import to_status
+from wolfpack.v1 import environment_service_pb2 as pb
+from wolfpack_environment.convert import Create, Observations, action_from_pb, created_pb
+from wolfpack_environment.sessions import Episode, EpisodeManager, SessionError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Joined:
+    """An episode as one PlaySeats stream sees it: the seats it plays and the turn id last sent to each."""
+
+    ep: Episode
+    seats: set[int] = field(default_factory=set)
+    sent: dict[int, int] = field(default_factory=dict)
+
+
+class PlayStream:
+    """State of one PlaySeats call (see the module docstring)."""
+
+    def __init__(self, manager: EpisodeManager, create: Create, observations: Observations) -> None:
+        self.manager = manager
+        self.create = create
+        self.observations = observations
+        self.queue: asyncio.Queue[pb.PlaySeatsRequest | str | None] = asyncio.Queue()
+        self.joined: dict[str, _Joined] = {}
+        self.dirty: set[str] = set()  # episodes changed since the last wake-up: only they are looked at
+        self.owned: set[str] = set()  # created by this stream: released when close_finished is set
+        self.include_text = False
+        self.close_finished = False
+        self.rejected_results_only = False
+
+    async def play(self, requests: AsyncIterator[pb.PlaySeatsRequest]) -> AsyncIterator[pb.PlaySeatsResponse]:
+        """The server side of one PlaySeats call: responses until the client finishes writing."""
+
+        async def pump() -> None:
+            try:
+                async for req in requests:
+                    self.queue.put_nowait(req)
+            finally:
+                self.queue.put_nowait(None)
+
+        reader = asyncio.create_task(pump())
+        client_done = False
+        try:
+            while not client_done:
+                batch = [await self.queue.get()]
+                while not self.queue.empty():
+                    batch.append(self.queue.get_nowait())
+                results: list[pb.SeatActResult] = []
+                created: list[pb.CreatedEpisode] = []
+                for item in batch:
+                    if item is None:
+                        client_done = True
+                    elif isinstance(item, pb.PlaySeatsRequest):
+                        self.handle(item, results, created)
+                response = pb.PlaySeatsResponse(results=results, created=created)
+                self.decisions(response.decisions)
+                if results or created or response.decisions:
+                    yield response
+        finally:
+            reader.cancel()
+            self.detach()
+
+    def on_change(self, ep: Episode) -> None:
+        if not self.dirty:
+            self.queue.put_nowait("changed")
+        self.dirty.add(ep.episode_id)
+
+    def handle(
+        self, req: pb.PlaySeatsRequest, results: list[pb.SeatActResult], created: list[pb.CreatedEpisode]
+    ) -> None:
+        self.include_text = self.include_text or req.include_text
+        self.close_finished = self.close_finished or req.close_finished
+        self.rejected_results_only = self.rejected_results_only or req.rejected_results_only
+        for create in req.create:
+            try:
+                ep = self.create(create)
+            except Exception as exc:  # a bad request, or a bug: this create fails alone, the stream goes on
+                if not isinstance(exc, SessionError):
+                    log.exception("PlaySeats: create failed")
+                created.append(pb.CreatedEpisode(request_id=create.request_id, error=to_status(exc)))
+                continue
+            self.owned.add(ep.episode_id)
+            for seat in ep.tokens.values():
+                self._join_seat(ep, seat)
+            created.append(pb.CreatedEpisode(episode=created_pb(ep), request_id=create.request_id))
+        for ref in req.join:
+            try:
+                ep = self.manager.get(ref.episode_id)
+                seat = self.manager.seat_of(ep, ref.token)
+            except SessionError as exc:
+                results.append(pb.SeatActResult(episode_id=ref.episode_id, error=to_status(exc)))
+                continue
+            self._join_seat(ep, seat)
+        for act in req.acts:
+            result = self._act(act)
+            if result is None:
+                continue
+            results.append(result)
+            if not (result.accepted or result.defaulted or result.HasField("error")):
+                # re-prompt: the same turn id is due again, now with feedback
+                joined = self.joined.get(result.episode_id)
+                if joined is not None:
+                    joined.sent.pop(result.seat, None)
+                    self.dirty.add(result.episode_id)
+
+    def _join_seat(self, ep: Episode, seat: int) -> None:
+        joined = self.joined.get(ep.episode_id)
+        if joined is None:
+            joined = self.joined[ep.episode_id] = _Joined(ep)
+            ep.listeners.add(self.on_change)
+        joined.seats.add(seat)
+        joined.sent.pop(seat, None)  # a (re-)join sends the seat's pending decision again
+        self.dirty.add(ep.episode_id)
+
+    def _act(self, act: pb.SeatAct) -> pb.SeatActResult | None:
+        """Apply one act; its result, or ``None`` for an accepted act when only rejections are wanted."""
+        try:
+            ep = self.manager.get(act.episode_id)
+            if act.action.kind:
+                result = self.manager.act(ep, act.token, act.turn_id, action_from_pb(act.action), "")
+            else:
+                result = self.manager.act(ep, act.token, act.turn_id, None, act.raw_text)
+        except SessionError as exc:
+            known = self.manager.episodes.get(act.episode_id)
+            seat = known.tokens.get(act.token, 0) if known is not None else 0
+            return pb.SeatActResult(
+                episode_id=act.episode_id, seat=seat, turn_id=act.turn_id, error=to_status(exc)
+            )
+        if result.accepted and self.rejected_results_only:
+            return None
+        return pb.SeatActResult(
+            episode_id=act.episode_id, seat=ep.tokens[act.token], turn_id=act.turn_id,
+            accepted=result.accepted, reason=result.reason, defaulted=result.defaulted,
+            duplicate=result.duplicate,
+        )  # fmt: skip
+
+    def decisions(self, out: Any) -> None:
+        """Append to ``out`` (the response's repeated ``decisions``) the observations of joined seats
+        whose decision is new since the last message, and every joined seat's final observation once
+        its episode ends."""
+        observation = self.observations.observation
+        include_text = self.include_text
+        for episode_id in self.dirty:
+            joined = self.joined.get(episode_id)
+            if joined is None:
+                continue
+            ep = joined.ep
+            if ep.done:
+                for seat in sorted(joined.seats):
+                    observation(ep, seat, include_text=include_text, into=out)
+                self._forget(joined)
+                continue
+            sent, seats = joined.sent, joined.seats
+            for seat, turn_id in ep.open_turns.items():
+                if sent.get(seat) != turn_id and seat in seats:
+                    sent[seat] = turn_id
+                    observation(ep, seat, include_text=include_text, into=out)
+        self.dirty.clear()
+
+    def _forget(self, joined: _Joined) -> None:
+        ep = joined.ep
+        del self.joined[ep.episode_id]
+        ep.listeners.discard(self.on_change)
+        if ep.episode_id in self.owned:
+            self.owned.discard(ep.episode_id)
+            if self.close_finished:
+                self.manager.release(ep)
+
+    def detach(self) -> None:
+        for joined in self.joined.values():
+            joined.ep.listeners.discard(self.on_change)
