@@ -42,7 +42,7 @@ def test_default_render_has_every_service_with_health_probes_and_gpus() -> None:
         container = dep["spec"]["template"]["spec"]["containers"][0]
         assert container["args"][:2] == ["serve", name]
         assert container["readinessProbe"]["grpc"]["port"] == 50051
-        env = {e["name"]: e["value"] for e in container["env"]}
+        env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["WOLFPACK_REDIS_URL"] == "redis://wolfpack-redis:6379/0"
         assert env["WOLFPACK_TRAINER_ADDR"] == "wolfpack-trainer:50051"
         gpus = container["resources"]["limits"].get("nvidia.com/gpu")
@@ -58,7 +58,7 @@ def test_tracing_and_external_redis_options() -> None:
     assert "wolfpack-otel-collector" in deployments and "wolfpack-jaeger" in deployments
     assert "wolfpack-redis" not in deployments
     env = {
-        e["name"]: e["value"]
+        e["name"]: e.get("value")
         for e in deployments["wolfpack-rollout"]["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://wolfpack-otel-collector:4317"
@@ -95,3 +95,20 @@ def test_cpu_only_render_requests_no_gpus() -> None:
     for dep in by_kind(docs, "Deployment").values():
         limits = dep["spec"]["template"]["spec"]["containers"][0].get("resources", {}).get("limits", {})
         assert "nvidia.com/gpu" not in limits
+
+
+def test_every_service_gets_the_admin_secret_from_a_kubernetes_secret() -> None:
+    """Pods listen on 0.0.0.0, where services refuse to start without WOLFPACK_ADMIN_SECRET."""
+    docs = render({"secrets": {"adminSecret": "s3cret"}})
+    secrets = by_kind(docs, "Secret")
+    assert "wolfpack-secrets" in secrets
+    for name, dep in by_kind(docs, "Deployment").items():
+        if name.endswith("redis"):
+            continue
+        env = {e["name"]: e for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+        ref = env["WOLFPACK_ADMIN_SECRET"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "wolfpack-secrets", "key": "admin-secret"}, name
+    generated = by_kind(render(), "Secret")["wolfpack-secrets"]["data"]["admin-secret"]
+    assert generated  # empty value: a random secret, never an empty one
+    own = render({"secrets": {"existingSecret": "mine"}})
+    assert "wolfpack-secrets" not in by_kind(own, "Secret")
