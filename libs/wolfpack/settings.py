@@ -62,6 +62,13 @@ class Settings(BaseSettings):
     reward_specs: Path | None = Field(
         default=None, description="YAML file of extra reward spec variants for the reward service."
     )
+    curriculum_config: Path | None = Field(
+        default=None, description="YAML of the curriculum service (buckets, seat plans, AIW, league)."
+    )
+    rollout_config: Path | None = Field(
+        default=None,
+        description="YAML of the rollout service (RolloutConfig fields, plus `episodes`: 0 idle, -1 forever).",
+    )
     stream_trajectories: str = Field(default="wolfpack:trajectories", description="Trajectory stream key.")
     stream_maxlen: int = Field(
         default=100_000,

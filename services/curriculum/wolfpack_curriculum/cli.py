@@ -44,7 +44,11 @@ async def _league(addr: str, register: str, policy: str, version: int, bot: str)
     total = sum(weights) or 1.0
     out = Table(title=f"League (trainee rating {table.trainee_rating:.0f} after {table.trainee_games} games)")
     for col in ("opponent", "kind", "policy", "rating", "games", "W-L-D vs trainee", "PFSP share"):
-        out.add_column(col, justify="right" if col in ("rating", "games", "PFSP share") else "left")
+        out.add_column(
+            col,
+            justify="right" if col in ("rating", "games", "PFSP share") else "left",
+            no_wrap=col == "opponent",
+        )
     for o, w in zip(table.opponents, weights, strict=True):
         policy_txt = f"{o.policy.policy_id}@{o.policy.version}" if o.policy.policy_id else o.bot
         out.add_row(

@@ -90,7 +90,7 @@ class CurriculumConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy_id: str = Field(default="learner", description="The trainee policy id.")
+    policy_id: str = Field(default="default", description="The trainee policy id (inference policy id).")
     group_size: int = Field(default=1, ge=1, description="Episodes per task and seed.")
     replay_ratio: float = Field(
         default=0.5, ge=0, le=1, description="Share of groups that replay a past task."

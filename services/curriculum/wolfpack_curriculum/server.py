@@ -76,7 +76,7 @@ def register(server: grpc.aio.Server, servicer: CurriculumServicer) -> Sequence[
 async def main(settings: Settings, address: str | None = None) -> None:
     if settings.redis_url is None:
         raise OSError("the curriculum keeps its state in Redis: set WOLFPACK_REDIS_URL")
-    config = CurriculumConfig.load(os.environ.get("WOLFPACK_CURRICULUM_CONFIG") or None)
+    config = CurriculumConfig.load(settings.curriculum_config)
     client = aioredis.Redis.from_url(settings.redis_url)
     store = CurriculumStore(client, config)
     consumer = ProtoStreamConsumer(

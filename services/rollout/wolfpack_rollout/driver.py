@@ -95,6 +95,14 @@ _HAS_CREATE_TRACE = "trace" in env_pb.CreateEpisodeRequest.DESCRIPTOR.fields_by_
 _HAS_GENERATE_TRACE = "trace" in inf_pb.GenerateRequest.DESCRIPTOR.fields_by_name
 
 
+@dataclass(frozen=True)
+class _CounterDelta:
+    generated_tokens: int
+    truncated_responses: int
+    compressed_prompts: int
+    backpressure_wait_s: float
+
+
 class EpisodeFailed(Exception):
     """An episode could not be completed; ``reason`` is the counted failure reason."""
 
@@ -329,6 +337,7 @@ class RolloutDriver:
         self.worker_id = config.worker_id or f"{socket.gethostname()}-{os.getpid()}"
         self.stats = RolloutStats()
         self.trajectories: list[trajectory_pb2.Trajectory] = []  # of the current play()/run(), for summaries
+        self.stop_event: asyncio.Event | None = None  # set it to make run() take no new task (drain)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def close(self) -> None:
@@ -353,18 +362,25 @@ class RolloutDriver:
     async def run(
         self, episodes: int, split: str = "train", *, on_episode: Callable[[], None] | None = None
     ) -> RolloutSummary:
-        """Pull ``episodes`` tasks from the curriculum, play them, append each scored trajectory to the
-        stream (when a producer is set; else report outcomes to the curriculum by RPC) and summarise."""
+        """Pull ``episodes`` tasks from the curriculum (rounded up to whole groups), play them, append each
+        scored trajectory to the stream (when a producer is set; else report outcomes to the curriculum by
+        RPC) and summarise. Setting ``stop_event`` stops pulling tasks; the episodes in flight finish."""
         if self.curriculum is None:
             raise ValueError("run() needs a curriculum client; use play(tasks) for a fixed task list")
         curriculum = self.curriculum
         self.trajectories = []
         started = time.monotonic()
         failed_before = Counter(self.stats.failures)
+        before = _CounterDelta(
+            self.stats.generated_tokens,
+            self.stats.truncated_responses,
+            self.stats.compressed_prompts,
+            self.stats.backpressure_wait_s,
+        )
 
         async def tasks() -> AsyncIterator[cur_pb.Task]:
             left = episodes
-            while left > 0:
+            while left > 0 and not (self.stop_event is not None and self.stop_event.is_set()):
                 want = min(left, self.config.concurrency)
                 batch = await self._retrying(
                     lambda n=want: curriculum.next_tasks(n, split, self.worker_id),  # type: ignore[misc]
@@ -372,9 +388,9 @@ class RolloutDriver:
                 )
                 if not batch:
                     raise EpisodeFailed("curriculum_empty", f"NextTasks returned no task for split {split!r}")
-                for task in batch[:left]:
+                for task in batch:  # whole groups, even past ``episodes``: a cut group is useless to GRPO
                     yield task
-                left -= min(left, len(batch))
+                left -= len(batch)
 
         async def deliver(task: cur_pb.Task, traj: trajectory_pb2.Trajectory) -> None:
             if self.producer is not None:
@@ -389,7 +405,13 @@ class RolloutDriver:
 
         await self._drive(tasks(), deliver)
         failures = self.stats.failures - failed_before
-        return summarize(self.trajectories, failures, time.monotonic() - started, self.stats)
+        delta = _CounterDelta(
+            self.stats.generated_tokens - before.generated_tokens,
+            self.stats.truncated_responses - before.truncated_responses,
+            self.stats.compressed_prompts - before.compressed_prompts,
+            self.stats.backpressure_wait_s - before.backpressure_wait_s,
+        )
+        return summarize(self.trajectories, failures, time.monotonic() - started, delta)
 
     # ------------------------------------------------------------------ the loop
     async def _drive(

@@ -22,10 +22,14 @@ _SCORE = {
 
 
 class _Counters(Protocol):
-    generated_tokens: int
-    truncated_responses: int
-    compressed_prompts: int
-    backpressure_wait_s: float
+    @property
+    def generated_tokens(self) -> int: ...
+    @property
+    def truncated_responses(self) -> int: ...
+    @property
+    def compressed_prompts(self) -> int: ...
+    @property
+    def backpressure_wait_s(self) -> float: ...
 
 
 @dataclass

@@ -1,0 +1,94 @@
+"""``connect``: a ready ``RolloutDriver`` from addresses, with every client it needs opened and closed for
+you (the rollout service, ``wolfpack rollout``, the bench and the trainer all start drivers this way).
+
+    async with connect(settings, RolloutConfig(concurrency=32)) as driver:
+        summary = await driver.run(100)
+
+Addresses come from ``Addresses`` (defaults: the settings' ``WOLFPACK_<SERVICE>_ADDR`` / base port, or the
+``up.json`` of a running ``wolfpack up`` in the run dir). Without a Redis URL there is no stream: ``run``
+then reports outcomes to the curriculum by RPC and trajectories stay in ``driver.trajectories``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from wolfpack import rpc
+from wolfpack.settings import Settings
+from wolfpack.stream import ProtoStreamProducer
+from wolfpack.v1 import trajectory_pb2
+from wolfpack_curriculum.client import CurriculumClient
+from wolfpack_environment.client import EnvironmentClient
+from wolfpack_rollout.config import RolloutConfig
+from wolfpack_rollout.driver import RolloutDriver
+
+
+@dataclass(frozen=True)
+class Addresses:
+    environment: str
+    inference: str
+    reward: str
+    curriculum: str | None
+    redis_url: str | None
+    stream: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, use_running_stack: bool = True) -> Addresses:
+        """Settings' addresses; those of a running ``wolfpack up`` (``<run_dir>/up.json``) take precedence
+        for what the settings leave unset."""
+        up: dict[str, object] = {}
+        path = settings.run_dir / "up.json"
+        if use_running_stack and path.exists():
+            up = json.loads(path.read_text())
+        services = up.get("services", {}) if isinstance(up.get("services"), dict) else {}
+        assert isinstance(services, dict)
+
+        def addr(name: str) -> str:
+            explicit: str | None = getattr(settings, f"{name}_addr")
+            return explicit or str(services.get(name) or settings.service_addr(name))
+
+        redis_url = settings.redis_url or (str(up["redis_url"]) if up.get("redis_url") else None)
+        return cls(
+            addr("environment"), addr("inference"), addr("reward"), addr("curriculum"), redis_url,
+            settings.stream_trajectories,
+        )  # fmt: skip
+
+
+@asynccontextmanager
+async def connect(
+    settings: Settings,
+    config: RolloutConfig,
+    addresses: Addresses | None = None,
+    *,
+    stream: bool = True,
+) -> AsyncIterator[RolloutDriver]:
+    """A driver wired to the services at ``addresses`` (and the trajectory stream when ``stream`` and a
+    Redis URL is known); everything is closed on exit."""
+    a = addresses or Addresses.from_settings(settings)
+    async with AsyncExitStack() as stack:
+        env = await stack.enter_async_context(EnvironmentClient(a.environment, settings))
+        inference = await stack.enter_async_context(rpc.channel(a.inference, settings))
+        reward = await stack.enter_async_context(rpc.channel(a.reward, settings))
+        curriculum = (
+            await stack.enter_async_context(CurriculumClient(a.curriculum, settings))
+            if a.curriculum
+            else None
+        )
+        producer: ProtoStreamProducer[trajectory_pb2.Trajectory] | None = None
+        if stream and a.redis_url:
+            client = aioredis.Redis.from_url(a.redis_url)
+            stack.push_async_callback(client.aclose)
+            producer = ProtoStreamProducer(
+                client, a.stream, id_of=lambda t: t.trajectory_id, maxlen=settings.stream_maxlen
+            )
+        driver = RolloutDriver(
+            config, environment=env, inference_channel=inference, reward_channel=reward,
+            curriculum=curriculum, producer=producer,
+        )  # fmt: skip
+        stack.push_async_callback(driver.close)
+        yield driver
