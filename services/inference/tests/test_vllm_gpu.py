@@ -30,6 +30,11 @@ import pytest_asyncio
 for _key, _value in {
     "VLLM_HOST_IP": "127.0.0.1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "VLLM_NO_USAGE_STATS": "1",
     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    # AsyncLLM runs its engine core in a child process, and the tests use CUDA in this process (the
+    # transformers references): a forked child cannot re-initialise CUDA, a spawned one can.
+    "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+    # torch.cuda.is_available() below asks NVML instead of initialising CUDA at collection time
+    "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
 }.items():  # fmt: skip
     os.environ.setdefault(_key, _value)
 
