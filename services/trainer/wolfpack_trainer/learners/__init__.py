@@ -6,9 +6,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-
 from wolfpack_trainer.learners.base import (
     LEARNERS,
     ExportedWeights,
@@ -30,8 +27,3 @@ __all__ = [
     "get_learner",
     "register_learner",
 ]
-
-for _module in ("wolfpack_trainer.learners.cpu", "wolfpack_trainer.verl_learner"):
-    # A missing optional module (the GPU learner on a CPU-only install) just registers nothing.
-    with contextlib.suppress(ModuleNotFoundError):
-        importlib.import_module(_module)

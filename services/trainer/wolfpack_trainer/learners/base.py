@@ -266,6 +266,24 @@ def register_learner(name: str) -> Callable[[L], L]:
     return deco
 
 
+BUILTIN_LEARNERS = ("wolfpack_trainer.learners.cpu", "wolfpack_trainer.verl_learner")
+
+
+def load_builtin_learners() -> None:
+    """Import the built-in learner modules so they register; one whose optional dependencies are missing
+    (the GPU learner on a CPU-only install) registers nothing. Lazy: importing this contract stays cheap."""
+    import importlib
+
+    for module in BUILTIN_LEARNERS:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:
+                continue
+            if module == BUILTIN_LEARNERS[0]:
+                raise
+
+
 class UnknownLearnerError(KeyError):
     pass
 
@@ -275,8 +293,7 @@ def get_learner(name: str) -> type[Learner]:
 
     Built-in learners register on import of ``wolfpack_trainer.learners``; GPU ones import lazily there so
     a CPU machine without verl still gets the CPU learner."""
-    from wolfpack_trainer import learners as _  # noqa: F401  # registers the built-ins
-
+    load_builtin_learners()
     if name not in LEARNERS:
         raise UnknownLearnerError(f"unknown learner {name!r}; learners: {', '.join(sorted(LEARNERS))}")
     return LEARNERS[name]
