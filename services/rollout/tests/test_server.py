@@ -30,12 +30,22 @@ async def test_run_from_the_curriculum_into_the_stream_with_status(
     )
     store = CurriculumStore(redis_client, cfg)
     cur_server = await rpc.start_server(
-        "curriculum", lambda s: register_curriculum(s, CurriculumServicer(store)), stack.settings, "127.0.0.1:0"
+        "curriculum",
+        lambda s: register_curriculum(s, CurriculumServicer(store)),
+        stack.settings,
+        "127.0.0.1:0",
     )
     servicer = RolloutServicer()
-    ro_server = await rpc.start_server("rollout", lambda s: register(s, servicer), stack.settings, "127.0.0.1:0")
+    ro_server = await rpc.start_server(
+        "rollout", lambda s: register(s, servicer), stack.settings, "127.0.0.1:0"
+    )
     addresses = Addresses(
-        stack.environment, stack.inference, stack.reward, f"127.0.0.1:{cur_server.port}", redis_url, stream_key
+        stack.environment,
+        stack.inference,
+        stack.reward,
+        f"127.0.0.1:{cur_server.port}",
+        redis_url,
+        stream_key,
     )
     config = RolloutConfig(concurrency=8, sampling=SamplingConfig(max_tokens=8))
     async with connect(stack.settings, config, addresses) as driver:

@@ -590,7 +590,7 @@ class RolloutDriver:
         if not task.cancelled() and task.exception() is not None:
             log.error("rollout task failed", exc_info=task.exception())
 
-    def _request(self, ep: _Episode, obs: env_pb.Observation) -> inf_pb.GenerateRequest:
+    def _request(self, ep: _Episode, obs: env_pb.Observation, span: trace.Span) -> inf_pb.GenerateRequest:
         cfg = self.config
         messages = render_messages(
             obs.text, obs.messages, ep.past.get(obs.seat, []), mode=cfg.prompt_mode, k=cfg.memory_steps,
@@ -602,8 +602,17 @@ class RolloutDriver:
         )  # fmt: skip
         req.chat.messages.extend(messages)
         if _HAS_GENERATE_TRACE:
-            req.trace.CopyFrom(ep.trace)
+            telemetry.inject_into(req.trace, trace.set_span_in_context(span))
         return req
+
+    def _turn_span(self, ep: _Episode, obs: env_pb.Observation) -> trace.Span:
+        """The rollout's span of one policy decision (child of the episode span); the generate item is
+        its child where GenerateRequest carries a trace context."""
+        return tracer.start_span(
+            "rollout.turn", context=ep.context,
+            attributes={"wolfpack.seat": obs.seat, "wolfpack.turn_id": obs.turn_id, "wolfpack.attempt": _attempt(ep, obs),
+                        "wolfpack.phase": obs.phase},
+        )  # fmt: skip
 
     async def _generate(
         self, items: list[tuple[_Episode, env_pb.Observation]], context: otel_context.Context | None = None
@@ -614,12 +623,16 @@ class RolloutDriver:
             while items:
                 started, t0 = time.time(), time.monotonic()
                 retry: list[tuple[_Episode, env_pb.Observation]] = []
-                requests = [self._request(ep, obs) for ep, obs in items]
+                spans = [self._turn_span(ep, obs) for ep, obs in items]
+                requests = [
+                    self._request(ep, obs, span) for (ep, obs), span in zip(items, spans, strict=True)
+                ]
                 try:
                     async for item in generate_batch(
                         self.inference, requests, timeout=self.config.generate_timeout_s
                     ):
                         ep, obs = items[item.index]
+                        spans[item.index].end()
                         if item.response is not None:
                             self._record(ep, obs, item.response, started, (time.monotonic() - t0) * 1e3)
                         elif item.code in TRANSIENT and attempt < self.config.retries:
@@ -627,6 +640,10 @@ class RolloutDriver:
                         else:
                             ep.end(failure=_generate_failure(item.code, item.message))
                 except grpc.aio.AioRpcError as exc:
+                    for span in spans:
+                        if span.is_recording():
+                            span.set_attribute("error.type", exc.code().name)
+                            span.end()
                     if exc.code() not in TRANSIENT or attempt >= self.config.retries:
                         for ep, _ in items:
                             ep.end(failure=_generate_failure(exc.code(), exc.details() or ""))
