@@ -206,6 +206,7 @@ if fresh > 0 and bound > 0 and backlog >= bound then return {0, backlog} end
 local out = {1, 0}
 local fields = {'data', false, 'id', false}
 for j = 1, 2 * nextra do fields[4 + j] = ARGV[3 + j] end
+local xadd = redis.call
 local seen = {}
 local written = {}
 local dups = 0
@@ -215,9 +216,14 @@ for i = 1, n do
     out[i + 2] = known
     dups = dups + 1
   else
-    fields[2] = ARGV[base + 2 * i - 1]
-    fields[4] = ids[i]
-    local id = redis.call('XADD', stream, '*', unpack(fields))
+    local id
+    if nextra == 0 then
+      id = xadd('XADD', stream, '*', 'data', ARGV[base + 2 * i - 1], 'id', ids[i])
+    else
+      fields[2] = ARGV[base + 2 * i - 1]
+      fields[4] = ids[i]
+      id = xadd('XADD', stream, '*', unpack(fields))
+    end
     seen[ids[i]] = id
     written[#written + 1] = ids[i]
     written[#written + 1] = id
@@ -304,33 +310,59 @@ _meter.create_observable_gauge(
 
 
 class Delivery(Generic[M]):
-    """One entry handed to a consumer. ``context`` is the producer's trace context (use as parent)."""
+    """One entry handed to a consumer. ``context`` is the producer's trace context (use as parent).
 
-    __slots__ = ("_carrier", "_context", "_raw_id", "deliveries", "entry_id", "message", "message_id")
+    Ids are decoded and the trace context extracted on first access: a consumer reading thousands of
+    entries a second pays only for what it uses.
+    """
+
+    __slots__ = ("_context", "_entry_id", "_fields", "_message_id", "_raw_id", "deliveries", "message")
 
     def __init__(
-        self,
-        entry_id: str,
-        message_id: str,
-        message: M,
-        deliveries: int,
-        context: Context | None = None,
-        *,
-        carrier: dict[str, str] | None = None,
-        raw_id: bytes | None = None,
+        self, entry_id: str, message_id: str, message: M, deliveries: int, context: Context | None = None
     ) -> None:
-        self.entry_id = entry_id
-        self.message_id = message_id
+        self._entry_id: str | None = entry_id
+        self._raw_id = entry_id.encode()
+        self._message_id: str | None = message_id
         self.message = message
         self.deliveries = deliveries
-        self._context = context
-        self._carrier = carrier
-        self._raw_id = raw_id if raw_id is not None else entry_id.encode()
+        self._context: Context | None = context
+        self._fields: Mapping[bytes, bytes] = {}
+
+    @classmethod
+    def _of_entry(
+        cls, raw_id: bytes, fields: Mapping[bytes, bytes], message: M, deliveries: int
+    ) -> Delivery[M]:
+        d = cls.__new__(cls)
+        d._raw_id = raw_id
+        d._fields = fields
+        d.message = message
+        d.deliveries = deliveries
+        d._entry_id = d._message_id = d._context = None
+        return d
+
+    @property
+    def entry_id(self) -> str:
+        if self._entry_id is None:
+            self._entry_id = self._raw_id.decode()
+        return self._entry_id
+
+    @property
+    def message_id(self) -> str:
+        if self._message_id is None:
+            mid = self._fields.get(F_ID)
+            self._message_id = mid.decode() if mid else ""
+        return self._message_id
 
     @property
     def context(self) -> Context:
         if self._context is None:
-            self._context = telemetry.extract_carrier(self._carrier or {})
+            carrier = {
+                k.decode(): self._fields[k].decode()
+                for k in (F_TRACEPARENT, F_TRACESTATE)
+                if k in self._fields
+            }
+            self._context = telemetry.extract_carrier(carrier)
         return self._context
 
     def __repr__(self) -> str:
@@ -588,6 +620,7 @@ class ProtoStreamConsumer(Generic[M]):
         out: list[Delivery[M]] = []
         bad: list[tuple[bytes, Mapping[bytes, bytes], str]] = []
         parse = self.message_type.FromString
+        make = Delivery[M]._of_entry
         for i, (raw_id, fields) in enumerate(entries):
             data = fields.get(F_DATA)
             if data is None:
@@ -598,24 +631,7 @@ class ProtoStreamConsumer(Generic[M]):
             except DecodeError as exc:
                 bad.append((raw_id, fields, f"undecodable {self.message_type.__name__}: {exc}"))
                 continue
-            tp = fields.get(F_TRACEPARENT)
-            carrier: dict[str, str] = {}
-            if tp is not None:
-                carrier["traceparent"] = tp.decode()
-                ts = fields.get(F_TRACESTATE)
-                if ts is not None:
-                    carrier["tracestate"] = ts.decode()
-            mid = fields.get(F_ID)
-            out.append(
-                Delivery(
-                    raw_id.decode(),
-                    mid.decode() if mid else "",
-                    message,
-                    counts[i] if counts else 1,
-                    carrier=carrier,
-                    raw_id=raw_id,
-                )
-            )
+            out.append(make(raw_id, fields, message, counts[i] if counts else 1))
         if bad:
             await self._dead_letter_raw(bad)
         return out
