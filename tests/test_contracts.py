@@ -100,3 +100,15 @@ def test_retried_methods_are_the_ones_the_protos_mark() -> None:
     }
     assert ("wolfpack.v1.EnvironmentService", "Act") in retried
     assert ("wolfpack.v1.EnvironmentService", "CreateEpisode") not in retried
+
+
+def test_every_pluggable_part_uses_the_one_registry_shape() -> None:
+    from wolfpack.registry import Registry
+    from wolfpack_games.base import GAMES
+    from wolfpack_games.scenarios.families import FAMILIES
+    from wolfpack_inference.backends import BACKENDS
+    from wolfpack_reward.specs import SPECS
+
+    assert "werewolf_v1" in GAMES and "bargaining" in FAMILIES
+    assert {"transformers", "vllm", "openai"} <= set(BACKENDS) and "werewolf_outcome@1" in SPECS
+    assert all(isinstance(r, Registry) for r in (GAMES, FAMILIES, BACKENDS, SPECS))

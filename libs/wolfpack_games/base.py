@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from wolfpack.registry import Registry
+
 
 @dataclass(frozen=True, slots=True)
 class Action:
@@ -201,27 +203,9 @@ class GameSpec:
     default_bot: str
 
 
-_REGISTRY: dict[str, GameSpec] = {}
-
-
-def register_game(spec: GameSpec) -> GameSpec:
-    """Add a game to the registry; registering the same id twice is an error (ids are versioned)."""
-    if spec.game_id in _REGISTRY and _REGISTRY[spec.game_id] is not spec:
-        raise ValueError(f"game {spec.game_id!r} is already registered")
-    _REGISTRY[spec.game_id] = spec
-    return spec
-
-
-_builtins_loaded = False
-
-
 def _load_builtin_games() -> None:
-    # Import for side effects: each game package registers itself. Imported lazily (once) so that
-    # importing the base API does not pull every engine.
-    global _builtins_loaded
-    if _builtins_loaded:
-        return
-    _builtins_loaded = True
+    # Import for side effects: each game package registers itself. Run once, on the registry's first
+    # use, so that importing the base API does not pull every engine.
     import importlib
 
     for module in ("wolfpack_games.werewolf", "wolfpack_games.scenarios"):
@@ -232,19 +216,23 @@ def _load_builtin_games() -> None:
                 raise
 
 
+GAMES: Registry[GameSpec] = Registry("game", loader=_load_builtin_games)
+"""Versioned game id (``werewolf_v1``) -> how to build it; the shared ``wolfpack.registry`` shape."""
+
+
+def register_game(spec: GameSpec) -> GameSpec:
+    """Add a game to the registry; registering another game under a taken id is an error (ids are
+    versioned)."""
+    return GAMES.add(spec.game_id, spec)
+
+
 def get_game(game_id: str) -> GameSpec:
-    """Look up a game; the error lists the valid ids."""
-    _load_builtin_games()
-    try:
-        return _REGISTRY[game_id]
-    except KeyError:
-        valid = ", ".join(sorted(_REGISTRY)) or "(none)"
-        raise KeyError(f"unknown game {game_id!r}; registered games: {valid}") from None
+    """Look up a game; the error (KeyError) lists the valid ids."""
+    return GAMES.get(game_id)
 
 
 def list_games() -> list[GameSpec]:
-    _load_builtin_games()
-    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+    return [GAMES.get(k) for k in sorted(GAMES)]
 
 
 def make_game(game_id: str, variant: str = "", **options: Any) -> GameEnv:

@@ -24,31 +24,10 @@ log = logging.getLogger(__name__)
 
 
 def build_backend(cfg: PolicyConfig, cache_dir: Path) -> Backend:
-    """Construct the backend named by ``cfg.backend`` (imports its heavy dependencies only then)."""
-    from wolfpack_inference.models import resolve_model
+    """Construct the backend named by ``cfg.backend`` through the ``backends.BACKENDS`` registry."""
+    from wolfpack_inference.backends import build_backend as build
 
-    if cfg.backend == "openai":
-        from wolfpack_inference.backends.openai_backend import OpenAIBackend
-
-        return OpenAIBackend(cfg)
-    path = resolve_model(cfg.model, cache_dir)
-    if cfg.backend == "vllm":
-        from wolfpack_inference.backends.vllm_backend import VLLMBackend
-
-        return VLLMBackend(path, cfg)
-    from wolfpack_inference.backends.transformers_backend import TransformersBackend
-
-    return TransformersBackend(
-        path,
-        version=cfg.version,
-        adapter=cfg.adapter,
-        device=cfg.device,
-        dtype=cfg.dtype,
-        max_batch=cfg.max_batch,
-        batch_wait_ms=cfg.batch_wait_ms,
-        ignore_eos=cfg.ignore_eos,
-        torch_threads=cfg.torch_threads,
-    )
+    return build(cfg, cache_dir)
 
 
 FALLBACK_SUFFIX = "+tiny-fallback"

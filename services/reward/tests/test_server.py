@@ -54,7 +54,7 @@ async def test_score_bargaining_named_spec(
         (
             lambda t: None,
             "werewolf_outcome@7",
-            "unknown reward spec 'werewolf_outcome@7'; specs: scenario_shaped@1",
+            "unknown reward spec 'werewolf_outcome@7'; valid: scenario_shaped@1",
         ),
         (lambda t: setattr(t.game, "game_id", "chess_v1"), "", "no default reward spec for game 'chess_v1'"),
         (lambda t: setattr(t.turns[0], "seat", 7), "", "turn 0 is by seat 7"),

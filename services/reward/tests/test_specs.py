@@ -217,7 +217,7 @@ def test_registry_and_defaults() -> None:
     assert resolve_spec("", "werewolf_v1").key == "werewolf_shaped@1"
     assert resolve_spec("", "bargaining_v1").key == "scenario_shaped@1"
     assert DEFAULT_SPECS["prisoners_dilemma_v1"] == "scenario_shaped@1"
-    with pytest.raises(ScoreError, match=r"unknown reward spec 'nope@1'; specs: .*werewolf_outcome@1"):
+    with pytest.raises(ScoreError, match=r"unknown reward spec 'nope@1'; valid: .*werewolf_outcome@1"):
         get_spec("nope@1")
     with pytest.raises(ScoreError, match="no default reward spec for game 'chess'"):
         resolve_spec("", "chess")

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from wolfpack.registry import Registry
 from wolfpack.v1 import trajectory_pb2
 from wolfpack_games.scenarios import available_families, get_family
 from wolfpack_games.werewolf import GAME_ID as WEREWOLF_GAME_ID
@@ -62,7 +63,8 @@ class RewardSpec:
         return ScoreResult(result.turns, result.seats, result.notes, self.key)
 
 
-SPECS: dict[str, RewardSpec] = {}
+SPECS: Registry[RewardSpec] = Registry("reward spec", error=ScoreError)
+"""``name@version`` -> spec; the shared ``wolfpack.registry`` shape (a miss is INVALID_ARGUMENT)."""
 
 
 def register_spec(
@@ -87,18 +89,12 @@ def add_spec(spec: RewardSpec) -> RewardSpec:
         raise ValueError(f"bad spec name/version {spec.name!r}@{spec.version}")
     if spec.key in SPECS:
         raise ValueError(f"reward spec {spec.key} is already registered")
-    SPECS[spec.key] = spec
-    return spec
+    return SPECS.add(spec.key, spec)
 
 
 def get_spec(name: str) -> RewardSpec:
     """``name@version``, or ``name`` for its latest version; a miss lists the valid names."""
-    if name in SPECS:
-        return SPECS[name]
-    versions = [s for s in SPECS.values() if s.name == name]
-    if "@" not in name and versions:
-        return max(versions, key=lambda s: s.version)
-    raise ScoreError(f"unknown reward spec {name!r}; specs: {', '.join(sorted(SPECS))}")
+    return SPECS.get(name)
 
 
 DEFAULT_SPECS: dict[str, str] = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 
+from wolfpack.registry import Registry
 from wolfpack_games.scenarios.families.base import Family, Tracker
 
 FAMILY_MODULES: dict[str, str] = {
@@ -18,34 +19,35 @@ FAMILY_MODULES: dict[str, str] = {
 }
 FAMILY_NAMES: tuple[str, ...] = tuple(FAMILY_MODULES)
 
-_CACHE: dict[str, Family] = {}
 
-
-def get_family(name: str) -> Family:
-    """The family's singleton rules object; unknown names list the valid ones."""
-    if name not in _CACHE:
-        if name not in FAMILY_MODULES:
-            raise KeyError(f"unknown scenario family {name!r}; families: {', '.join(FAMILY_NAMES)}")
-        module = importlib.import_module(f"{__name__}.{FAMILY_MODULES[name]}")
+def _load_families() -> None:
+    """Import every family module present and register its ``FAMILY`` (a module not built yet is
+    skipped; one that fails to import for another reason is an error)."""
+    for name, module_name in FAMILY_MODULES.items():
+        try:
+            module = importlib.import_module(f"{__name__}.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{module_name}":
+                raise
+            continue
         family = module.FAMILY
         if not isinstance(family, Family):
             raise TypeError(f"{module.__name__}.FAMILY is not a Family")
-        _CACHE[name] = family
-    return _CACHE[name]
+        FAMILIES.add(name, family)
+
+
+FAMILIES: Registry[Family] = Registry("scenario family", loader=_load_families)
+"""Family name -> its rules object; the shared ``wolfpack.registry`` shape."""
+
+
+def get_family(name: str) -> Family:
+    """The family's singleton rules object; unknown names (KeyError) list the valid ones."""
+    return FAMILIES.get(name)
 
 
 def available_families() -> list[str]:
-    """Families whose module is present (the others are listed in FAMILY_MODULES but not built yet)."""
-    out = []
-    for name in FAMILY_NAMES:
-        try:
-            get_family(name)
-        except ModuleNotFoundError as exc:  # only a family module that is absent is skipped
-            if exc.name != f"{__name__}.{FAMILY_MODULES[name]}":
-                raise
-            continue
-        out.append(name)
-    return out
+    """Families whose module is present, in ``FAMILY_NAMES`` order."""
+    return [name for name in FAMILY_NAMES if name in FAMILIES]
 
 
-__all__ = ["FAMILY_NAMES", "Family", "Tracker", "available_families", "get_family"]
+__all__ = ["FAMILIES", "FAMILY_NAMES", "Family", "Tracker", "available_families", "get_family"]

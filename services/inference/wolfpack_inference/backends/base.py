@@ -17,11 +17,15 @@ import abc
 import enum
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from wolfpack.errors import ServiceError
+
+if TYPE_CHECKING:
+    from wolfpack_inference.config import PolicyConfig
 
 
 class ErrorCode(enum.Enum):
@@ -120,6 +124,12 @@ class Backend(abc.ABC):
     max_positions: int = 0
     chat_only: bool = False
     """True for remote chat endpoints: they take messages, template them themselves, return no ids."""
+
+    @classmethod
+    def from_config(cls, cfg: PolicyConfig, cache_dir: Path) -> Backend:
+        """The one constructor every registered backend offers (``backends.BACKENDS``): a policy's
+        config, and the directory where model files are prepared."""
+        raise NotImplementedError(f"{cls.__name__} is not constructible from a PolicyConfig")
 
     @property
     def tokenizer(self) -> Any | None:

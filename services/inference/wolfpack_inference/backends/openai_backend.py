@@ -16,6 +16,7 @@ import logging
 import os
 import random
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from wolfpack_inference.backends.base import (
@@ -38,6 +39,11 @@ _FINISH = {"stop": Finish.STOP, "length": Finish.LENGTH}
 class OpenAIBackend(Backend):
     name = "openai"
     chat_only = True
+
+    @classmethod
+    def from_config(cls, cfg: PolicyConfig, cache_dir: Path) -> OpenAIBackend:
+        """Remote: no model files to prepare."""
+        return cls(cfg)
 
     def __init__(self, cfg: PolicyConfig) -> None:
         import httpx

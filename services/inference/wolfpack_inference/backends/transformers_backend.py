@@ -66,6 +66,7 @@ from wolfpack_inference.backends.base import (
     check_prompt_length,
     validate_tokens,
 )
+from wolfpack_inference.config import PolicyConfig
 from wolfpack_inference.prompts import TextTracker, strip_think
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,16 @@ class TransformersBackend(Backend):
     """A transformers causal LM with a KV cache and a micro-batching queue (see the module docstring)."""
 
     name = "transformers"
+
+    @classmethod
+    def from_config(cls, cfg: PolicyConfig, cache_dir: Path) -> TransformersBackend:
+        from wolfpack_inference.models import resolve_model
+
+        return cls(
+            resolve_model(cfg.model, cache_dir), version=cfg.version, adapter=cfg.adapter, device=cfg.device,
+            dtype=cfg.dtype, max_batch=cfg.max_batch, batch_wait_ms=cfg.batch_wait_ms, ignore_eos=cfg.ignore_eos,
+            torch_threads=cfg.torch_threads,
+        )  # fmt: skip
 
     def __init__(
         self,

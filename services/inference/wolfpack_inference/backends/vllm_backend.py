@@ -105,6 +105,12 @@ def _has_tokenizer(path: str) -> bool:
 class VLLMBackend(Backend):
     name = "vllm"
 
+    @classmethod
+    def from_config(cls, cfg: PolicyConfig, cache_dir: Path) -> VLLMBackend:
+        from wolfpack_inference.models import resolve_model
+
+        return cls(resolve_model(cfg.model, cache_dir), cfg)
+
     def __init__(self, model_path: str, cfg: PolicyConfig) -> None:
         vllm = _vllm()
         from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
