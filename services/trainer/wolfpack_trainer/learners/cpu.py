@@ -70,14 +70,14 @@ class CpuLearner(Learner):
         else:
             self.model = base
             if config.loss.kl_coef > 0:
-                self.ref_model = copy.deepcopy(base).eval().requires_grad_(False)
+                self.ref_model = copy.deepcopy(base).eval().requires_grad_(False)  # type: ignore[no-untyped-call]
         self.value_head: nn.Linear | None = None
         if config.value_head:
             hidden = int(base.config.hidden_size)
             self.value_head = nn.Linear(hidden, 1)
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
-        self.model.to(config.device)
+        self.model.to(config.device)  # type: ignore[arg-type]
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.value_head is not None:
             self.value_head.to(config.device)
@@ -220,7 +220,7 @@ class CpuLearner(Learner):
             loss = loss + loss_cfg.value_coef * vf_loss
             add("critic/vf_loss", float(vf_loss.detach()))
             add("critic/vf_clipfrac", vf_clip)
-        (loss * scale).backward()
+        (loss * scale).backward()  # type: ignore[no-untyped-call]
 
     # --- state ---------------------------------------------------------------------------------------
 
@@ -260,7 +260,7 @@ class CpuLearner(Learner):
             tensors = get_peft_model_state_dict(
                 self.model, adapter_name="default", save_embedding_layers=False
             )
-            cfg = self.model.peft_config["default"].to_dict()  # type: ignore[index,operator]
+            cfg = self.model.peft_config["default"].to_dict()  # type: ignore[index,operator,union-attr]
             text = json.dumps(
                 cfg, sort_keys=True, default=lambda o: sorted(o) if isinstance(o, set) else str(o)
             )
@@ -272,7 +272,7 @@ class CpuLearner(Learner):
         from transformers import AutoTokenizer
 
         directory.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(directory)  # type: ignore[operator]
+        self.model.save_pretrained(directory)  # type: ignore[operator,arg-type]
         if self.config.lora_rank == 0:
             AutoTokenizer.from_pretrained(self.model_path).save_pretrained(directory)
         return directory

@@ -1,0 +1,126 @@
+"""``wolfpack train``: the main job, mounted on the main CLI.
+
+It brings up what is not running (an embedded Redis when ``WOLFPACK_REDIS_URL`` is unset), runs rollouts
+and updates with a progress bar, evaluates on held-out seeds, writes metrics/TensorBoard/plot into the run
+directory and ends with a summary whose last line is the ``learning:`` line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console()
+
+
+def train(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Training config (configs/*.yaml).")],
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(help="Where checkpoints, metrics and plots go (default <run_dir>/train/<name>)."),
+    ] = None,
+    updates: Annotated[int | None, typer.Option(help="Override train.updates.")] = None,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Delete the run directory first (no resume).")
+    ] = False,
+    check: Annotated[bool, typer.Option("--check", help="Validate the config and exit.")] = False,
+) -> None:
+    """Train policies with RL on a game; resumes from the run directory's last checkpoint."""
+    from wolfpack.cli.main import settings_or_exit
+    from wolfpack_trainer.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        console.print(f"[red]{exc}[/]", markup=True, highlight=False)
+        raise typer.Exit(2) from None
+    if check:
+        console.print(f"{config}: ok ({cfg.name}: {cfg.game.id}, {cfg.algo_config().estimator}, "
+                      f"{len(cfg.policies)} policies)")  # fmt: skip
+        return
+    if cfg.rollout.mode == "service":
+        console.print(
+            "[red]rollout.mode: service needs the rollout service's driver; use mode: local here[/]"
+        )
+        raise typer.Exit(2)
+    settings = settings_or_exit()
+    out = run_dir or settings.run_dir / "train" / cfg.name
+    if fresh:
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        redis_url = settings.redis_url
+        if not redis_url:
+            from wolfpack.redis_server import EmbeddedRedis
+
+            server = stack.enter_context(EmbeddedRedis(out / "redis", binary=settings.redis_server_bin))
+            redis_url = server.url
+        _run(cfg, out, redis_url, settings.run_dir / "models", updates)
+
+
+def _run(cfg: object, out: Path, redis_url: str, cache: Path, updates: int | None) -> None:
+    from wolfpack_trainer.config import TrainConfig
+    from wolfpack_trainer.train import learning_line, run_training
+
+    assert isinstance(cfg, TrainConfig)
+    total = updates if updates is not None else cfg.train.updates
+    start = time.monotonic()
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(), console=console,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("updates", total=total)
+        phase = bar.add_task("set-up", total=1)
+
+        def progress(name: str, done: int, of: int) -> None:
+            if name == "train":
+                bar.update(task, completed=done)
+            else:
+                bar.update(phase, description=name, completed=done, total=max(of, 1))
+
+        trainer, evals = run_training(cfg, out, redis_url, cache, progress, updates)
+    elapsed = time.monotonic() - start
+    rows = trainer.metrics.rows()
+    table = Table(title=f"{cfg.name}: {trainer.state.step} updates in {elapsed:.0f} s")
+    table.add_column("update", justify="right")
+    table.add_column("eval reward (95% CI)")
+    table.add_column("eval win rate (95% CI)")
+    for e in evals:
+        table.add_row(
+            str(e.step),
+            f"{e.reward.mean:+.2f} ({e.reward.lo:+.2f}..{e.reward.hi:+.2f})",
+            f"{e.win_rate.mean:.2f} ({e.win_rate.lo:.2f}..{e.win_rate.hi:.2f})",
+        )
+    console.print(table)
+    last = rows[-1] if rows else {}
+    for key in (
+        "actor/ppo_kl",
+        "actor/entropy",
+        "actor/pg_clipfrac",
+        "actor/grad_norm",
+        "mismatch/abs_logprob_diff",
+    ):
+        if key in last:
+            console.print(f"  {key}: {last[key]:.4g}")
+    if trainer.resumed_from is not None:
+        console.print(f"  resumed from the checkpoint of update {trainer.resumed_from}")
+    console.print(
+        f"  trajectories used: {trainer.state.trajectories_used}, stale dropped: {trainer.state.dropped_stale}"
+    )
+    console.print(
+        f"  metrics: {out / 'metrics.jsonl'}  plot: {out / 'curves.png'}  tensorboard: {out / 'tb'}"
+    )
+    console.print(learning_line(cfg.eval.metric, evals[0], evals[-1]), highlight=False)
+
+
+def mount(app: typer.Typer) -> None:
+    app.command("train")(train)

@@ -1,0 +1,262 @@
+"""In-process rollouts for a single machine: the learner's own model plays games and emits real
+``Trajectory`` protos (exact prompt/response ids and sampler logprobs), the same messages the rollout
+service puts on the stream.
+
+Why it exists next to the rollout service: on a 2-core CPU box the demo and the learning-signal test
+cannot afford gRPC hops and a weight push per update for a model this small; playing with the learner's
+current weights is on-policy by construction. ``wolfpack train`` uses the rollout service's driver when
+the config says ``rollout.mode: service``; both paths feed the same ``batch.py``.
+
+Prompts are step-independent: the chat template applied to the seat's current observation text (which
+in scenarios holds the conversation so far). Logprobs follow the Turn convention: log softmax(logits / T)
+at the sampled token, before any truncation. Rewards mirror the reward service's ``scenario_shaped@1``:
+the verifier's result (+1/0/-1) on each seat's last turn, minus ``invalid_penalty`` per invalid turn.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from wolfpack.v1 import common_pb2, trajectory_pb2
+from wolfpack_games import GameEnv, get_game, make_game
+
+
+@dataclass(frozen=True)
+class Generated:
+    token_ids: list[int]
+    logprobs: list[float]
+    finish: int  # common_pb2.FinishReason
+
+
+@torch.no_grad()
+def sample(
+    model: nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_tokens: int,
+    temperature: float,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    generator: torch.Generator | None = None,
+) -> list[Generated]:
+    """Batched sampling with a KV cache, left padding and explicit position ids (so a sequence's
+    positions do not depend on its neighbours' lengths). ``temperature`` 0 is greedy (logprobs at T=1)."""
+    n = len(prompts)
+    if n == 0:
+        return []
+    width = max(len(p) for p in prompts)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    att = torch.zeros((n, width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+        att[i, width - len(p) :] = 1
+    pos = (att.cumsum(1) - 1).clamp(min=0)
+    t = temperature if temperature > 0 else 1.0
+    eos = torch.tensor(list(eos_ids), dtype=torch.long)
+    out_ids: list[list[int]] = [[] for _ in range(n)]
+    out_lp: list[list[float]] = [[] for _ in range(n)]
+    finished = torch.zeros(n, dtype=torch.bool)
+    past = None
+    step_ids, step_pos = ids, pos
+    for _ in range(max_tokens):
+        res = model(
+            input_ids=step_ids,
+            attention_mask=att,
+            position_ids=step_pos,
+            past_key_values=past,
+            use_cache=True,
+        )
+        past = res.past_key_values
+        logp = torch.log_softmax(res.logits[:, -1, :].float() / t, dim=-1)
+        if temperature > 0:
+            nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+        else:
+            nxt = logp.argmax(-1)
+        lp = logp.gather(1, nxt.unsqueeze(1)).squeeze(1)
+        for i in range(n):
+            if not finished[i]:
+                out_ids[i].append(int(nxt[i]))
+                out_lp[i].append(float(lp[i]))
+        finished |= torch.isin(nxt, eos)
+        if bool(finished.all()):
+            break
+        step_ids = nxt.unsqueeze(1)
+        step_pos = step_pos[:, -1:] + 1
+        att = torch.cat([att, torch.ones((n, 1), dtype=torch.long)], dim=1)
+    return [
+        Generated(
+            out_ids[i],
+            out_lp[i],
+            common_pb2.FINISH_REASON_STOP
+            if out_ids[i] and out_ids[i][-1] in set(eos_ids)
+            else common_pb2.FINISH_REASON_LENGTH,
+        )
+        for i in range(n)
+    ]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One episode to play: game, variant, seed, which seats the trainee policies take."""
+
+    game_id: str
+    variant: str
+    seed: int
+    trainee_seats: Mapping[int, str]
+    """seat → policy id; every other seat is played by ``bot``."""
+    trainee_roles: Mapping[str, str] = field(default_factory=dict)
+    """role → policy id, resolved after ``reset`` (Werewolf deals roles by seed); adds to ``trainee_seats``."""
+    bot: str = "heuristic"
+    group_id: str = ""
+    group_size: int = 1
+
+
+@dataclass
+class _Live:
+    task: Task
+    env: GameEnv
+    traj: trajectory_pb2.Trajectory
+    rng: random.Random
+    invalid: dict[int, int] = field(default_factory=dict)
+
+
+PolicyFn = Callable[[str, list[list[int]]], list[Generated]]
+"""(policy id, prompts) → generations: how a batch of trainee decisions is answered."""
+
+
+def play(
+    tasks: Sequence[Task],
+    policy: PolicyFn,
+    tokenizer: Any,
+    *,
+    versions: Mapping[str, int] | None = None,
+    invalid_penalty: float = 0.1,
+    max_steps: int = 200,
+    sampling: common_pb2.SamplingParams | None = None,
+) -> list[trajectory_pb2.Trajectory]:
+    """Play every task to the end, batching the trainee decisions of all episodes at each step."""
+    live = []
+    for task in tasks:
+        env = make_game(task.game_id, task.variant)
+        env.reset(seed=task.seed)
+        if task.trainee_roles:
+            seats = dict(task.trainee_seats)
+            for seat in env.possible_agents:
+                if env.role(seat) in task.trainee_roles:
+                    seats[seat] = task.trainee_roles[env.role(seat)]
+            task = replace(task, trainee_seats=seats)
+        traj = trajectory_pb2.Trajectory(
+            trajectory_id=uuid.uuid4().hex,
+            episode_id=f"local-{task.game_id}-{task.seed}-{uuid.uuid4().hex[:8]}",
+            task_id=f"{task.game_id}/{task.variant}/{task.seed}",
+            seed=task.seed,
+            group_id=task.group_id,
+            group_size=task.group_size,
+            reward_spec="local_scenario_shaped@1",
+        )
+        traj.game.game_id, traj.game.variant = task.game_id, task.variant
+        for seat in env.possible_agents:
+            b = traj.seats.add(seat=seat)
+            if seat in task.trainee_seats:
+                b.policy.policy_id = task.trainee_seats[seat]
+                b.policy.version = (versions or {}).get(task.trainee_seats[seat], 0)
+            else:
+                b.bot = task.bot
+        live.append(_Live(task, env, traj, random.Random(task.seed * 7919 + 1)))
+    for _ in range(max_steps):
+        active = [lv for lv in live if not lv.env.done]
+        if not active:
+            break
+        decisions: dict[str, list[tuple[_Live, int, str, list[int]]]] = {}
+        moves: dict[int, dict[int, Any]] = {id(lv): {} for lv in active}
+        added: dict[int, list[trajectory_pb2.Turn]] = {id(lv): [] for lv in active}
+        for lv in active:
+            bots = get_game(lv.task.game_id).bots
+            for seat in lv.env.acting_seats():
+                if seat in lv.task.trainee_seats:
+                    obs = lv.env.observe(seat).text
+                    ids = tokenizer.apply_chat_template(
+                        [{"role": "user", "content": obs}], add_generation_prompt=True, tokenize=True
+                    )
+                    if not isinstance(ids, list):
+                        ids = list(ids["input_ids"])
+                    decisions.setdefault(lv.task.trainee_seats[seat], []).append((lv, seat, obs, ids))
+                else:
+                    moves[id(lv)][seat] = bots[lv.task.bot](lv.env, seat, lv.rng)
+        for policy_id, items in decisions.items():
+            gens = policy(policy_id, [it[3] for it in items])
+            for (lv, seat, obs, ids), gen in zip(items, gens, strict=True):
+                text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+                t = lv.traj.turns.add(
+                    index=len(lv.traj.turns),
+                    seat=seat,
+                    observation_text=obs,
+                    response_text=text,
+                    finish_reason=gen.finish,  # type: ignore[arg-type]
+                )
+                t.prompt_token_ids.extend(ids)
+                t.response_token_ids.extend(gen.token_ids)
+                t.response_logprobs.extend(gen.logprobs)
+                t.policy.policy_id = policy_id
+                t.policy.version = (versions or {}).get(policy_id, 0)
+                if sampling is not None:
+                    t.sampling.CopyFrom(sampling)
+                moves[id(lv)][seat] = text
+                added[id(lv)].append(t)
+        for lv in active:
+            if not moves[id(lv)]:
+                continue
+            result = lv.env.step(moves[id(lv)])
+            for t in added[id(lv)]:  # this step's trainee turns: valid or not, from the engine's infos
+                info = result.infos.get(t.seat, {})
+                t.valid = not info.get("invalid_reason")
+                t.invalid_reason = str(info.get("invalid_reason", ""))
+                t.defaulted = bool(info.get("defaulted", False))
+    for lv in live:
+        _finish(lv, invalid_penalty)
+    return [lv.traj for lv in live]
+
+
+def _finish(lv: _Live, invalid_penalty: float) -> None:
+    env, traj = lv.env, lv.traj
+    outcome = env.outcome() if env.done else {s: 0 for s in env.possible_agents}
+    winners = [s for s, v in outcome.items() if v > 0]
+    traj.winner = ",".join(env.role(s) for s in winners) if env.done else ""
+    last: dict[int, trajectory_pb2.Turn] = {}
+    for t in traj.turns:
+        pen = invalid_penalty if not t.valid else 0.0
+        if pen:
+            t.reward_components["invalid_penalty"] = -pen
+        t.reward = -pen
+        last[t.seat] = t
+    kinds = {
+        1: common_pb2.OUTCOME_KIND_WIN,
+        0: common_pb2.OUTCOME_KIND_DRAW,
+        -1: common_pb2.OUTCOME_KIND_LOSS,
+    }
+    for seat in env.possible_agents:
+        value = float(outcome.get(seat, 0))
+        if seat in last:
+            last[seat].reward_components["outcome"] = value
+            last[seat].reward += value
+        final = sum(t.reward for t in traj.turns if t.seat == seat) if seat in last else value
+        traj.outcomes.add(
+            seat=seat,
+            role=env.role(seat),
+            team=env.team(seat),
+            outcome=kinds.get(int(value), common_pb2.OUTCOME_KIND_DRAW)
+            if env.done
+            else common_pb2.OUTCOME_KIND_ABORTED,  # type: ignore[arg-type]
+            final_reward=final,
+        )
+    traj.metadata["local"] = "1"
+    traj.policy_versions.extend(
+        {(b.policy.policy_id, b.policy.version): b.policy for b in traj.seats if b.policy.policy_id}.values()
+    )

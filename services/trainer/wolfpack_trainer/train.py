@@ -1,0 +1,473 @@
+"""The training loop: trajectories from the stream in, better policies out. Reads top to bottom.
+
+One update (CleanRL style):
+1. make sure the stream holds this update's episodes (local mode plays them with the learner's weights
+   and appends them; service mode leaves it to the rollout service);
+2. read them through the trainer's consumer group, skip trajectory ids already used (idempotency) and
+   drop those more than ``max_staleness`` versions behind (counted);
+3. token-exact samples (``batch.py``) → advantages (``algos.py``, verl's estimators) → per policy:
+   recompute old logprobs, log their mismatch with the sampler's, truncated IS weights → ``update``;
+4. checkpoint (learners + used ids + versions), *then* ack: a crash before the checkpoint re-delivers
+   the entries to the resumed run, a crash after it finds their ids already used;
+5. every ``push_every`` updates a new policy version (weights to inference in service mode, a versioned
+   directory always); every ``eval.every`` updates the held-out evaluation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+import torch
+
+from wolfpack.stream import Delivery, ProtoStreamConsumer, ProtoStreamProducer
+from wolfpack.v1 import common_pb2, trajectory_pb2
+from wolfpack_trainer import algos
+from wolfpack_trainer.batch import BuildStats, build_samples, collate, split_by_policy
+from wolfpack_trainer.config import TrainConfig
+from wolfpack_trainer.learners.base import Learner, TrainBatch, get_learner
+from wolfpack_trainer.local_rollout import Generated, Task, play, sample
+from wolfpack_trainer.metrics import (
+    Estimate,
+    MetricsWriter,
+    episode_metrics,
+    mean_ci,
+    seat_results,
+    wilson_ci,
+)
+
+MAX_USED_IDS = 200_000
+
+
+@dataclass
+class RunState:
+    """What a checkpoint stores besides the learners: enough to resume without losing or reusing data."""
+
+    step: int = 0
+    versions: dict[str, int] = field(default_factory=dict)
+    used_ids: list[str] = field(default_factory=list)
+    trajectories_used: int = 0
+    dropped_stale: int = 0
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    model_path: str = ""
+
+
+@dataclass
+class EvalResult:
+    step: int
+    reward: Estimate
+    win_rate: Estimate
+
+    def metric(self, name: str) -> Estimate:
+        return self.win_rate if name == "win_rate" else self.reward
+
+
+Progress = Callable[[str, int, int], None]
+"""(phase, done, total): how the loop reports progress (the CLI draws it with rich)."""
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, run_dir: Path, redis_url: str, *, cache_dir: Path) -> None:
+        self.cfg = config
+        self.run_dir = run_dir
+        self.cache_dir = cache_dir
+        self.redis_url = redis_url
+        self.state = RunState()
+        self.metrics = MetricsWriter(run_dir)
+        self.learners: dict[str, Learner] = {}
+        self.tokenizer: Any = None
+        self.progress: Progress = lambda phase, done, total: None
+        self._used: set[str] = set()
+        self._pending_ack: list[Delivery[trajectory_pb2.Trajectory]] = []
+        self.resumed_from: int | None = None
+        self._gen = torch.Generator().manual_seed(config.seed)
+
+    # --- set-up ---------------------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Build (or resume) the learners; warm-start the base model first when configured."""
+        from transformers import AutoTokenizer
+
+        from wolfpack_trainer.learners.cpu import resolve_model_path
+
+        torch.manual_seed(self.cfg.seed)
+        random.seed(self.cfg.seed)
+        resumed = self._latest_checkpoint()
+        if resumed is not None:
+            self.state = RunState(**json.loads((resumed / "state.json").read_text()))
+            self._used = set(self.state.used_ids)
+            self.resumed_from = self.state.step
+        policies = self.cfg.policies
+        base = self.state.model_path or resolve_model_path(policies[0].model, str(self.cache_dir))
+        if not self.state.model_path and self.cfg.warmstart is not None and self.cfg.warmstart.steps > 0:
+            from wolfpack_trainer.warmstart import WarmStartConfig, clone_bot
+
+            ws = self.cfg.warmstart
+            seats = tuple(sorted({s for p in policies for s in p.seats}))
+            wcfg = WarmStartConfig(
+                game_id=self.cfg.game.id,
+                variant=self.cfg.game.variant or "easy",
+                seats=seats,
+                bot=ws.bot,
+                episodes=ws.episodes,
+                steps=ws.steps,
+                lr=ws.lr,
+            )
+            self.progress("warm start", 0, 1)
+            base = clone_bot(base, wcfg, self.cache_dir)
+        self.state.model_path = base
+        self.tokenizer = AutoTokenizer.from_pretrained(base)
+        shared: Learner | None = None
+        for p in policies:
+            if self.cfg.train.share_policy and shared is not None:
+                self.learners[p.id] = shared
+                continue
+            learner = get_learner(p.learner)(self.cfg.learner_config(p, str(self.cache_dir), model=base))
+            if resumed is not None:
+                learner.load(resumed / f"learner-{p.id}")
+            self.learners[p.id] = shared = learner
+            self.state.versions.setdefault(p.id, 0)
+
+    def _latest_checkpoint(self) -> Path | None:
+        pointer = self.run_dir / "checkpoints" / "LATEST"
+        if not pointer.exists():
+            return None
+        path = self.run_dir / "checkpoints" / pointer.read_text().strip()
+        return path if (path / "state.json").exists() else None
+
+    # --- rollouts -------------------------------------------------------------------------------------
+
+    def _policy_fn(self, temperature: float) -> Callable[[str, list[list[int]]], list[Generated]]:
+        eos = [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        if self.tokenizer.eos_token_id is not None:
+            eos.append(int(self.tokenizer.eos_token_id))
+        pad = int(self.tokenizer.pad_token_id or 0)
+
+        def generate(policy_id: str, prompts: list[list[int]]) -> list[Generated]:
+            learner = self.learners[policy_id]
+            with learner.generation_model() as model:  # type: ignore[attr-defined]
+                return sample(
+                    model,
+                    prompts,
+                    max_tokens=self.cfg.rollout.max_tokens,
+                    temperature=temperature,
+                    eos_ids=eos,
+                    pad_id=pad,
+                    generator=self._gen,
+                )
+
+        return generate
+
+    def tasks(
+        self, seeds: Sequence[int], group_size: int, group_prefix: str, bot_mix: bool = True
+    ) -> list[Task]:
+        seats = {s: p.id for p in self.cfg.policies for s in p.seats}
+        roles = {r: p.id for p in self.cfg.policies for r in p.roles}
+        out = []
+        rng = random.Random(hash((self.cfg.seed, group_prefix)))
+        for g, seed in enumerate(seeds):
+            bot = self.cfg.game.bot
+            if bot_mix:
+                draw = rng.random()
+                for mix in self.cfg.rollout.opponents:
+                    if draw < mix.fraction:
+                        bot = mix.bot
+                        break
+                    draw -= mix.fraction
+            for _ in range(group_size):
+                out.append(
+                    Task(
+                        self.cfg.game.id,
+                        self.cfg.game.variant,
+                        seed,
+                        seats,
+                        roles,
+                        bot=bot,
+                        group_id=f"{group_prefix}-{g}" if group_size > 1 else "",
+                        group_size=group_size,
+                    )
+                )
+        return out
+
+    def play_local(self, tasks: list[Task], temperature: float) -> list[trajectory_pb2.Trajectory]:
+        sampling = common_pb2.SamplingParams(
+            max_tokens=self.cfg.rollout.max_tokens, temperature=temperature, logprobs=True
+        )
+        return play(
+            tasks,
+            self._policy_fn(temperature),
+            self.tokenizer,
+            versions=self.state.versions,
+            invalid_penalty=self.cfg.rollout.invalid_penalty,
+            sampling=sampling,
+        )
+
+    # --- evaluation ----------------------------------------------------------------------------------
+
+    def evaluate(self) -> EvalResult:
+        ev = self.cfg.eval
+        seeds = [ev.seed_offset + i for i in range(ev.episodes)]
+        self.progress("eval", 0, ev.episodes)
+        trajs = self.play_local(self.tasks(seeds, 1, "eval", bot_mix=False), ev.temperature)
+        rows = seat_results(trajs)
+        by_episode: dict[int, list[tuple[float, bool]]] = {}
+        for traj in trajs:
+            by_episode[traj.seed] = [(r, w) for _, _, r, w in seat_results([traj])]
+        rewards = [sum(r for r, _ in v) / len(v) for v in by_episode.values() if v]
+        wins = [sum(w for _, w in v) / len(v) for v in by_episode.values() if v]
+        self.progress("eval", ev.episodes, ev.episodes)
+        res = EvalResult(self.state.step, mean_ci(rewards), wilson_ci(round(sum(wins)), len(wins)))
+        if any(0 < w < 1 for w in wins):  # several trainee seats per episode: a mean, not a count
+            res.win_rate = mean_ci(wins)
+        del rows
+        return res
+
+    # --- the loop ------------------------------------------------------------------------------------
+
+    async def run(self, updates: int | None = None) -> list[EvalResult]:
+        cfg = self.cfg
+        total = updates if updates is not None else cfg.train.updates
+        client = aioredis.Redis.from_url(self.redis_url)
+        consumer: ProtoStreamConsumer[trajectory_pb2.Trajectory] = ProtoStreamConsumer(
+            client,
+            cfg.stream.name,
+            cfg.stream.group,
+            "trainer-0",
+            trajectory_pb2.Trajectory,
+            batch=cfg.rollout.episodes_per_update,
+            block_ms=200,
+            claim_idle_ms=cfg.stream.claim_idle_ms,
+        )
+        producer: ProtoStreamProducer[trajectory_pb2.Trajectory] = ProtoStreamProducer(
+            client, cfg.stream.name, lambda t: t.trajectory_id
+        )
+        await consumer.ensure_group()
+        evals = [EvalResult(**_eval_from_json(e)) for e in self.state.evals]
+        try:
+            if not evals:
+                evals.append(self._record_eval(self.evaluate()))
+            while self.state.step < total:
+                step = self.state.step
+                t0 = time.monotonic()
+                deliveries = await self._gather(consumer, producer, step)
+                t_collect = time.monotonic() - t0
+                metrics = self.train_step([d.message for d in deliveries])
+                self.state.step += 1
+                if self.state.step % cfg.train.push_every == 0:
+                    self._publish()
+                if self.state.step % cfg.train.checkpoint_every == 0 or self.state.step == total:
+                    self.checkpoint()
+                    await consumer.ack([*self._pending_ack, *deliveries])
+                    self._pending_ack = []
+                else:
+                    self._pending_ack = [*self._pending_ack, *deliveries]
+                metrics["perf/collect_s"] = t_collect
+                metrics["perf/update_s"] = time.monotonic() - t0 - t_collect
+                self.metrics.log(self.state.step, metrics)
+                self.progress("train", self.state.step, total)
+                if self.state.step % cfg.eval.every == 0 or self.state.step == total:
+                    evals.append(self._record_eval(self.evaluate()))
+                    self.checkpoint()
+        finally:
+            await client.aclose()
+            self.metrics.write_csv()
+            self.metrics.plot()
+            self.metrics.close()
+        return evals
+
+    def _record_eval(self, res: EvalResult) -> EvalResult:
+        self.state.evals = [e for e in self.state.evals if e["step"] != res.step] + [_eval_to_json(res)]
+        self.metrics.log(
+            res.step,
+            {
+                "eval/reward_mean": res.reward.mean,
+                "eval/reward_lo": res.reward.lo,
+                "eval/reward_hi": res.reward.hi,
+                "eval/win_rate": res.win_rate.mean,
+                "eval/win_rate_lo": res.win_rate.lo,
+                "eval/win_rate_hi": res.win_rate.hi,
+            },
+        )
+        return res
+
+    async def _gather(
+        self,
+        consumer: ProtoStreamConsumer[trajectory_pb2.Trajectory],
+        producer: ProtoStreamProducer[trajectory_pb2.Trajectory],
+        step: int,
+    ) -> list[Delivery[trajectory_pb2.Trajectory]]:
+        """This update's deliveries: whatever the stream holds (re-deliveries after a crash first), topped
+        up by playing this update's episodes locally when the stream runs dry."""
+        need = self.cfg.rollout.episodes_per_update
+        got: dict[str, Delivery[trajectory_pb2.Trajectory]] = {}
+        skip: list[Delivery[trajectory_pb2.Trajectory]] = []
+        produced = False
+        idle_reads = 0
+        while len(got) < need:
+            batch = await consumer.read()
+            for d in batch:
+                if d.message_id in self._used or d.message_id in got:
+                    skip.append(d)  # used by a committed update (crash between checkpoint and ack)
+                elif self._stale(d.message):
+                    self.state.dropped_stale += 1
+                    skip.append(d)
+                else:
+                    got[d.message_id] = d
+            if batch:
+                idle_reads = 0
+                continue
+            idle_reads += 1
+            if not produced and idle_reads * 200 < 5 * self.cfg.stream.claim_idle_ms + 2000:
+                unclaimed = await consumer.pending_count() - len(got) - len(skip) - len(self._pending_ack)
+                if unclaimed > 0:
+                    continue  # read before a crash and never acked: wait until they are reclaimed
+            if self.cfg.rollout.mode == "local" and not produced:
+                groups = need // self.cfg.rollout.group_size
+                seeds = [step * groups + g for g in range(groups)]
+                self.progress("rollout", 0, need)
+                trajs = self.play_local(
+                    self.tasks(seeds, self.cfg.rollout.group_size, f"u{step}"), self.cfg.rollout.temperature
+                )
+                await producer.append_many(trajs)
+                produced = True
+            elif produced and idle_reads > 50:
+                break  # fewer than planned survived the filters: train on what there is
+        if skip:
+            await consumer.ack(skip)
+        return list(got.values())
+
+    def _stale(self, traj: trajectory_pb2.Trajectory) -> bool:
+        bound = self.cfg.train.max_staleness
+        for t in traj.turns:
+            pid = t.policy.policy_id
+            if pid in self.state.versions and self.state.versions[pid] - t.policy.version > bound:
+                return True
+        return False
+
+    def train_step(self, trajectories: Sequence[trajectory_pb2.Trajectory]) -> dict[str, float]:
+        """One update of every policy on ``trajectories``; returns the step's metrics."""
+        t0 = time.monotonic()
+        stats = BuildStats()
+        pad = int(self.tokenizer.pad_token_id or 0) if self.tokenizer is not None else 0
+        samples = build_samples(trajectories, self.cfg.batch_config(pad), stats)
+        metrics: dict[str, float] = episode_metrics(trajectories)
+        metrics.update(
+            {"batch/samples": float(stats.samples), "batch/dropped_too_long": float(stats.dropped_too_long)}
+        )
+        metrics["staleness/dropped_total"] = float(self.state.dropped_stale)
+        lags = [
+            self.state.versions.get(t.policy.policy_id, 0) - t.policy.version
+            for tr in trajectories
+            for t in tr.turns
+            if t.policy.policy_id
+        ]
+        if lags:
+            metrics["staleness/mean_versions"] = sum(lags) / len(lags)
+        tokens = 0
+        for policy_id, own in split_by_policy(samples).items():
+            learner = self.learners.get(policy_id)
+            if learner is None:
+                continue
+            batch = collate(own, pad)
+            adv = algos.compute_advantages(batch, own, self.cfg.algo_config())
+            m = self._update(learner, batch, adv)
+            tokens += int(batch.response_mask.sum())
+            for k, v in {**adv.metrics, **m}.items():
+                metrics[k if len(self.learners) == 1 else f"{policy_id}/{k}"] = v
+                metrics.setdefault(k, v)
+        for traj in trajectories:
+            self._used.add(traj.trajectory_id)
+            self.state.used_ids.append(traj.trajectory_id)
+        self.state.used_ids = self.state.used_ids[-MAX_USED_IDS:]
+        self.state.trajectories_used += len(trajectories)
+        metrics["perf/train_tokens_per_s"] = tokens / max(time.monotonic() - t0, 1e-9)
+        metrics["batch/trajectories"] = float(len(trajectories))
+        return metrics
+
+    def _update(self, learner: Learner, batch: TrainBatch, adv: algos.Advantages) -> dict[str, float]:
+        """verl's recompute mode: old logprobs from the learner before the update (the ratio's anchor);
+        the sampler's logprobs only enter through truncated IS weights and the mismatch metric."""
+        loss = learner.config.loss
+        batch.advantages = adv.advantages
+        batch.returns = adv.returns
+        batch.old_log_probs = learner.compute_log_probs(batch)
+        metrics = algos.logprob_mismatch(batch.old_log_probs, batch.rollout_log_probs, batch.response_mask)
+        if loss.tis_cap > 0:
+            batch.is_weights = algos.truncated_is_weights(
+                batch.old_log_probs, batch.rollout_log_probs, batch.response_mask, loss.tis_cap
+            )
+        if loss.kl_coef > 0:
+            batch.ref_log_prob = learner.compute_ref_log_probs(batch)
+        if self.cfg.algo_config().estimator == "gae":
+            batch.values = learner.compute_values(batch)
+        metrics.update(learner.update(batch))
+        return metrics
+
+    def _publish(self) -> None:
+        """A new version of each policy: a versioned directory (inference can load it by path)."""
+        seen: set[int] = set()
+        for pid, learner in self.learners.items():
+            self.state.versions[pid] = self.state.versions.get(pid, 0) + 1
+            if id(learner) in seen:
+                continue
+            seen.add(id(learner))
+
+    def checkpoint(self) -> Path:
+        """Write learners + state to a new directory, then atomically point LATEST at it."""
+        root = self.run_dir / "checkpoints"
+        name = f"update_{self.state.step:06d}"
+        tmp = root / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for pid, learner in self.learners.items():
+            learner.save(tmp / f"learner-{pid}")
+        self.state.used_ids = self.state.used_ids[-MAX_USED_IDS:]
+        (tmp / "state.json").write_text(json.dumps(self.state.__dict__))
+        final = root / name
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        pointer = root / "LATEST.tmp"
+        pointer.write_text(name)
+        os.replace(pointer, root / "LATEST")
+        for old in sorted(root.glob("update_*"))[:-2]:  # keep the last two
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+
+def _eval_to_json(res: EvalResult) -> dict[str, Any]:
+    return {"step": res.step, "reward": res.reward.__dict__, "win_rate": res.win_rate.__dict__}
+
+
+def _eval_from_json(d: dict[str, Any]) -> dict[str, Any]:
+    return {"step": d["step"], "reward": Estimate(**d["reward"]), "win_rate": Estimate(**d["win_rate"])}
+
+
+def learning_line(metric: str, first: EvalResult, last: EvalResult) -> str:
+    """``learning: <metric> <initial> -> <final> on <n> held-out episodes (95% CI <lo>..<hi>)``."""
+    a, b = first.metric(metric), last.metric(metric)
+    return f"learning: {metric} {a.mean:.2f} -> {b.mean:.2f} on {b.n} held-out episodes (95% CI {b.lo:.2f}..{b.hi:.2f})"
+
+
+def run_training(
+    config: TrainConfig,
+    run_dir: Path,
+    redis_url: str,
+    cache_dir: Path,
+    progress: Progress | None = None,
+    updates: int | None = None,
+) -> tuple[Trainer, list[EvalResult]]:
+    trainer = Trainer(config, run_dir, redis_url, cache_dir=cache_dir)
+    if progress is not None:
+        trainer.progress = progress
+    trainer.setup()
+    evals = asyncio.run(trainer.run(updates))
+    return trainer, evals
