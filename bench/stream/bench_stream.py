@@ -7,8 +7,9 @@ Redis itself bounds both. Each cell moves ``--messages`` Trajectory protos of ~2
 - producer, raw: serialize each message and ``XADD`` it in a redis-py pipeline (one round trip per batch);
 - producer, project: ``ProtoStreamProducer.append_many`` (Lua: dedup by message id, trim what every group
   acked, backpressure check, ``XADD``; one round trip per batch);
-- consumer, raw: ``XREADGROUP COUNT batch`` + parse each proto + ``XACK`` the batch; "bytes only" skips
-  the parse (shown for reference);
+- consumer, raw: ``XREADGROUP COUNT batch`` + parse each proto (the batch's messages are kept until the
+  ack, as a consumer that processes a batch keeps them) + ``XACK`` the batch; "bytes only" skips the
+  parse (shown for reference);
 - consumer, project: ``ProtoStreamConsumer.read`` + ``ack`` (dedup, malformed check, per-entry counts).
 
 Raw and project cells alternate for several rounds (the order flips every round) and each ratio divides a
@@ -76,11 +77,12 @@ async def raw_consume(client: aioredis.Redis, stream: str, n: int, batch: int, p
     while got < n:
         resp = await client.xreadgroup(GROUP, "raw", {stream: ">"}, count=batch)
         entries = resp[0][1]
-        if parse:
-            for _entry_id, fields in entries:
-                Trajectory.FromString(fields[b"data"])
+        # The batch is handed to processing, then acked: its messages live until the ack, as with the
+        # project consumer's deliveries.
+        messages = [Trajectory.FromString(fields[b"data"]) for _e, fields in entries] if parse else []
         await client.xack(stream, GROUP, *[e[0] for e in entries])
         got += len(entries)
+        del messages  # processed and acked
 
 
 async def project_consume(client: aioredis.Redis, stream: str, n: int, batch: int) -> None:
