@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import inspect
 import json
 import logging
@@ -231,18 +230,6 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
-def tune_gc() -> None:
-    """Freeze what start-up allocated (modules, stubs, registries) out of the cyclic collector and
-    collect the youngest generation less often. A server allocates many short-lived objects per
-    request (protos, result records); with the default threshold (700) the collector runs every few
-    requests and re-walks the start-up heap on each older-generation pass. On the environment
-    service's batched play path this measured within noise of the defaults once finished games stopped
-    leaving reference cycles (``GameEnv.close``), and a few percent faster before; it costs nothing."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
-
-
 async def serve(
     service: str,
     registrar: Registrar,
@@ -251,8 +238,9 @@ async def serve(
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Run ``service`` until SIGTERM/SIGINT, then drain in-flight calls for ``grpc_grace_s`` and exit."""
+    # No GC tuning (gc.freeze, higher thresholds): it measured within noise on the environment's batched
+    # play path and the inference service path (bench/results/2026-11-26-*), so it is not carried.
     running = await start_server(service, registrar, settings, address)
-    tune_gc()
     stop = stop_on_signals()
     try:
         await stop.wait()

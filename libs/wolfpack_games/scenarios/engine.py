@@ -72,7 +72,8 @@ class ScenarioGame(GameEnv):
         return self._tracker
 
     @property
-    def sc(self) -> Scenario:
+    def active_scenario(self) -> Scenario:
+        """The scenario being played (``scenario`` once ``reset`` chose it)."""
         if self.scenario is None:
             raise RuntimeError("call reset() first")
         return self.scenario
@@ -140,7 +141,7 @@ class ScenarioGame(GameEnv):
         tracker = self.tracker
         if seat not in tracker.acting():
             return None, "it is not your turn"
-        msg = self.family.parse(self.sc, action.text)
+        msg = self.family.parse(self.active_scenario, action.text)
         error = msg.error or tracker.check(seat, msg)
         if error:
             return None, error
@@ -155,12 +156,12 @@ class ScenarioGame(GameEnv):
             )
         if kind not in tracker.legal_kinds(seat):
             return None, "a formal statement is required now (" + self.family.instructions(
-                self.sc, seat
+                self.active_scenario, seat
             ) + ")"
         return msg, ""
 
     def parse(self, seat: int, text: str) -> ParseResult:
-        msg = self.family.parse(self.sc, text)
+        msg = self.family.parse(self.active_scenario, text)
         error = msg.error
         if not error and seat in self.tracker.acting():
             error = self.tracker.check(seat, msg)
@@ -170,7 +171,7 @@ class ScenarioGame(GameEnv):
 
     def default_action(self, seat: int) -> Action:
         text = self.tracker.default_text(seat)
-        msg = self.family.parse(self.sc, text)
+        msg = self.family.parse(self.active_scenario, text)
         return Action("final" if msg.keyword else "say", text=text)
 
     def step(self, actions: Mapping[int, Action | str]) -> StepResult:
@@ -210,7 +211,7 @@ class ScenarioGame(GameEnv):
                 }
             self._apply(seat, action.text, msg)
         if self.tracker.done and self.result is None:
-            self.result = verify(self.sc, self.transcript)
+            self.result = verify(self.active_scenario, self.transcript)
             self._event("outcome", "public", text=self.result.reason)
         return self._result(infos)
 
@@ -255,20 +256,20 @@ class ScenarioGame(GameEnv):
         if self.result is None:
             if not self.done:
                 return {s: 0 for s in self.possible_agents}
-            self.result = verify(self.sc, self.transcript)
+            self.result = verify(self.active_scenario, self.transcript)
         return dict(self.result.outcomes)
 
     def winner(self) -> str:
         if not self.done:
             return ""
         winners = [s for s, v in self.outcome().items() if v > 0]
-        return ",".join(self.sc.players[s].role for s in winners)
+        return ",".join(self.active_scenario.players[s].role for s in winners)
 
     def role(self, seat: int) -> str:
-        return self.sc.players[seat].role
+        return self.active_scenario.players[seat].role
 
     def team(self, seat: int) -> str:
-        return self.sc.players[seat].role
+        return self.active_scenario.players[seat].role
 
     # ------------------------------------------------------------------ observations
     def observe(self, seat: int) -> Observation:
@@ -280,7 +281,7 @@ class ScenarioGame(GameEnv):
             round=tracker.turns // max(1, tracker.n) + 1,
             your_turn=seat in acting,
             done=self.done,
-            role=self.sc.players[seat].role,
+            role=self.active_scenario.players[seat].role,
             legal_actions=self.legal_actions(seat),
             turn_id=tracker.turns,
             feedback=self._feedback.get(seat, ""),
@@ -306,7 +307,7 @@ def _message_for(game: ScenarioGame, viewer: int | None, seat: int, msg: ParsedM
 
 def render_observation(game: ScenarioGame, seat: int) -> str:
     """English observation for ``seat``: public facts, only this seat's private brief, the dialogue."""
-    sc, tracker = game.sc, game.tracker
+    sc, tracker = game.active_scenario, game.tracker
     me = sc.players[seat]
     lines = [
         f"{game.family.title} — you are {me.name} ({me.role}).",
@@ -354,7 +355,7 @@ def render_transcript(game: ScenarioGame) -> str:
 
     Deterministic: the same seed and bots give byte-identical text.
     """
-    sc, tracker = game.sc, game.tracker
+    sc, tracker = game.active_scenario, game.tracker
     lines = [
         f"{game.game_id} · scenario {sc.id} · {sc.difficulty} · split {sc.split}",
         f"Theory: {game.family.theory}",

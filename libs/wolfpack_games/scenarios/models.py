@@ -103,19 +103,19 @@ class Scenario(BaseModel):
         return None
 
     # Typed accessors: params are a JSON-ish union, families read them through these checks.
-    def pint(self, key: str) -> int:
+    def param_int(self, key: str) -> int:
         return as_int(self.params[key], key)
 
-    def pnum(self, key: str) -> float:
+    def param_num(self, key: str) -> float:
         return as_num(self.params[key], key)
 
-    def pstrs(self, key: str) -> list[str]:
+    def param_strs(self, key: str) -> list[str]:
         return as_strs(self.params[key], key)
 
-    def prv_int(self, seat: int, key: str) -> int:
+    def private_int(self, seat: int, key: str) -> int:
         return as_int(self.players[seat].private[key], key)
 
-    def prv(self, seat: int, key: str) -> ParamValue:
+    def private_value(self, seat: int, key: str) -> ParamValue:
         return self.players[seat].private[key]
 
 

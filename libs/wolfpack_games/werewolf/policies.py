@@ -2,13 +2,15 @@
 
 Why these two: ``random`` is the cheapest legal-action sampler (the throughput benchmark and fuzzing
 driver); ``heuristic`` is a sane baseline opponent for RL that only reads ``env.knowledge(seat)`` —
-never hidden state — so it plays fair. Bot wolf-chat lines carry a unique ``wolfchat-<hex>`` marker
-so the leak tests can prove wolf chat never reaches a non-wolf.
+never hidden state — so it plays fair. Their speeches are plain text people can read in transcripts;
+the leak tests wrap a bot in ``marked``, which tags each wolf-chat line with a unique
+``wolfchat-<hex>`` marker, to prove wolf chat never reaches a non-wolf.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from functools import lru_cache
 
 from wolfpack_games.base import Action, GameEnv, LegalAction
@@ -31,6 +33,9 @@ from wolfpack_games.werewolf.models import (
 )
 
 WOLF_CHAT_MARKER = "wolfchat-"
+"""Prefix of the marker ``marked`` bots put on wolf-chat lines (leak tests only)."""
+
+Bot = Callable[[GameEnv, int, random.Random], Action]
 
 _TEMPLATES = {
     "en": (
@@ -62,16 +67,30 @@ def _speeches(language: str, n: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _wolf_chat(env: GameEnv, rng: random.Random, target: int) -> str:
+def _wolf_chat(env: GameEnv, target: int) -> str:
     lang = env.config.language if isinstance(env, WerewolfEnv) else "en"
-    mark = f"{WOLF_CHAT_MARKER}{rng.getrandbits(48):012x}"
     if lang == "zh":
-        return f"{mark} 今晚刀{target + 1}号。"
-    return f"{mark} Let's kill Player {target + 1} tonight."
+        return f"今晚刀{target + 1}号。"
+    return f"Let's kill Player {target + 1} tonight."
+
+
+def marked(bot: Bot) -> Bot:
+    """``bot`` with a unique ``wolfchat-<hex>`` marker (``WOLF_CHAT_MARKER`` + 12 hex digits) at the start
+    of each wolf-chat line, drawn from its own RNG stream so the game plays as with ``bot``. For leak
+    tests: a marker seen by a non-wolf proves wolf chat leaked."""
+
+    def play(env: GameEnv, seat: int, rng: random.Random) -> Action:
+        action = bot(env, seat, rng)
+        if isinstance(env, WerewolfEnv) and env.phase == PH_WOLF_CHAT and action.kind == K_SPEAK:
+            tag = random.Random(f"{seat}:{len(env.events)}:{action.text}").getrandbits(48)
+            return Action(action.kind, action.target, f"{WOLF_CHAT_MARKER}{tag:012x} {action.text}")
+        return action
+
+    return play
 
 
 def random_bot(env: GameEnv, seat: int, rng: random.Random) -> Action:
-    """A uniformly random legal action; speeches are short templates (wolf chat carries a marker)."""
+    """A uniformly random legal action; speeches are short templates."""
     legal = env.legal_actions(seat)
     if not legal:
         return Action(K_PASS)
@@ -79,7 +98,7 @@ def random_bot(env: GameEnv, seat: int, rng: random.Random) -> Action:
     if la.needs_text:
         if isinstance(env, WerewolfEnv):
             if env.phase == PH_WOLF_CHAT:
-                return Action(K_SPEAK, None, _wolf_chat(env, rng, rng.randrange(env.n)))
+                return Action(K_SPEAK, None, _wolf_chat(env, rng.randrange(env.n)))
             return Action(K_SPEAK, None, rng.choice(_speeches(env.config.language, env.n)))
         return Action(la.kind, None, "...")
     if la.targets:
@@ -148,7 +167,7 @@ def _speech(env: WerewolfEnv, k: Knowledge, rng: random.Random) -> str:
     if env.phase == PH_WOLF_CHAT:
         mates = set(k.wolf_teammates)
         non_wolves = tuple(s for s, a in enumerate(k.alive) if a and s not in mates and s != k.seat)
-        return _wolf_chat(env, rng, _wolf_pick(k, non_wolves) if non_wolves else k.seat)
+        return _wolf_chat(env, _wolf_pick(k, non_wolves) if non_wolves else k.seat)
     if k.role == SEER and k.seer_results:
         if zh:
             checks = "".join(

@@ -161,7 +161,7 @@ def test_heuristic_vs_heuristic_seed3_reaches_verified_agreement() -> None:
     env = make_game("bargaining_v1", "medium")
     play(env, heuristic_bot, seed=3)
     assert env.done
-    result = verify(env.sc, env.transcript)
+    result = verify(env.active_scenario, env.transcript)
     assert result.outcomes == env.outcome()
     assert result.details["deal"] is not None
     assert all(v >= 0 for v in result.outcomes.values())

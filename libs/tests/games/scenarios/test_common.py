@@ -76,7 +76,7 @@ def test_engine_scores_exactly_the_moves_played(family: str) -> None:
         assert env.outcome() == {s: 0 for s in env.possible_agents}  # no verdict before the end
         play(env, _recording(heuristic_bot, sent), seed=seed)
         assert env.done and sent
-        assert env.outcome() == verify(env.sc, sent).outcomes  # type: ignore[attr-defined]
+        assert env.outcome() == verify(env.active_scenario, sent).outcomes  # type: ignore[attr-defined]
         assert render_transcript(env).endswith("\n")  # type: ignore[arg-type]
 
 
@@ -84,7 +84,7 @@ def test_engine_scores_exactly_the_moves_played(family: str) -> None:
 def test_observations_never_leak_other_private_briefs(family: str) -> None:
     env = make_game(get_family(family).game_id, "medium")
     play(env, heuristic_bot, seed=5)
-    sc = env.sc  # type: ignore[attr-defined]
+    sc = env.active_scenario  # type: ignore[attr-defined]
     for p in sc.players:
         text = env.observe(p.seat).text
         assert p.brief in text

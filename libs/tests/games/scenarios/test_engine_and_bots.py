@@ -48,7 +48,7 @@ def test_passed_scenario_overrides_generation() -> None:
     sc = generate_scenario("bargaining", 42, "hard")
     env = make_game("bargaining_v1", "easy")
     env.reset(seed=0, options={"scenario": sc.model_dump(mode="json")})
-    assert env.sc == sc  # type: ignore[attr-defined]
+    assert env.active_scenario == sc  # type: ignore[attr-defined]
 
 
 def test_public_goods_contributions_are_sealed_until_everyone_contributed() -> None:
@@ -103,7 +103,7 @@ def _nonneg(env: GameEnv) -> bool:
 
 def _detail(key: str) -> Callable[[GameEnv], bool]:
     def success(env: GameEnv) -> bool:
-        return bool(verify(env.sc, env.transcript).details[key])  # type: ignore[attr-defined]
+        return bool(verify(env.active_scenario, env.transcript).details[key])  # type: ignore[attr-defined]
 
     return success
 
@@ -120,7 +120,7 @@ GOALS: dict[str, Callable[[GameEnv], bool]] = {
     "trust_v1": _nonneg,
     "ultimatum_v1": _detail("accepted"),
     "coalition_v1": _detail("coalition"),
-    "bargaining_v1": lambda env: verify(env.sc, env.transcript).details["deal"] is not None,  # type: ignore[attr-defined]
+    "bargaining_v1": lambda env: verify(env.active_scenario, env.transcript).details["deal"] is not None,  # type: ignore[attr-defined]
 }
 
 

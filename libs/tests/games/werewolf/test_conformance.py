@@ -29,6 +29,7 @@ from wolfpack_games.werewolf import (
     replay,
 )
 from wolfpack_games.werewolf.models import PRESET_DIR
+from wolfpack_games.werewolf.policies import WOLF_CHAT_MARKER, marked
 
 VARIANTS = ("6p", "9p", "12p")
 BOTS = {"random": random_bot, "heuristic": heuristic_bot}
@@ -81,12 +82,21 @@ def test_determinism_events_and_transcript(variant: str, language: str) -> None:
 
 def test_transcript_language_and_public_only() -> None:
     env = WerewolfEnv("12p")
-    play(env, random_bot, seed=3)
+    play(env, marked(random_bot), seed=3)
     en, zh = render_transcript(env, "en"), render_transcript(env, "zh")
     assert "Night 1" in en and "第1夜" in zh
     public = render_transcript(env, include_private=False)
-    assert "wolfchat-" in en and "wolfchat-" not in public
+    assert WOLF_CHAT_MARKER in en and WOLF_CHAT_MARKER not in public
     assert "Roles:" not in public
+
+
+@pytest.mark.parametrize("bot", [random_bot, heuristic_bot])
+def test_bots_write_no_test_markers_into_transcripts(bot: object) -> None:
+    """Transcripts are read by people: only ``marked`` (leak tests) tags wolf chat."""
+    env = WerewolfEnv("9p")
+    play(env, bot, seed=4)  # type: ignore[arg-type]
+    transcript = render_transcript(env, "en")
+    assert "Let's kill Player" in transcript and WOLF_CHAT_MARKER not in transcript
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from wolfpack_games.base import Action, Observation
 from wolfpack_games.werewolf import WerewolfEnv, random_bot
-from wolfpack_games.werewolf.policies import WOLF_CHAT_MARKER
+from wolfpack_games.werewolf.policies import WOLF_CHAT_MARKER, marked
 from wolfpack_games.werewolf.render import load_pack
+
+MARKED_RANDOM = marked(random_bot)  # tags every wolf-chat line with a unique WOLF_CHAT_MARKER
 
 # Phrases that only appear in private event lines (per language): who may see them.
 PRIVATE_PHRASES: dict[str, dict[str, tuple[str, ...]]] = {
@@ -176,7 +178,7 @@ def run_game(variant: str, seed: int, lang: str, p_garbage: float, options: dict
         acting = env.acting_seats()
         actions: dict[int, Action | str] = {}
         for s in acting:
-            actions[s] = rng.choice(GARBAGE) if rng.random() < p_garbage else random_bot(env, s, rng)
+            actions[s] = rng.choice(GARBAGE) if rng.random() < p_garbage else MARKED_RANDOM(env, s, rng)
         result = env.step(actions)
         n_events = len(env.events)
         for s, obs in result.observations.items():
@@ -240,7 +242,7 @@ def test_end_of_game_reveals_roles_to_all() -> None:
     env.reset(seed=2)
     rng = random.Random(2)
     while not env.done:
-        env.step({s: random_bot(env, s, rng) for s in env.acting_seats()})
+        env.step({s: MARKED_RANDOM(env, s, rng) for s in env.acting_seats()})
     for s in range(6):
         k = env.knowledge(s)
         assert k.known_roles == dict(enumerate(env.roles))

@@ -73,15 +73,15 @@ def _to_hundred(weights: list[float]) -> list[int]:
 
 
 def values_of(scenario: Scenario, seat: int) -> dict[str, int]:
-    return as_int_map(scenario.prv(seat, "values"), "values")
+    return as_int_map(scenario.private_value(seat, "values"), "values")
 
 
 def maximin_allocation(scenario: Scenario) -> dict[str, int]:
     """Brute force: the allocation maximising the lowest utility relative to reservations (ties: lexicographic)."""
-    items = scenario.pstrs("items")
+    items = scenario.param_strs("items")
     seats = range(scenario.num_players)
     vals = [values_of(scenario, s) for s in seats]
-    res = [scenario.prv_int(s, "reservation") for s in seats]
+    res = [scenario.private_int(s, "reservation") for s in seats]
     best: tuple[float, tuple[int, ...]] | None = None
     for owners in itertools.product(seats, repeat=len(items)):
         util = [0] * scenario.num_players
@@ -168,7 +168,7 @@ class AllocationTracker(Tracker):
             )
         utils = {s: self.utility(s, self.agreement) for s in range(self.n)}
         outcomes = {
-            s: threshold_outcome(utils[s], sc.prv_int(s, "target"), sc.prv_int(s, "reservation"))
+            s: threshold_outcome(utils[s], sc.private_int(s, "target"), sc.private_int(s, "reservation"))
             for s in range(self.n)
         }
         return VerificationResult(
@@ -242,18 +242,18 @@ class Allocation(Family):
         )
 
     def check(self, scenario: Scenario) -> None:
-        items = scenario.pstrs("items")
+        items = scenario.param_strs("items")
         if len(set(items)) != len(items) or not items:
             raise ValueError("items must be distinct and non-empty")
         for s in range(scenario.num_players):
             vals = values_of(scenario, s)
             if set(vals) != set(items) or any(v < 0 for v in vals.values()):
                 raise ValueError(f"seat {s} must value every item with a non-negative int")
-            if not 0 <= scenario.prv_int(s, "reservation") <= scenario.prv_int(s, "target"):
+            if not 0 <= scenario.private_int(s, "reservation") <= scenario.private_int(s, "target"):
                 raise ValueError("0 <= reservation <= target")
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
-        items = {i.lower(): i for i in scenario.pstrs("items")}
+        items = {i.lower(): i for i in scenario.param_strs("items")}
         owners: dict[str, int] = {}
         for key, value in parse_mapping(rest):
             item = items.get(key.lower())
@@ -265,10 +265,10 @@ class Allocation(Family):
             if item in owners and owners[item] != seat:
                 raise StatementError(f"contradictory allocation: {item} given to two players")
             owners[item] = seat
-        missing = [i for i in scenario.pstrs("items") if i not in owners]
+        missing = [i for i in scenario.param_strs("items") if i not in owners]
         if missing:
             raise StatementError(f"incomplete allocation: missing {', '.join(missing)}")
-        return {i: owners[i] for i in scenario.pstrs("items")}
+        return {i: owners[i] for i in scenario.param_strs("items")}
 
     def tracker(self, scenario: Scenario) -> AllocationTracker:
         return AllocationTracker(scenario)
@@ -290,7 +290,7 @@ class Allocation(Family):
         assert isinstance(tracker, AllocationTracker)
         sc = tracker.scenario
         vals = values_of(sc, seat)
-        target, res = sc.prv_int(seat, "target"), sc.prv_int(seat, "reservation")
+        target, res = sc.private_int(seat, "target"), sc.private_int(seat, "reservation")
         progress = tracker.turns / sc.max_turns
         demand = round(target - (target - res) * min(1.0, 1.5 * progress))
         standing = tracker.standing
@@ -314,7 +314,7 @@ class Allocation(Family):
             else:
                 owners[item] = others[k % len(others)]
                 k += 1
-        ordered = {i: owners[i] for i in sc.pstrs("items")}
+        ordered = {i: owners[i] for i in sc.param_strs("items")}
         return "How about this?\n" + format_allocation(sc, ordered)
 
     def random_move(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
@@ -330,7 +330,7 @@ class Allocation(Family):
             return "ACCEPT"
         if pick == "reject":
             return "REJECT"
-        owners = {i: rng.randrange(sc.num_players) for i in sc.pstrs("items")}
+        owners = {i: rng.randrange(sc.num_players) for i in sc.param_strs("items")}
         return format_allocation(sc, owners)
 
 

@@ -94,8 +94,8 @@ class BargainingTracker(Tracker):
                 details={"deal": None, "turns": self.turns},
             )
         p = self.deal
-        b_res, b_tgt = sc.prv_int(BUYER, "reservation"), sc.prv_int(BUYER, "target")
-        s_res, s_tgt = sc.prv_int(SELLER, "reservation"), sc.prv_int(SELLER, "target")
+        b_res, b_tgt = sc.private_int(BUYER, "reservation"), sc.private_int(BUYER, "target")
+        s_res, s_tgt = sc.private_int(SELLER, "reservation"), sc.private_int(SELLER, "target")
         buyer = 1 if p <= b_tgt else 0 if p <= b_res else -1
         seller = 1 if p >= s_tgt else 0 if p >= s_res else -1
         return VerificationResult(
@@ -171,9 +171,9 @@ class Bargaining(Family):
             raise ValueError("bargaining needs exactly 2 players")
         if [p.role for p in scenario.players] != ["buyer", "seller"]:
             raise ValueError("bargaining seats are buyer then seller")
-        b_res, b_tgt = scenario.prv_int(BUYER, "reservation"), scenario.prv_int(BUYER, "target")
-        s_res, s_tgt = scenario.prv_int(SELLER, "reservation"), scenario.prv_int(SELLER, "target")
-        cap = scenario.pint("cap")
+        b_res, b_tgt = scenario.private_int(BUYER, "reservation"), scenario.private_int(BUYER, "target")
+        s_res, s_tgt = scenario.private_int(SELLER, "reservation"), scenario.private_int(SELLER, "target")
+        cap = scenario.param_int("cap")
         if not (1 <= s_res <= b_res <= cap):
             raise ValueError(
                 "the ZOPA [seller reservation, buyer reservation] must be non-empty and in range"
@@ -182,7 +182,7 @@ class Bargaining(Family):
             raise ValueError("targets must be at least as ambitious as reservations")
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
-        return parse_amount(rest, 1, scenario.pint("cap"), what="bid")
+        return parse_amount(rest, 1, scenario.param_int("cap"), what="bid")
 
     def tracker(self, scenario: Scenario) -> BargainingTracker:
         return BargainingTracker(scenario)
@@ -196,16 +196,16 @@ class Bargaining(Family):
         )
 
     def solution(self, scenario: Scenario) -> list[tuple[int, str]]:
-        b_tgt, s_tgt = scenario.prv_int(BUYER, "target"), scenario.prv_int(SELLER, "target")
-        b_res, s_res = scenario.prv_int(BUYER, "reservation"), scenario.prv_int(SELLER, "reservation")
+        b_tgt, s_tgt = scenario.private_int(BUYER, "target"), scenario.private_int(SELLER, "target")
+        b_res, s_res = scenario.private_int(BUYER, "reservation"), scenario.private_int(SELLER, "reservation")
         price = (s_tgt + b_tgt) // 2 if s_tgt <= b_tgt else (s_res + b_res) // 2
-        first = scenario.pint("first")
+        first = scenario.param_int("first")
         return [(first, f"FINAL_BID: {price}"), (1 - first, "ACCEPT")]
 
     def heuristic(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         assert isinstance(tracker, BargainingTracker)
         sc = tracker.scenario
-        target, res = sc.prv_int(seat, "target"), sc.prv_int(seat, "reservation")
+        target, res = sc.private_int(seat, "target"), sc.private_int(seat, "reservation")
         sign = 1 if seat == BUYER else -1  # buyer wants low prices: "better" means sign*(limit - p) >= 0
         late = tracker.turns_left <= 3
         limit = res if late else target
@@ -221,7 +221,7 @@ class Bargaining(Family):
             guess = theirs[-1] if theirs else limit
             bid = (mine[-1] + guess) / 2
         bid = min(bid, limit) if seat == BUYER else max(bid, limit)
-        price = max(1, min(sc.pint("cap"), round(bid)))
+        price = max(1, min(sc.param_int("cap"), round(bid)))
         return f"Here is my offer.\nFINAL_BID: {price}"
 
     def random_move(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
@@ -236,7 +236,7 @@ class Bargaining(Family):
             return "ACCEPT"
         if pick == "reject":
             return "REJECT"
-        return f"FINAL_BID: {rng.randint(1, tracker.scenario.pint('cap'))}"
+        return f"FINAL_BID: {rng.randint(1, tracker.scenario.param_int('cap'))}"
 
 
 FAMILY = Bargaining()

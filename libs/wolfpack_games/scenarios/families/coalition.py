@@ -139,7 +139,7 @@ class CoalitionTracker(Tracker):
         if self.formed is not None:
             pay.update(self.formed)
         outcomes = {
-            s: threshold_outcome(pay[s], sc.prv_int(s, "target"), value(sc, {s})) for s in range(self.n)
+            s: threshold_outcome(pay[s], sc.private_int(s, "target"), value(sc, {s})) for s in range(self.n)
         }
         what = format_coalition(sc, self.formed) if self.formed else "no coalition formed (turn limit)"
         return VerificationResult(
@@ -273,7 +273,7 @@ class Coalition(Family):
     def heuristic(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         assert isinstance(tracker, CoalitionTracker)
         sc = tracker.scenario
-        target, solo = sc.prv_int(seat, "target"), value(sc, {seat})
+        target, solo = sc.private_int(seat, "target"), value(sc, {seat})
         progress = tracker.turns / sc.max_turns
         demand = round(target - (target - solo) * min(1.0, 1.5 * progress))
         st = tracker.standing

@@ -35,13 +35,13 @@ SHARE_PREFIX = "I cannot make:"
 
 
 def blocked_of(scenario: Scenario, seat: int) -> list[str]:
-    return as_strs(scenario.prv(seat, "blocked"), "blocked")
+    return as_strs(scenario.private_value(seat, "blocked"), "blocked")
 
 
 def answer_of(scenario: Scenario) -> str:
     """The unique slot nobody blocked (derived, never stored, so the scenario cannot disagree with it)."""
     blocked = {b for s in range(scenario.num_players) for b in blocked_of(scenario, s)}
-    free = [slot for slot in scenario.pstrs("slots") if slot not in blocked]
+    free = [slot for slot in scenario.param_strs("slots") if slot not in blocked]
     if len(free) != 1:
         raise ValueError(f"exactly one slot must be free for everyone, found {free}")
     return free[0]
@@ -152,7 +152,7 @@ class Cooperation(Family):
         )
 
     def check(self, scenario: Scenario) -> None:
-        slots = scenario.pstrs("slots")
+        slots = scenario.param_strs("slots")
         for s in range(scenario.num_players):
             if not set(blocked_of(scenario, s)) <= set(slots):
                 raise ValueError("blocked slots must be candidate slots")
@@ -160,7 +160,7 @@ class Cooperation(Family):
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
         line = rest.split("\n", 1)[0].strip().lower()
-        slots = sorted(scenario.pstrs("slots"), key=len, reverse=True)
+        slots = sorted(scenario.param_strs("slots"), key=len, reverse=True)
         for slot in slots:
             m = re.match(re.escape(slot.lower()) + r"(?![A-Za-z0-9])", line)
             if m:
@@ -182,7 +182,7 @@ class Cooperation(Family):
         return (
             "Share what you know and reason together. State your answer with a line `ANSWER: <slot>` "
             "(e.g. `ANSWER: "
-            + scenario.pstrs("slots")[0]
+            + scenario.param_strs("slots")[0]
             + "`); your last answer counts. The game ends when "
             "all answers agree."
         )
@@ -193,7 +193,7 @@ class Cooperation(Family):
 
     def heuristic(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         sc = tracker.scenario
-        slots = sc.pstrs("slots")
+        slots = sc.param_strs("slots")
         known = set(blocked_of(sc, seat))
         heard: set[int] = {seat}
         shared = False
@@ -213,7 +213,7 @@ class Cooperation(Family):
         return "Waiting for everyone to share their conflicts."
 
     def random_move(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
-        slots = tracker.scenario.pstrs("slots")
+        slots = tracker.scenario.param_strs("slots")
         if rng.random() < 0.5:
             return f"ANSWER: {rng.choice(slots)}"
         return rng.choice([PASS_TEXT, "What about Monday?", "我周一不行。"])

@@ -42,7 +42,7 @@ class PDTracker(Tracker):
 
     @property
     def rounds(self) -> int:
-        return self.scenario.pint("rounds")
+        return self.scenario.param_int("rounds")
 
     @property
     def rounds_done(self) -> int:
@@ -61,7 +61,7 @@ class PDTracker(Tracker):
         return "" if msg.keyword == "MOVE" else "every message must contain your move: `MOVE: C` or `MOVE: D`"
 
     def payoff(self, mine: str, theirs: str) -> int:
-        t, r, p, s = (self.scenario.pint(k) for k in ("T", "R", "P", "S"))
+        t, r, p, s = (self.scenario.param_int(k) for k in ("T", "R", "P", "S"))
         return {("C", "C"): r, ("C", "D"): s, ("D", "C"): t, ("D", "D"): p}[(mine, theirs)]
 
     def apply(self, seat: int, msg: ParsedMessage) -> list[str]:
@@ -86,8 +86,8 @@ class PDTracker(Tracker):
     def verdict(self) -> VerificationResult:
         sc = self.scenario
         tot = self.totals()
-        floor = sc.pint("P") * self.rounds
-        outcomes = {s: threshold_outcome(tot[s], sc.prv_int(s, "target"), floor) for s in (0, 1)}
+        floor = sc.param_int("P") * self.rounds
+        outcomes = {s: threshold_outcome(tot[s], sc.private_int(s, "target"), floor) for s in (0, 1)}
         return VerificationResult(
             outcomes=outcomes,
             reason=f"totals after {self.rounds_done} rounds: {sc.name(0)} {tot[0]}, {sc.name(1)} {tot[1]}",
@@ -138,13 +138,13 @@ class PrisonersDilemma(Family):
         )
 
     def check(self, scenario: Scenario) -> None:
-        t, r, p, s = (scenario.pint(k) for k in ("T", "R", "P", "S"))
+        t, r, p, s = (scenario.param_int(k) for k in ("T", "R", "P", "S"))
         if not (t > r > p > s and 2 * r > t + s):
             raise ValueError("a prisoner's dilemma needs T > R > P > S and 2R > T + S")
-        if scenario.max_turns != 2 * scenario.pint("rounds"):
+        if scenario.max_turns != 2 * scenario.param_int("rounds"):
             raise ValueError("max_turns must be 2 x rounds")
         for seat in (0, 1):
-            if not scenario.prv_int(seat, "target") <= r * scenario.pint("rounds"):
+            if not scenario.private_int(seat, "target") <= r * scenario.param_int("rounds"):
                 raise ValueError("targets must be reachable by mutual cooperation")
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
@@ -157,7 +157,7 @@ class PrisonersDilemma(Family):
         return "Every message must contain your move for this round: a line `MOVE: C` or `MOVE: D`. You may add chat."
 
     def solution(self, scenario: Scenario) -> list[tuple[int, str]]:
-        return [(s, "MOVE: C") for _ in range(scenario.pint("rounds")) for s in (0, 1)]
+        return [(s, "MOVE: C") for _ in range(scenario.param_int("rounds")) for s in (0, 1)]
 
     def heuristic(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         assert isinstance(tracker, PDTracker)

@@ -57,15 +57,15 @@ class PublicGoodsTracker(Tracker):
     def payoffs(self) -> dict[int, Fraction]:
         """Exact payoffs (fractions), so a threshold equal to the payoff is never missed by rounding."""
         sc = self.scenario
-        e, m = sc.pint("endowment"), Fraction(sc.pint("multiplier_x10"), 10)
+        e, m = sc.param_int("endowment"), Fraction(sc.param_int("multiplier_x10"), 10)
         total = sum(self.contrib.get(s, 0) for s in range(self.n))
         return {s: e - self.contrib.get(s, 0) + m * total / self.n for s in range(self.n)}
 
     def verdict(self) -> VerificationResult:
         sc = self.scenario
-        e = sc.pint("endowment")
+        e = sc.param_int("endowment")
         pay = self.payoffs()
-        outcomes = {s: threshold_outcome(pay[s], sc.prv_int(s, "target"), e) for s in range(self.n)}
+        outcomes = {s: threshold_outcome(pay[s], sc.private_int(s, "target"), e) for s in range(self.n)}
         return VerificationResult(
             outcomes=outcomes,
             reason="payoffs " + ", ".join(f"{sc.name(s)} {float(pay[s]):g}" for s in range(self.n)),
@@ -123,31 +123,35 @@ class PublicGoods(Family):
         )
 
     def check(self, scenario: Scenario) -> None:
-        n, e, m10 = scenario.num_players, scenario.pint("endowment"), scenario.pint("multiplier_x10")
+        n, e, m10 = (
+            scenario.num_players,
+            scenario.param_int("endowment"),
+            scenario.param_int("multiplier_x10"),
+        )
         if not 10 < m10 < 10 * n:
             raise ValueError("the multiplier must lie strictly between 1 and n")
         for s in range(n):
-            if not e <= scenario.prv_int(s, "target") <= Fraction(e * m10, 10):
+            if not e <= scenario.private_int(s, "target") <= Fraction(e * m10, 10):
                 raise ValueError("targets must lie between the endowment and the full-cooperation payoff")
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
-        return int(parse_amount(rest, 0, scenario.pint("endowment"), integer=True, what="contribution"))
+        return int(parse_amount(rest, 0, scenario.param_int("endowment"), integer=True, what="contribution"))
 
     def tracker(self, scenario: Scenario) -> PublicGoodsTracker:
         return PublicGoodsTracker(scenario)
 
     def instructions(self, scenario: Scenario, seat: int) -> str:
         return (
-            f"Talk freely. Contribute once with a line `CONTRIBUTE: <0..{scenario.pint('endowment')}>`; "
+            f"Talk freely. Contribute once with a line `CONTRIBUTE: <0..{scenario.param_int('endowment')}>`; "
             "others see only that you contributed until everyone has."
         )
 
     def solution(self, scenario: Scenario) -> list[tuple[int, str]]:
-        return [(s, f"CONTRIBUTE: {scenario.pint('endowment')}") for s in range(scenario.num_players)]
+        return [(s, f"CONTRIBUTE: {scenario.param_int('endowment')}") for s in range(scenario.num_players)]
 
     def heuristic(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         assert isinstance(tracker, PublicGoodsTracker)
-        e = tracker.scenario.pint("endowment")
+        e = tracker.scenario.param_int("endowment")
         if seat in tracker.contrib:
             return "I have contributed; please do the same."
         if tracker.turns < tracker.n:
@@ -157,7 +161,7 @@ class PublicGoods(Family):
     def random_move(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         assert isinstance(tracker, PublicGoodsTracker)
         if seat not in tracker.contrib and rng.random() < 0.5:
-            return f"CONTRIBUTE: {rng.randint(0, tracker.scenario.pint('endowment'))}"
+            return f"CONTRIBUTE: {rng.randint(0, tracker.scenario.param_int('endowment'))}"
         return rng.choice((PASS_TEXT, "I will contribute a lot.", "大家一起出钱吧。"))
 
 

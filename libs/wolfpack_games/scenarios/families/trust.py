@@ -47,12 +47,12 @@ class TrustTracker(Tracker):
                 return "only the trustee may RETURN"
             if self.sent is None:
                 return "RETURN needs a SEND first"
-            if int(msg.value) > self.scenario.pint("multiplier") * self.sent:
-                return f"cannot return more than the {self.scenario.pint('multiplier') * self.sent} received"
+            if int(msg.value) > self.scenario.param_int("multiplier") * self.sent:
+                return f"cannot return more than the {self.scenario.param_int('multiplier') * self.sent} received"
         return ""
 
     def apply(self, seat: int, msg: ParsedMessage) -> list[str]:
-        k = self.scenario.pint("multiplier")
+        k = self.scenario.param_int("multiplier")
         if msg.keyword == "SEND":
             self.sent = int(msg.value)
             if self.sent == 0:
@@ -68,18 +68,18 @@ class TrustTracker(Tracker):
     def status(self) -> str:
         if self.sent is None:
             return "Nothing sent yet."
-        return f"Sent {self.sent}; the trustee holds {self.scenario.pint('multiplier') * self.sent}."
+        return f"Sent {self.sent}; the trustee holds {self.scenario.param_int('multiplier') * self.sent}."
 
     def verdict(self) -> VerificationResult:
         sc = self.scenario
-        e, k = sc.pint("endowment"), sc.pint("multiplier")
+        e, k = sc.param_int("endowment"), sc.param_int("multiplier")
         sent = self.sent or 0
         returned = self.returned or 0
         inv = e - sent + returned
         tru = k * sent - returned
         outcomes = {
-            INVESTOR: threshold_outcome(inv, sc.prv_int(INVESTOR, "target"), e),
-            TRUSTEE: 1 if tru >= sc.prv_int(TRUSTEE, "target") else 0,
+            INVESTOR: threshold_outcome(inv, sc.private_int(INVESTOR, "target"), e),
+            TRUSTEE: 1 if tru >= sc.private_int(TRUSTEE, "target") else 0,
         }
         reason = f"investor payoff {inv}, trustee payoff {tru}"
         if sent > 0 and self.returned is None:
@@ -139,14 +139,14 @@ class Trust(Family):
         )
 
     def check(self, scenario: Scenario) -> None:
-        e, k = scenario.pint("endowment"), scenario.pint("multiplier")
+        e, k = scenario.param_int("endowment"), scenario.param_int("multiplier")
         if e < 1 or k < 1:
             raise ValueError("endowment and multiplier must be positive")
-        if not e <= scenario.prv_int(INVESTOR, "target") <= k * e:
+        if not e <= scenario.private_int(INVESTOR, "target") <= k * e:
             raise ValueError("investor target must lie in [endowment, multiplier*endowment]")
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
-        e, k = scenario.pint("endowment"), scenario.pint("multiplier")
+        e, k = scenario.param_int("endowment"), scenario.param_int("multiplier")
         high = e if keyword == "SEND" else k * e
         return int(parse_amount(rest, 0, high, integer=True, what=keyword.lower()))
 
@@ -159,15 +159,15 @@ class Trust(Family):
         return "Talk freely. After the investor sends, answer once with a line `RETURN: <amount>`."
 
     def solution(self, scenario: Scenario) -> list[tuple[int, str]]:
-        e, k = scenario.pint("endowment"), scenario.pint("multiplier")
-        inv_t, tru_t = scenario.prv_int(INVESTOR, "target"), scenario.prv_int(TRUSTEE, "target")
+        e, k = scenario.param_int("endowment"), scenario.param_int("multiplier")
+        inv_t, tru_t = scenario.private_int(INVESTOR, "target"), scenario.private_int(TRUSTEE, "target")
         r = inv_t if k * e - inv_t >= tru_t else e
         return [(INVESTOR, f"SEND: {e}"), (TRUSTEE, f"RETURN: {r}")]
 
     def heuristic(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         assert isinstance(tracker, TrustTracker)
         sc = tracker.scenario
-        e, k = sc.pint("endowment"), sc.pint("multiplier")
+        e, k = sc.param_int("endowment"), sc.param_int("multiplier")
         if seat == INVESTOR:
             if tracker.sent is None:
                 return f"I trust you with everything.\nSEND: {e}"
@@ -175,16 +175,18 @@ class Trust(Family):
         if tracker.sent is None:
             return "I promise to return a fair share."
         pool = k * tracker.sent
-        keep = min(sc.prv_int(TRUSTEE, "target"), pool - tracker.sent)  # always at least repay the investment
+        keep = min(
+            sc.private_int(TRUSTEE, "target"), pool - tracker.sent
+        )  # always at least repay the investment
         return f"Thank you for trusting me.\nRETURN: {max(tracker.sent, pool - keep)}"
 
     def random_move(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         assert isinstance(tracker, TrustTracker)
         sc = tracker.scenario
         if seat == INVESTOR and tracker.sent is None and rng.random() < 0.6:
-            return f"SEND: {rng.randint(0, sc.pint('endowment'))}"
+            return f"SEND: {rng.randint(0, sc.param_int('endowment'))}"
         if seat == TRUSTEE and tracker.sent is not None and rng.random() < 0.6:
-            return f"RETURN: {rng.randint(0, sc.pint('multiplier') * tracker.sent)}"
+            return f"RETURN: {rng.randint(0, sc.param_int('multiplier') * tracker.sent)}"
         return rng.choice((PASS_TEXT, "Trust me.", "我会公平的。"))
 
 

@@ -66,7 +66,7 @@ class UltimatumTracker(Tracker):
 
     def verdict(self) -> VerificationResult:
         sc = self.scenario
-        pot = sc.pint("pot")
+        pot = sc.param_int("pot")
         if not self.accepted or self.offer is None:
             why = "rejected" if self.accepted is False else "no decision before the turn limit"
             return VerificationResult(
@@ -75,8 +75,8 @@ class UltimatumTracker(Tracker):
                 details={"offer": self.offer, "accepted": False},
             )
         share = pot - self.offer
-        p = 1 if share >= sc.prv_int(PROPOSER, "target") else 0
-        r = 1 if self.offer >= sc.prv_int(RESPONDER, "threshold") else 0
+        p = 1 if share >= sc.private_int(PROPOSER, "target") else 0
+        r = 1 if self.offer >= sc.private_int(RESPONDER, "threshold") else 0
         return VerificationResult(
             outcomes={PROPOSER: p, RESPONDER: r},
             reason=f"accepted: proposer keeps {share}, responder gets {self.offer}",
@@ -131,14 +131,14 @@ class Ultimatum(Family):
         )
 
     def check(self, scenario: Scenario) -> None:
-        pot = scenario.pint("pot")
-        if pot < 1 or not 0 <= scenario.prv_int(PROPOSER, "target") <= pot:
+        pot = scenario.param_int("pot")
+        if pot < 1 or not 0 <= scenario.private_int(PROPOSER, "target") <= pot:
             raise ValueError("0 <= proposer target <= pot")
-        if not 0 <= scenario.prv_int(RESPONDER, "threshold") <= pot:
+        if not 0 <= scenario.private_int(RESPONDER, "threshold") <= pot:
             raise ValueError("0 <= responder threshold <= pot")
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
-        return int(parse_amount(rest, 0, scenario.pint("pot"), integer=True, what="offer"))
+        return int(parse_amount(rest, 0, scenario.param_int("pot"), integer=True, what="offer"))
 
     def tracker(self, scenario: Scenario) -> UltimatumTracker:
         return UltimatumTracker(scenario)
@@ -150,18 +150,18 @@ class Ultimatum(Family):
 
     def solution(self, scenario: Scenario) -> list[tuple[int, str]]:
         return [
-            (PROPOSER, f"OFFER: {scenario.pint('pot') - scenario.prv_int(PROPOSER, 'target')}"),
+            (PROPOSER, f"OFFER: {scenario.param_int('pot') - scenario.private_int(PROPOSER, 'target')}"),
             (RESPONDER, "ACCEPT"),
         ]
 
     def heuristic(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         assert isinstance(tracker, UltimatumTracker)
         sc = tracker.scenario
-        pot = sc.pint("pot")
+        pot = sc.param_int("pot")
         if seat == PROPOSER:
             if tracker.offer is not None:
                 return "That is my final offer."
-            offer = min(pot - sc.prv_int(PROPOSER, "target"), pot // 2)
+            offer = min(pot - sc.private_int(PROPOSER, "target"), pot // 2)
             return f"A fair split, I think.\nOFFER: {max(offer, 1 if pot > 1 else 0)}"
         if tracker.offer is None:
             return "I am waiting for your offer."
@@ -171,7 +171,7 @@ class Ultimatum(Family):
     def random_move(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         assert isinstance(tracker, UltimatumTracker)
         if seat == PROPOSER and tracker.offer is None and rng.random() < 0.6:
-            return f"OFFER: {rng.randint(0, tracker.scenario.pint('pot'))}"
+            return f"OFFER: {rng.randint(0, tracker.scenario.param_int('pot'))}"
         if seat == RESPONDER and tracker.offer is not None and rng.random() < 0.6:
             return rng.choice(("ACCEPT", "REJECT"))
         return rng.choice((PASS_TEXT, "Be reasonable.", "你先说吧。"))
