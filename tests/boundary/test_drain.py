@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pytest
 
 from wolfpack import rpc
 from wolfpack.settings import load_settings
@@ -17,6 +18,9 @@ from wolfpack.v1 import reward_service_pb2 as pb
 from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
 
 from .conftest import ServerProcess
+
+# A broken build may hang (a stuck event loop) instead of failing: bound each test.
+pytestmark = pytest.mark.timeout(120)
 
 # A RewardService whose ListRewardSpecs announces on stdout that it is running, then holds the call
 # until the test creates the release file: "in flight" is an event here, not a sleep.

@@ -21,6 +21,9 @@ from wolfpack_games.werewolf import WerewolfEnv
 
 from .conftest import EnvStack
 
+# A broken build may hang (a stuck event loop) instead of failing: bound each test.
+pytestmark = pytest.mark.timeout(120)
+
 ROLES_12P = {"werewolf", "villager", "seer", "witch", "hunter", "guard"}
 
 

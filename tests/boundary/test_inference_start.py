@@ -19,6 +19,9 @@ from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 
 from .conftest import WAIT_S, ServerProcess
 
+# A broken build may hang (a stuck event loop) instead of failing: bound each test.
+pytestmark = pytest.mark.timeout(120)
+
 
 async def test_unpreparable_model_is_not_serving_with_the_reason(
     spawn: Callable[..., ServerProcess], tmp_path: Path

@@ -19,6 +19,9 @@ from wolfpack_environment.sessions import EpisodeManager, Limits
 
 from .conftest import WAIT_S, EnvStack, FakeClock
 
+# A broken build may hang (a stuck event loop) instead of failing: bound each test.
+pytestmark = pytest.mark.timeout(120)
+
 MIB = 1024 * 1024
 
 

@@ -21,6 +21,9 @@ from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
 
 from .conftest import WAIT_S, ServerProcess
 
+# A broken build may hang (a stuck event loop) instead of failing: bound each test.
+pytestmark = pytest.mark.timeout(120)
+
 METHOD = "/wolfpack.v1.RewardService/ListRewardSpecs"
 SERVE = ["-m", "wolfpack.cli.main", "serve", "reward", "--address", "127.0.0.1:0"]
 

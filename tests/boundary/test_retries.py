@@ -16,6 +16,9 @@ from wolfpack.v1 import environment_service_pb2_grpc as env_grpc
 from wolfpack.v1 import reward_service_pb2 as pb
 from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
 
+# A broken build may hang (a stuck event loop) instead of failing: bound each test.
+pytestmark = pytest.mark.timeout(120)
+
 
 class Flaky(pb_grpc.RewardServiceServicer):
     """Answers UNAVAILABLE to the first ``failures`` calls of each method, then succeeds."""
