@@ -20,6 +20,7 @@ from wolfpack.stream import (
     ProtoStreamProducer,
     RetryPolicy,
     StreamBackpressureError,
+    _flat_entries,
     dead_letter_key,
     retrying,
 )
@@ -257,6 +258,15 @@ async def test_keep_alive_resets_idle_without_counting_a_delivery(
     await c.keep_alive(got)
     after, count = await idle_and_count()
     assert after < before and count == 1
+
+
+def test_reply_shapes_of_xreadgroup_all_read_the_same() -> None:
+    """The consumer asks for XREADGROUP's raw reply; should a client parse it anyway (a callback, RESP3),
+    the entries still come out as ``(id, [field, value, ...])``."""
+    flat = [(b"1-0", [b"data", b"x", b"id", b"t-1"])]
+    parsed = [(b"1-0", {b"data": b"x", b"id": b"t-1"})]
+    for reply in ([[b"s", flat]], [[b"s", parsed]], {b"s": flat}, {b"s": [parsed]}):
+        assert _flat_entries(reply) == flat, reply
 
 
 def test_from_settings_uses_the_stream_settings() -> None:

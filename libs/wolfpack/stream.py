@@ -703,9 +703,11 @@ def _field(flat: Sequence[bytes], name: bytes) -> bytes | None:
 
 def _flat_entries(resp: Any) -> list[tuple[bytes, Sequence[bytes]]]:
     """The entries of a one-stream XREADGROUP reply as ``(id, [field, value, ...])``, whether it came back
-    raw (the usual case, see ``read``) or parsed by a client-side callback into a list or dict."""
-    streams = list(resp.values()) if isinstance(resp, dict) else [s[1] for s in resp]
-    entries = streams[0][0] if isinstance(resp, dict) else streams[0]
+    raw (the usual case, see ``read``) or parsed by a client-side callback, RESP2 (a list of streams)
+    or RESP3 (a map of streams, parsed values wrapped in a list)."""
+    entries = next(iter(resp.values())) if isinstance(resp, dict) else resp[0][1]
+    if entries and isinstance(entries[0][0], list | tuple):  # RESP3 parsed: [[entries]]
+        entries = entries[0]
     if entries and isinstance(entries[0][1], dict):
         return [(e, [x for kv in f.items() for x in kv]) for e, f in entries]
     return entries  # type: ignore[no-any-return]
