@@ -18,32 +18,41 @@ from wolfpack.v1 import rollout_service_pb2_grpc as pb_grpc
 
 
 class SlowRollout(pb_grpc.RolloutServiceServicer):
-    """A servicer whose GetRolloutStatus takes ``delay`` seconds, to observe deadlines and draining."""
+    """A servicer whose GetRolloutStatus answers at once, or (``hold``) only once ``release`` is set:
+    deadlines and draining are observed with events, not with sleeps racing the machine's load."""
 
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
+    def __init__(self, hold: bool) -> None:
+        self.hold = hold
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
 
     async def GetRolloutStatus(
         self, request: pb.GetRolloutStatusRequest, context: object
     ) -> pb.GetRolloutStatusResponse:
-        await asyncio.sleep(self.delay)
+        self.started.set()
+        if self.hold:
+            await self.release.wait()
         return pb.GetRolloutStatusResponse(episodes_finished=42)
 
 
-def registrar(delay: float):  # type: ignore[no-untyped-def]
+def registrar(servicer: SlowRollout):  # type: ignore[no-untyped-def]
     def register(server: grpc.aio.Server) -> Sequence[str]:
-        pb_grpc.add_RolloutServiceServicer_to_server(SlowRollout(delay), server)
+        pb_grpc.add_RolloutServiceServicer_to_server(servicer, server)
         return ["wolfpack.v1.RolloutService"]
 
     return register
 
 
-async def start(delay: float, **settings: object) -> rpc.Server:
-    return await rpc.start_server("rollout", registrar(delay), load_settings(**settings), "127.0.0.1:0")
+async def start(hold: bool, **settings: object) -> rpc.Server:
+    return await start_with(SlowRollout(hold), **settings)
+
+
+async def start_with(servicer: SlowRollout, **settings: object) -> rpc.Server:
+    return await rpc.start_server("rollout", registrar(servicer), load_settings(**settings), "127.0.0.1:0")
 
 
 async def test_health_and_reflection() -> None:
-    server = await start(0.0)
+    server = await start(hold=False)
     target = f"127.0.0.1:{server.port}"
     try:
         assert await rpc.check_health(target) == "SERVING"
@@ -60,7 +69,7 @@ async def test_health_and_reflection() -> None:
 
 
 async def test_client_calls_get_a_default_deadline() -> None:
-    server = await start(2.0)
+    server = await start(hold=True)  # never answers: only the client's default deadline ends the call
     settings = load_settings(rpc_timeout_s=0.3)
     try:
         async with rpc.channel(f"127.0.0.1:{server.port}", settings) as ch:
@@ -72,7 +81,8 @@ async def test_client_calls_get_a_default_deadline() -> None:
 
 
 async def test_shutdown_drains_in_flight_calls() -> None:
-    server = await start(0.5)
+    servicer = SlowRollout(hold=True)
+    server = await start_with(servicer)
     target = f"127.0.0.1:{server.port}"
     async with rpc.channel(target, load_settings()) as ch:
         stub = pb_grpc.RolloutServiceStub(ch)
@@ -81,15 +91,23 @@ async def test_shutdown_drains_in_flight_calls() -> None:
             return await stub.GetRolloutStatus(pb.GetRolloutStatusRequest())
 
         call = asyncio.create_task(get_status())
-        await asyncio.sleep(0.1)  # the call is in flight when shutdown starts
-        await server.stop(grace=5.0)
+        await asyncio.wait_for(servicer.started.wait(), timeout=60)  # the call is in its handler
+        stopping = asyncio.create_task(server.stop(grace=60.0))
+
+        async def refusing_new_calls() -> None:
+            while await rpc.check_health(target, timeout_s=5) != "UNREACHABLE":
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(refusing_new_calls(), timeout=60)  # the shutdown is under way
+        servicer.release.set()
         response = await call
+        await stopping
     assert response.episodes_finished == 42
     assert await rpc.check_health(target, timeout_s=0.5) == "UNREACHABLE"
 
 
 async def test_not_serving_is_reported_before_the_drain() -> None:
-    server = await start(0.0)
+    server = await start(hold=False)
     target = f"127.0.0.1:{server.port}"
     try:
         await server.set_serving(False)
@@ -101,7 +119,7 @@ async def test_not_serving_is_reported_before_the_drain() -> None:
 
 @pytest.mark.tracing_sdk
 async def test_trace_context_crosses_a_real_grpc_call(spans: InMemorySpanExporter) -> None:
-    server = await start(0.0)
+    server = await start(hold=False)
     try:
         tracer = trace.get_tracer("test")
         async with rpc.channel(f"127.0.0.1:{server.port}", load_settings()) as ch:
@@ -121,7 +139,9 @@ async def test_trace_context_crosses_a_real_grpc_call(spans: InMemorySpanExporte
     assert srv.parent.is_remote
 
 
-def test_service_config_is_valid_json_with_retries() -> None:
+def test_service_config_json_shape() -> None:
+    """Only the shape of the config; that retries really happen against a server answering
+    UNAVAILABLE (and never for non-idempotent methods) is tests/boundary/test_retries.py."""
     import json
 
     cfg = json.loads(rpc.service_config(rpc.IDEMPOTENT_METHODS, 5.0))
