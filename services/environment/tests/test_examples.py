@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -29,28 +31,39 @@ ENV = {**os.environ, "WOLFPACK_LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}
 ENV.pop("WOLFPACK_ENVIRONMENT_ADDR", None)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def start_server(
+    args: list[str], announces: str, from_stdout: bool = False
+) -> tuple[subprocess.Popen[str], int]:
+    """Start a server subprocess on port 0 and read the port it bound from the line it announces
+    (regex ``announces`` with one group): no free-port race with other processes."""
+    env = {**ENV, "WOLFPACK_LOG_LEVEL": "INFO", "WOLFPACK_LOG_FORMAT": "json"}
+    proc = subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    found: queue.Queue[int | None] = queue.Queue()
+
+    def read(stream: Any, watch: bool) -> None:
+        for line in stream:  # keep draining, so the server never blocks on a full pipe
+            match = re.search(announces, line) if watch else None
+            if match:
+                found.put(int(match.group(1)))
+        if watch:
+            found.put(None)
+
+    for stream, watch in ((proc.stdout, from_stdout), (proc.stderr, not from_stdout)):
+        threading.Thread(target=read, args=(stream, watch), daemon=True).start()
+    try:
+        port = found.get(timeout=60)  # a bound for a hung start-up, not a timing claim
+    except queue.Empty:
+        port = None
+    if port is None:
+        proc.kill()
+        raise RuntimeError(f"{args}: exited ({proc.poll()}) or never announced its port")
+    return proc, port
 
 
-def start_server(args: list[str], port: int) -> subprocess.Popen[bytes]:
-    """Start a server subprocess and wait until its port accepts connections."""
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=ENV)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{args} exited early with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc
-        time.sleep(0.05)
-    proc.kill()
-    raise TimeoutError(f"{args}: nothing listens on port {port}")
-
-
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
+def stop_server(proc: subprocess.Popen[str]) -> None:
     proc.terminate()
     try:
         proc.wait(timeout=10)
@@ -62,9 +75,9 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture(scope="module")
 def env_addr() -> Iterator[str]:
     """``wolfpack serve environment`` as a subprocess, shared by this module's tests."""
-    port = free_port()
-    proc = start_server(
-        ["-m", "wolfpack.cli.main", "serve", "environment", "--address", f"127.0.0.1:{port}"], port
+    proc, port = start_server(
+        ["-m", "wolfpack.cli.main", "serve", "environment", "--address", "127.0.0.1:0"],
+        r'"msg": "serving".*"address": "127\.0\.0\.1:(\d+)"',
     )
     yield f"127.0.0.1:{port}"
     stop_server(proc)
@@ -73,10 +86,22 @@ def env_addr() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def gateway_url(env_addr: str) -> Iterator[str]:
     """The gateway as a user starts it (its ``main()``), in front of the environment subprocess."""
-    port = free_port()
-    proc = start_server(["-m", "wolfpack_environment.gateway", "--port", str(port), "--env", env_addr], port)
+    proc, port = start_server(
+        ["-m", "wolfpack_environment.gateway", "--port", "0", "--env", env_addr],
+        r"wolfpack gateway on http://127\.0\.0\.1:(\d+)",
+        from_stdout=True,
+    )
     yield f"http://127.0.0.1:{port}"
     stop_server(proc)
+
+
+@pytest.fixture
+def dead_url() -> Iterator[str]:
+    """A URL whose port is bound but never listens: connections are refused, and no other process can
+    take the port while the test runs (a closed free port could be reused by anyone)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
 
 
 LEGAL_RE = re.compile(r"^- (\w+)(?: <player> \(players ([\d, ]+)\))?", re.MULTILINE)
@@ -206,11 +231,11 @@ async def test_openai_agent_plays_a_full_game_with_a_remote_model(
     assert int(summary_field(summary, "replies")) >= 2
 
 
-async def test_openai_agent_survives_an_unreachable_model(env_addr: str) -> None:
+async def test_openai_agent_survives_an_unreachable_model(env_addr: str, dead_url: str) -> None:
     """Every model call fails: each decision falls back to a safe legal reply and the game finishes."""
     code, out, err = await run_example(
         str(EXAMPLES / "openai_agent.py"),
-        *("--env", env_addr, "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--retries", "0"),
+        *("--env", env_addr, "--base-url", dead_url, "--retries", "0"),
         *("--seed", "1", "--quiet", "--timeout", "2"),
     )
     assert code == 0, (out, err)

@@ -4,11 +4,13 @@ when its converted checkpoint is available."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import queue
 import signal
-import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -21,10 +23,27 @@ from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def announced_ports(proc: subprocess.Popen[str]) -> dict[str, int]:
+    """Ports the server bound (it was given port 0), read from its JSON "serving" log lines; the rest of
+    its output keeps being drained so it never blocks on a full pipe."""
+    found: queue.Queue[tuple[str, int] | None] = queue.Queue()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("{"):
+                record = json.loads(line)
+                if record.get("msg") in ("serving", "http front serving"):
+                    found.put((record["msg"], int(record["address"].rpartition(":")[2])))
+        found.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    ports: dict[str, int] = {}
+    while len(ports) < 2:
+        item = found.get(timeout=120)  # a bound for a hung start-up (model load), not a timing claim
+        assert item is not None, f"server exited ({proc.wait()}) before announcing its ports"
+        ports[item[0]] = item[1]
+    return ports
 
 
 def ask(policy: str, text: str, max_tokens: int = 8) -> pb.GenerateRequest:
@@ -39,19 +58,22 @@ async def test_serve_process_with_env(tiny_dir: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / tiny_dir.name).symlink_to(tiny_dir)  # same key as `tiny`: no rebuild
-    grpc_port, http_port = free_port(), free_port()
     env = {**os.environ, "WOLFPACK_INFERENCE_MODEL": "tiny", "WOLFPACK_INFERENCE_CACHE_DIR": str(cache),
-           "WOLFPACK_INFERENCE_POLICY_ID": "demo", "WOLFPACK_INFERENCE_HTTP_ADDR": f"127.0.0.1:{http_port}",
-           "WOLFPACK_INFERENCE_HTTP_API_KEY": "k", "OTEL_SDK_DISABLED": "true"}  # fmt: skip
+           "WOLFPACK_INFERENCE_POLICY_ID": "demo", "WOLFPACK_INFERENCE_HTTP_ADDR": "127.0.0.1:0",
+           "WOLFPACK_INFERENCE_HTTP_API_KEY": "k", "OTEL_SDK_DISABLED": "true",
+           "WOLFPACK_LOG_FORMAT": "json", "WOLFPACK_LOG_LEVEL": "INFO"}  # fmt: skip
     cli = Path(sys.executable).with_name("wolfpack")
-    proc = subprocess.Popen([str(cli), "serve", "inference", "--address", f"127.0.0.1:{grpc_port}"], env=env)
+    proc = subprocess.Popen(
+        [str(cli), "serve", "inference", "--address", "127.0.0.1:0"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
+        ports = await asyncio.to_thread(announced_ports, proc)
+        grpc_port, http_port = ports["serving"], ports["http front serving"]
         target = f"127.0.0.1:{grpc_port}"
-        for _ in range(120):
-            if await rpc.check_health(target, timeout_s=0.5) == "SERVING":
-                break
-            assert proc.poll() is None, "server exited during start-up"
-            await asyncio.sleep(0.25)
+        assert await rpc.check_health(target) == "SERVING"
         async with rpc.channel(target, load_settings()) as channel:
             stub = pb_grpc.InferenceServiceStub(channel)
             listed = await stub.ListPolicies(pb.ListPoliciesRequest())

@@ -377,7 +377,9 @@ async def main(settings: Settings, address: str | None = None) -> None:
 
         host, _, port = s.http_addr.rpartition(":")
         front = HttpFront(registry, s.http_api_key.get_secret_value())
-        await front.start(host, int(port))
+        bound = await front.start(host, int(port))
+        # The bound port (``:0`` asks for a free one), so callers and tests read it back instead of guessing.
+        log.info("http front serving", extra={"address": f"{host or '127.0.0.1'}:{bound}"})
 
     async def on_stop() -> None:
         if front is not None:
