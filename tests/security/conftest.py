@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,14 @@ class EnvStack:
     @property
     def manager(self) -> EpisodeManager:
         return self.servicer.manager
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen2 built from a config, shared by the inference tests of this folder."""
+    from wolfpack_inference.models import tiny_model
+
+    return tiny_model(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture

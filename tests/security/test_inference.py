@@ -28,18 +28,12 @@ from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 from wolfpack_inference import prompts
 from wolfpack_inference.config import PolicyConfig
 from wolfpack_inference.http_api import MAX_BODY, HttpFront
-from wolfpack_inference.models import tiny_model
 from wolfpack_inference.policies import PolicyRegistry
 from wolfpack_inference.server import InferenceServicer, register
 
 from .conftest import SECRET
 
 KEY = "sk-security-test"
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_model(tmp_path_factory.mktemp("models"))
 
 
 @pytest.fixture
