@@ -1,0 +1,229 @@
+"""Rollout throughput: episodes/min and generated tokens/s of the whole self-play path (PlaySeats,
+GenerateBatch, Score) against scripted opponents, next to the raw engine's tokens/s on the same prompts
+at the same concurrency, in one run.
+
+How the comparison is made fair: the rollout row plays ``--episodes`` games with at most ``c`` in flight
+(one policy seat each, so at most ``c`` generations at once) and records every prompt it sent; the raw row
+replays exactly those prompt token ids into the same backend object in process (no gRPC, no game), ``c``
+at a time, with the same sampling. ``--ignore-eos`` makes both generate ``--max-tokens`` every turn, so
+token counts match; the ratio rollout/raw is what the rollout path costs (goal: >= 0.9).
+
+CPU (tiny model):  python bench/rollout/bench_rollout.py
+GPU (vLLM):        python bench/rollout/bench_rollout.py --backend vllm --model random-qwen2.5-0.5b \\
+                       --concurrency 64,256 --episodes 512 --max-tokens 64 --device cuda --dtype bfloat16
+Against a running stack (no raw row):  --environment H:P --inference H:P --reward H:P --policy-id default
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+for sub in ("libs", "services/environment", "services/inference", "services/reward", "services/curriculum",
+            "services/rollout"):  # fmt: skip
+    if str(ROOT / sub) not in sys.path:
+        sys.path.insert(0, str(ROOT / sub))
+
+from wolfpack import rpc  # noqa: E402
+from wolfpack.settings import load_settings  # noqa: E402
+from wolfpack.v1 import common_pb2  # noqa: E402
+from wolfpack.v1 import curriculum_service_pb2 as cur_pb  # noqa: E402
+from wolfpack_environment.client import EnvironmentClient  # noqa: E402
+from wolfpack_rollout.driver import RolloutConfig, RolloutDriver, SamplingConfig  # noqa: E402
+
+
+def tasks(game: str, variant: str, n: int, policy_id: str, seat: int, seed0: int) -> list[cur_pb.Task]:
+    out = []
+    for i in range(n):
+        t = cur_pb.Task(task_id=f"bench-{i}", seed=seed0 + i, trainee_seats=[seat], group_size=1,
+                        opponent_kind=cur_pb.OPPONENT_KIND_SCRIPTED, opponent_id="scripted:heuristic")  # fmt: skip
+        t.game.game_id, t.game.variant = game, variant
+        b = t.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
+        b.policy.policy_id = policy_id
+        out.append(t)
+    return out
+
+
+async def raw_engine(
+    backend: Any, prompts: list[list[int]], concurrency: int, max_tokens: int, temperature: float
+) -> tuple[float, int]:
+    """Replay ``prompts`` straight into the backend, ``concurrency`` at a time: (seconds, tokens)."""
+    from wolfpack_inference.backends.base import Request, Sampling
+
+    sampling = Sampling(max_tokens=max_tokens, temperature=temperature, logprobs=True)
+    queue = list(prompts)
+    tokens = 0
+
+    async def worker() -> None:
+        nonlocal tokens
+        while queue:
+            prompt = queue.pop()
+            result = await backend.generate(Request(sampling, list(prompt)))
+            tokens += sum(len(c.token_ids) for c in result.completions)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - start, tokens
+
+
+async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
+    settings = load_settings(rpc_timeout_s=3600)
+    servers: list[Any] = []
+    backend: Any = None
+    policy_id = args.policy_id
+    addr = {"environment": args.environment, "inference": args.inference, "reward": args.reward}
+    if not all(addr.values()):
+        from wolfpack_environment.server import EnvironmentServicer
+        from wolfpack_environment.server import register as reg_env
+        from wolfpack_inference.config import PolicyConfig
+        from wolfpack_inference.policies import Policy, PolicyRegistry, build_backend
+        from wolfpack_inference.server import InferenceServicer
+        from wolfpack_inference.server import register as reg_inf
+        from wolfpack_reward.server import register as reg_rew
+
+        cache = Path(args.cache_dir)
+        model = args.model
+        if model == "random-qwen2.5-0.5b":
+            sys.path.insert(0, str(ROOT / "bench" / "inference"))
+            from bench_inference import random_qwen_05b  # type: ignore[import-not-found]
+
+            model = str(random_qwen_05b(cache))
+        elif model == "tiny-4k":  # the tiny model with room for whole Werewolf prompts (no compression)
+            from wolfpack_inference.models import tiny_model
+
+            model = str(tiny_model(cache, max_positions=4096))
+        cfg = PolicyConfig(
+            policy_id=policy_id, backend=args.backend, model=model, device=args.device, dtype=args.dtype,
+            max_batch=max(args.concurrency), ignore_eos=args.ignore_eos,
+            gpu_memory_utilization=args.gpu_memory_utilization, context_budget=args.context_budget,
+        )  # fmt: skip
+        backend = build_backend(cfg, cache)
+        registry = PolicyRegistry(cache, [Policy(cfg, backend)])
+        if not addr["environment"]:
+            servers.append(
+                await rpc.start_server(
+                    "environment", lambda s: reg_env(s, EnvironmentServicer()), settings, "127.0.0.1:0"
+                )
+            )
+            addr["environment"] = f"127.0.0.1:{servers[-1].port}"
+        if not addr["inference"]:
+            servers.append(
+                await rpc.start_server(
+                    "inference", lambda s: reg_inf(s, InferenceServicer(registry)), settings, "127.0.0.1:0"
+                )
+            )
+            addr["inference"] = f"127.0.0.1:{servers[-1].port}"
+        else:
+            backend = None  # the engine is elsewhere: no raw row
+        if not addr["reward"]:
+            servers.append(await rpc.start_server("reward", reg_rew, settings, "127.0.0.1:0"))
+            addr["reward"] = f"127.0.0.1:{servers[-1].port}"
+    rows: list[dict[str, Any]] = []
+    async with (
+        EnvironmentClient(addr["environment"], settings) as env,
+        rpc.channel(addr["inference"], settings) as inference,
+        rpc.channel(addr["reward"], settings) as reward,
+    ):
+        # warm-up (model load, first compile) outside the timings
+        warm = RolloutDriver(RolloutConfig(concurrency=2, sampling=SamplingConfig(max_tokens=4)), environment=env,
+                             inference_channel=inference, reward_channel=reward)  # fmt: skip
+        await warm.play(tasks(args.game, args.variant, 2, policy_id, args.seat, 10_000))
+        await warm.close()
+        for c in args.concurrency:
+            samples: list[dict[str, float]] = []
+            for r in range(args.repeats):
+                config = RolloutConfig(
+                    concurrency=c, max_turns=args.max_turns, prompt_mode=args.prompt_mode, memory_steps=args.memory_steps,
+                    sampling=SamplingConfig(max_tokens=args.max_tokens, temperature=args.temperature),
+                )  # fmt: skip
+                driver = RolloutDriver(
+                    config, environment=env, inference_channel=inference, reward_channel=reward
+                )
+                start = time.perf_counter()
+                played = await driver.play(
+                    tasks(args.game, args.variant, args.episodes, policy_id, args.seat, r * 100_000)
+                )
+                elapsed = time.perf_counter() - start
+                await driver.close()
+                tokens = sum(len(t.response_token_ids) for tr in played for t in tr.turns)
+                turns = sum(1 for tr in played for t in tr.turns if t.response_token_ids)
+                sample = {"episodes_per_min": 60 * len(played) / elapsed, "rollout_tok_s": tokens / elapsed,
+                          "turns_per_s": turns / elapsed, "failed": float(driver.stats.episodes_failed)}  # fmt: skip
+                if backend is not None:
+                    prompts = [
+                        list(t.prompt_token_ids) for tr in played for t in tr.turns if t.response_token_ids
+                    ]
+                    raw_s, raw_tokens = await raw_engine(
+                        backend, prompts, c, args.max_tokens, args.temperature
+                    )
+                    sample["raw_tok_s"] = raw_tokens / raw_s
+                samples.append(sample)
+            row: dict[str, Any] = {"concurrency": c, "episodes": args.episodes}
+            for key in samples[0]:
+                row[key] = statistics.median(s[key] for s in samples)
+            if "raw_tok_s" in row:
+                row["ratio"] = row["rollout_tok_s"] / row["raw_tok_s"]
+            rows.append(row)
+            print_row(row)
+    for server in servers:
+        await server.stop(0)
+    return rows
+
+
+def print_row(row: dict[str, Any]) -> None:
+    raw = (
+        f"{row['raw_tok_s']:>10,.0f}  {row['ratio']:>6.3f}" if "raw_tok_s" in row else f"{'-':>10}  {'-':>6}"
+    )
+    print(f"{row['concurrency']:>11}  {row['episodes']:>8}  {row['episodes_per_min']:>10,.1f}  {row['turns_per_s']:>8,.1f}"
+          f"  {row['rollout_tok_s']:>11,.0f}  {raw}  {int(row['failed']):>6}", flush=True)  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm"])
+    ap.add_argument(
+        "--model", default="tiny", help="tiny | tiny-4k | smollm2 | random-qwen2.5-0.5b | HF id or dir"
+    )
+    ap.add_argument("--game", default="werewolf_v1")
+    ap.add_argument("--variant", default="6p")
+    ap.add_argument("--seat", type=int, default=3, help="the policy seat (others: scripted heuristic bots)")
+    ap.add_argument("--episodes", type=int, default=32)
+    ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[8, 32])
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--max-turns", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--prompt-mode", default="full", choices=["full", "memory"])
+    ap.add_argument("--memory-steps", type=int, default=1)
+    ap.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--context-budget", type=int, default=0, help="prompt budget (0: the model's positions)")
+    ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
+    ap.add_argument("--policy-id", default="bench")
+    ap.add_argument(
+        "--environment", default="", help="use this environment service instead of one in process"
+    )
+    ap.add_argument("--inference", default="", help="use this inference service (then no raw-engine row)")
+    ap.add_argument("--reward", default="", help="use this reward service")
+    ap.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "wolfpack" / "inference"))
+    ap.add_argument("--json", default="", help="also write the rows to this JSON file")
+    args = ap.parse_args()
+    print(f"rollout bench: backend={args.backend} model={args.model} game={args.game}/{args.variant} "
+          f"max_tokens={args.max_tokens} ignore_eos={args.ignore_eos} prompt_mode={args.prompt_mode}")  # fmt: skip
+    print(f"{'concurrency':>11}  {'episodes':>8}  {'episodes/min':>10}  {'turns/s':>8}  {'rollout tok/s':>11}  "
+          f"{'raw tok/s':>10}  {'ratio':>6}  {'failed':>6}")  # fmt: skip
+    rows = asyncio.run(bench(args))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
