@@ -50,6 +50,8 @@ def test_sigkill_and_resume_loses_nothing_and_uses_nothing_twice(redis_url: str,
     cmd = [sys.executable, "-m", "wolfpack.cli.main", "train", "-c", str(cfg), "--run-dir", str(run)]
     client = redis.Redis.from_url(redis_url)
     latest = run / "checkpoints" / "LATEST"
+    # An audit group that never reads: the stream trims only what every group acked, so it keeps all entries.
+    client.xgroup_create(stream, "audit", id="0", mkstream=True)
 
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
