@@ -386,6 +386,8 @@ class ProtoStreamProducer(Generic[M]):
         dedup_ttl_s: int = 7 * 24 * 3600,
         retry: RetryPolicy = RetryPolicy(),
     ) -> None:
+        if dedup_ttl_s < 1 or maxlen < 0:
+            raise ValueError("dedup_ttl_s must be >= 1 and maxlen >= 0")
         self.client = client
         self.stream = stream
         self.id_of = id_of
