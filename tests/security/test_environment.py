@@ -332,3 +332,27 @@ async def test_non_loopback_bind_without_a_secret_refuses_to_start() -> None:
     with pytest.raises(PermissionError, match="WOLFPACK_ADMIN_SECRET"):
         await rpc.start_server("environment", lambda s: register(s, servicer), load_settings(), "0.0.0.0:0")
     assert auth.is_loopback("127.0.0.1:5") and auth.is_loopback("[::1]:5") and not auth.is_loopback(":5")
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [({"max_reprompts": "1000000000"}, "max_reprompts"), ({"difficulty": "[]"}, "difficulty")],
+)
+async def test_scenario_game_options_are_bounded(env: EnvStack, options: dict[str, str], field: str) -> None:
+    req = pb.CreateEpisodeRequest(game=common_pb2.GameRef(game_id="bargaining_v1"), seed=1)
+    req.options.update(options)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await env.client.stub.CreateEpisode(req, timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in (err.value.details() or "") or "difficult" in (err.value.details() or "")
+
+
+def test_scenario_models_refuse_non_finite_numbers() -> None:
+    from wolfpack_games.scenarios import Scenario, generate_scenario
+
+    data = generate_scenario("bargaining", 1, "easy").model_dump()
+    data["id"] = ""
+    key = next(k for k, v in data["params"].items() if isinstance(v, int | float) and not isinstance(v, bool))
+    data["params"][key] = float("nan")
+    with pytest.raises(ValueError, match="finite"):
+        Scenario.model_validate(data)

@@ -94,7 +94,10 @@ class ScenarioGame(GameEnv):
             scenario = Scenario.model_validate(dict(given))
         if scenario.family != self.family_name:
             raise ValueError(f"scenario family {scenario.family!r} does not match game {self.game_id}")
-        self.max_reprompts = int(opts.get("max_reprompts", self.max_reprompts))
+        reprompts = opts.get("max_reprompts", self.max_reprompts)
+        if isinstance(reprompts, bool) or not isinstance(reprompts, int) or not 0 <= reprompts <= 5:
+            raise ValueError(f"max_reprompts={reprompts!r} is out of range; it must be an integer in [0, 5]")
+        self.max_reprompts = reprompts
         self.scenario = scenario
         self.rng = random.Random(seed)
         self.possible_agents = list(range(scenario.num_players))

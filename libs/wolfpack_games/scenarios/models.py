@@ -28,7 +28,7 @@ ParamValue = int | float | str | list[int] | list[str] | dict[str, int] | list[d
 class PlayerInfo(BaseModel):
     """One seat of a scenario: its public name/role and what only this seat knows."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN/inf never verify
 
     seat: int = Field(ge=0)
     name: str = Field(min_length=1)
@@ -44,7 +44,7 @@ class Scenario(BaseModel):
     scenario read back from a store or sent by a client cannot silently disagree with its id.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN/inf never verify
 
     id: str = ""
     family: str
@@ -148,7 +148,7 @@ def as_int_map(value: Any, key: str = "value") -> dict[str, int]:
 class VerificationResult(BaseModel):
     """What the verifier concluded: +1/-1/0 per seat, a one-line reason, and machine-readable details."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN/inf never verify
 
     outcomes: dict[int, int]
     reason: str
