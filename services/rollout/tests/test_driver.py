@@ -78,7 +78,8 @@ async def test_werewolf_and_bargaining_concurrently_reach_the_stream_token_exact
 
 
 async def test_turn_cap_truncates_and_keeps_the_episode(stack: Any, tasks: dict[str, Any]) -> None:
-    """An episode past ``max_turns`` policy decisions ends as a truncated, scored trajectory, counted."""
+    """An episode past ``max_turns`` policy decisions ends as a truncated, scored trajectory, counted;
+    a task repeated in the list is played once per occurrence."""
     config = RolloutConfig(concurrency=2, max_turns=2, sampling=SamplingConfig(max_tokens=8))
     async with (
         EnvironmentClient(stack.environment, stack.settings) as env,
@@ -86,9 +87,11 @@ async def test_turn_cap_truncates_and_keeps_the_episode(stack: Any, tasks: dict[
         rpc.channel(stack.reward, stack.settings) as reward,
     ):
         driver = RolloutDriver(config, environment=env, inference_channel=inference, reward_channel=reward)
-        played = await driver.play([tasks["werewolf"](11), tasks["bargaining"](12)])
+        group = tasks["bargaining"](12)  # the same Task object twice: a group of two episodes
+        played = await driver.play([tasks["werewolf"](11), group, group])
         await driver.close()
-    assert len(played) == 2
+    assert len(played) == 3
+    assert played[1].group_id == played[2].group_id and played[1].trajectory_id != played[2].trajectory_id
     for traj in played:
         policy = [t for t in traj.turns if t.response_token_ids]
         assert 1 <= len(policy) <= 2

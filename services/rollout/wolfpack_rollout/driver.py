@@ -351,10 +351,9 @@ class RolloutDriver:
         order; failed episodes are left out and counted in ``stats.failures``. Nothing is appended to the
         stream and nothing is reported (evaluation uses this)."""
         out: dict[int, trajectory_pb2.Trajectory] = {}
-        index = {id(t): i for i, t in enumerate(tasks)}
 
-        async def keep(task: cur_pb.Task, traj: trajectory_pb2.Trajectory) -> None:
-            out[index[id(task)]] = traj
+        async def keep(seq: int, task: cur_pb.Task, traj: trajectory_pb2.Trajectory) -> None:
+            out[seq] = traj  # the n-th task drawn is tasks[n] (the same Task object may repeat)
 
         await self._drive(_aiter(tasks), keep)
         return [out[i] for i in sorted(out)]
@@ -392,7 +391,7 @@ class RolloutDriver:
                     yield task
                 left -= len(batch)
 
-        async def deliver(task: cur_pb.Task, traj: trajectory_pb2.Trajectory) -> None:
+        async def deliver(seq: int, task: cur_pb.Task, traj: trajectory_pb2.Trajectory) -> None:
             if self.producer is not None:
                 await self._append(traj)
             else:
@@ -417,32 +416,39 @@ class RolloutDriver:
     async def _drive(
         self,
         tasks: AsyncIterator[cur_pb.Task],
-        sink: Callable[[cur_pb.Task, trajectory_pb2.Trajectory], Awaitable[None]],
+        sink: Callable[[int, cur_pb.Task, trajectory_pb2.Trajectory], Awaitable[None]],
     ) -> None:
+        """Play every task ``tasks`` yields (``concurrency`` at a time) and hand each scored trajectory to
+        ``sink(seq, task, trajectory)``, ``seq`` being the task's position in ``tasks``. If ``tasks``
+        raises, the episodes already started still finish (and are delivered) before it propagates."""
         episodes: dict[str, _Episode] = {}
         slots = asyncio.Semaphore(self.config.concurrency)
         lifecycles: set[asyncio.Task[None]] = set()
         stream: _PlayStream | None = None
+        seq = -1
         try:
-            async for task in tasks:
-                await slots.acquire()
-                if stream is None or stream.broken:
-                    if stream is not None:
-                        await stream.close()
-                    stream = _PlayStream(
-                        self.play_stub, episodes, self._on_decisions_for(episodes), self.stats
-                    )
-                ep = self._new_episode(task)
-                ep.stream = stream
-                episodes[ep.trajectory_id] = ep
-                stream.create(self._create_request(ep))
-                self.stats.episodes_started += 1
-                self.stats.in_flight += 1
-                life = asyncio.create_task(self._lifecycle(ep, episodes, slots, sink))
-                lifecycles.add(life)
-                life.add_done_callback(lifecycles.discard)
-            while lifecycles:
-                await asyncio.gather(*list(lifecycles))
+            try:
+                async for task in tasks:
+                    seq += 1
+                    await slots.acquire()
+                    if stream is None or stream.broken:
+                        if stream is not None:
+                            await stream.close()
+                        stream = _PlayStream(
+                            self.play_stub, episodes, self._on_decisions_for(episodes), self.stats
+                        )
+                    ep = self._new_episode(task)
+                    ep.stream = stream
+                    episodes[ep.trajectory_id] = ep
+                    stream.create(self._create_request(ep))
+                    self.stats.episodes_started += 1
+                    self.stats.in_flight += 1
+                    life = asyncio.create_task(self._lifecycle(ep, episodes, slots, sink, seq))
+                    lifecycles.add(life)
+                    life.add_done_callback(lifecycles.discard)
+            finally:  # the task source ended or failed: what was started finishes either way
+                while lifecycles:
+                    await asyncio.gather(*list(lifecycles))
         finally:
             for life in list(lifecycles):
                 life.cancel()
@@ -489,7 +495,8 @@ class RolloutDriver:
         ep: _Episode,
         episodes: dict[str, _Episode],
         slots: asyncio.Semaphore,
-        sink: Callable[[cur_pb.Task, trajectory_pb2.Trajectory], Awaitable[None]],
+        sink: Callable[[int, cur_pb.Task, trajectory_pb2.Trajectory], Awaitable[None]],
+        seq: int,
     ) -> None:
         try:
             await ep.ended
@@ -498,7 +505,7 @@ class RolloutDriver:
             traj = await self._finish(ep)
             token = otel_context.attach(ep.context)
             try:
-                await sink(ep.task, traj)
+                await sink(seq, ep.task, traj)
             finally:
                 otel_context.detach(token)
             self.stats.episodes_finished += 1
