@@ -83,8 +83,8 @@ async def connect(
         if stream and a.redis_url:
             client = aioredis.Redis.from_url(a.redis_url)
             stack.push_async_callback(client.aclose)
-            producer = ProtoStreamProducer(
-                client, a.stream, id_of=lambda t: t.trajectory_id, maxlen=settings.stream_maxlen
+            producer = ProtoStreamProducer.from_settings(
+                client, settings, id_of=lambda t: t.trajectory_id, stream=a.stream
             )
         driver = RolloutDriver(
             config, environment=env, inference_channel=inference, reward_channel=reward,
