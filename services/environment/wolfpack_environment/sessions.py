@@ -619,8 +619,7 @@ class EpisodeManager:
         abandoned = [
             ep
             for ep in self.episodes.values()
-            if ep.finished_at is None
-            and now - ep.last_active > limits.abandoned_ttl_s
+            if ep.finished_at is None and now - ep.last_active > limits.abandoned_ttl_s
         ]
         for ep in abandoned:
             self.release(ep)
