@@ -30,20 +30,9 @@ def trainee_seats(traj: trajectory_pb2.Trajectory) -> list[int]:
 def fingerprint_of(traj: trajectory_pb2.Trajectory, cap: int = FINGERPRINT_CHARS) -> str:
     """The failure fingerprint: the scenario text for scenario games, else the first trainee turn's
     observation (its opening prompt), capped at ``cap`` characters."""
-    typed = getattr(traj, "scenario", None)
-    if typed is not None and traj.HasField("scenario"):
-        text = " ".join([typed.public_text] + [p.brief for p in typed.players])
-        return text[:cap]
-    scenario = traj.metadata.get("scenario", "")
-    if scenario:
-        try:
-            data = json.loads(scenario)
-            text = " ".join(
-                [str(data.get("public", ""))] + [str(p.get("brief", "")) for p in data.get("players", [])]
-            )
-        except (ValueError, AttributeError):
-            text = scenario
-        return text[:cap]
+    if traj.HasField("scenario"):
+        sc = traj.scenario
+        return " ".join([sc.public_text] + [p.brief for p in sc.players])[:cap]
     seats = set(trainee_seats(traj))
     for turn in traj.turns:
         if turn.seat in seats and turn.observation_text:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from wolfpack.v1 import common_pb2, trajectory_pb2
+from wolfpack.v1 import common_pb2
 from wolfpack.v1 import curriculum_service_pb2 as cur_pb
 from wolfpack.v1 import environment_service_pb2 as env_pb
 from wolfpack_rollout.config import RolloutConfig
@@ -76,8 +76,7 @@ def test_scenario_turns_interleave_scripted_messages_and_attempts() -> None:
     ].controller == common_pb2.SEAT_CONTROLLER_SCRIPTED
     assert (traj.group_id, traj.group_size) == ("g", 2)
     assert [(p.policy_id, p.version) for p in traj.policy_versions] == [("learner", 3)]
-    has_typed = "scenario" in trajectory_pb2.Trajectory.DESCRIPTOR.fields_by_name
-    assert traj.HasField("scenario") if has_typed else "scenario" in traj.metadata  # type: ignore[arg-type]
+    assert traj.HasField("scenario") and traj.scenario.family == "bargaining"
 
 
 def test_werewolf_keeps_policy_turns_and_truncation_aborts() -> None:

@@ -11,8 +11,8 @@ How it is built, and why:
   batches (the environment's fast path). A create's ``request_id`` is the trajectory id; the server's
   episode id comes back with it and routes the episode's decisions and results.
 * **Decisions that arrive together are generated together**: each server message's decisions become one
-  GenerateBatch (split per episode until GenerateRequest carries its own trace context, so every
-  generate span joins its episode's trace). Results go back as raw text; the environment parses them.
+  GenerateBatch; every item carries its own turn's trace context. Results go back as raw text; the
+  environment parses them.
 * **Validity comes from the environment**: a rejected act's result (``rejected_results_only``) marks the
   attempt invalid (re-prompted) or defaulted; the re-prompt arrives as a decision with the same turn id.
 * **Finishing is off the stream's path**: an ended episode is read (GetEpisode with the admin token: roles,
@@ -47,6 +47,7 @@ from opentelemetry import trace
 
 from wolfpack import stream as wolfpack_stream
 from wolfpack import telemetry
+from wolfpack.errors import code_of
 from wolfpack.stream import ProtoStreamProducer
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import curriculum_service_pb2 as cur_pb
@@ -91,8 +92,6 @@ TRANSIENT = frozenset(
 _BACKPRESSURE: tuple[type[BaseException], ...] = tuple(
     t for t in (getattr(wolfpack_stream, "StreamBackpressureError", None),) if isinstance(t, type)
 )
-_HAS_CREATE_TRACE = "trace" in env_pb.CreateEpisodeRequest.DESCRIPTOR.fields_by_name
-_HAS_GENERATE_TRACE = "trace" in inf_pb.GenerateRequest.DESCRIPTOR.fields_by_name
 
 
 @dataclass(frozen=True)
@@ -169,20 +168,11 @@ class _Episode:
         self.ended.set_result(None)
 
 
-def _code_and_message(item: Any) -> tuple[str, str]:
-    """A request error of a PlaySeats result or created entry: ``error`` (google.rpc.Status) in the current
-    contract, ``code``/``reason`` strings in the older one; ("", "") when there is none."""
-    if "error" in item.DESCRIPTOR.fields_by_name:
-        if item.HasField("error"):
-            try:
-                name = grpc.StatusCode(
-                    next(c for c in grpc.StatusCode if c.value[0] == item.error.code).value
-                ).name
-            except StopIteration:
-                name = "UNKNOWN"
-            return name, item.error.message
+def _error_of(item: env_pb.SeatActResult | env_pb.CreatedEpisode) -> tuple[str, str]:
+    """(status code name, message) of a PlaySeats item's request error; ("", "") when it has none."""
+    if not item.HasField("error"):
         return "", ""
-    return str(getattr(item, "code", "")), str(getattr(item, "reason", ""))
+    return code_of(item.error).name, item.error.message
 
 
 class _PlayStream:
@@ -269,7 +259,7 @@ class _PlayStream:
             ep = self.episodes.get(created.request_id)
             if ep is None:
                 continue
-            code, reason = _code_and_message(created)
+            code, reason = _error_of(created)
             if code:
                 ep.end(failure=EpisodeFailed("create_failed", f"{code}: {reason}"))
                 continue
@@ -283,7 +273,7 @@ class _PlayStream:
             ep = self.episodes.get(result.episode_id)
             if ep is None or ep.closed:
                 continue
-            code, reason = _code_and_message(result)
+            code, reason = _error_of(result)
             rec = ep.last.get(result.seat)
             if rec is None or rec.turn_id != result.turn_id:
                 continue
@@ -486,8 +476,7 @@ class RolloutDriver:
             turn_timeout_s=self.config.turn_timeout_s, options=dict(t.options), scenario_id=t.scenario_id,
             request_id=ep.trajectory_id,
         )  # fmt: skip
-        if _HAS_CREATE_TRACE:
-            req.trace.CopyFrom(ep.trace)
+        req.trace.CopyFrom(ep.trace)
         return req
 
     async def _lifecycle(
@@ -576,14 +565,7 @@ class RolloutDriver:
                 items.append((ep, obs))
             if not items:
                 return
-            if _HAS_GENERATE_TRACE:
-                self._spawn(self._generate(items))
-            else:  # one call per episode, under the episode's context, so its generate spans join its trace
-                by_episode: dict[str, list[tuple[_Episode, env_pb.Observation]]] = {}
-                for ep, obs in items:
-                    by_episode.setdefault(ep.trajectory_id, []).append((ep, obs))
-                for group in by_episode.values():
-                    self._spawn(self._generate(group, group[0][0].context))
+            self._spawn(self._generate(items))  # one GenerateBatch; each item carries its turn's trace
 
         return on_decisions
 
@@ -608,8 +590,7 @@ class RolloutDriver:
             request_id=f"{ep.trajectory_id}:{obs.seat}:{obs.turn_id}:{_attempt(ep, obs)}",
         )  # fmt: skip
         req.chat.messages.extend(messages)
-        if _HAS_GENERATE_TRACE:
-            telemetry.inject_into(req.trace, trace.set_span_in_context(span))
+        telemetry.inject_into(req.trace, trace.set_span_in_context(span))
         return req
 
     def _turn_span(self, ep: _Episode, obs: env_pb.Observation) -> trace.Span:
@@ -621,10 +602,8 @@ class RolloutDriver:
                         "wolfpack.phase": obs.phase},
         )  # fmt: skip
 
-    async def _generate(
-        self, items: list[tuple[_Episode, env_pb.Observation]], context: otel_context.Context | None = None
-    ) -> None:
-        token = otel_context.attach(context) if context is not None else None
+    async def _generate(self, items: list[tuple[_Episode, env_pb.Observation]]) -> None:
+        token = otel_context.attach(otel_context.Context())  # the batch call belongs to no episode's trace
         try:
             attempt = 0
             while items:
@@ -662,8 +641,7 @@ class RolloutDriver:
                     await asyncio.sleep(self.config.backoff_s * 2**attempt)
                     attempt += 1
         finally:
-            if token is not None:
-                otel_context.detach(token)
+            otel_context.detach(token)
 
     def _record(
         self,

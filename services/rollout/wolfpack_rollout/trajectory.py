@@ -26,6 +26,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from wolfpack.v1 import common_pb2, curriculum_service_pb2, environment_service_pb2, trajectory_pb2
 from wolfpack_games.scenarios import GAME_CLASSES, Scenario, generate_scenario, get_family
+from wolfpack_games.scenarios.wire import scenario_to_pb
 from wolfpack_games.werewolf.models import TEAM_VILLAGE, TEAM_WOLVES, WOLF_ROLES
 
 MESSAGE_KINDS = ("say", "final")
@@ -108,16 +109,6 @@ def scenario_of(task: curriculum_service_pb2.Task) -> Scenario:
     family = next(f for f in _families() if get_family(f).game_id == task.game.game_id)
     variant = task.game.variant or "medium"
     return generate_scenario(family, task.seed, variant)
-
-
-def _set_scenario(traj: trajectory_pb2.Trajectory, scenario: Scenario) -> None:
-    """The typed ``Trajectory.scenario`` where the contract has it; ``metadata["scenario"]`` (JSON) before."""
-    if "scenario" in trajectory_pb2.Trajectory.DESCRIPTOR.fields_by_name:
-        from wolfpack_games.scenarios import wire
-
-        traj.scenario.CopyFrom(wire.scenario_to_pb(scenario))  # type: ignore[attr-defined]
-    else:
-        traj.metadata["scenario"] = scenario.model_dump_json()
 
 
 def _families() -> Iterable[str]:
@@ -253,7 +244,7 @@ def build_trajectory(
     if task.scenario_id:
         meta["scenario_id"] = task.scenario_id
     if is_scenario_game(game_id):
-        _set_scenario(traj, scenario_of(task))
+        traj.scenario.CopyFrom(scenario_to_pb(scenario_of(task)))
     if truncated:
         meta["truncated"] = truncated
     meta.update(extra_metadata or {})
