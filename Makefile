@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.wolfpack-setup
 
-.PHONY: setup demo test lint typecheck proto proto-check bench clean up
+.PHONY: setup demo test lint typecheck proto proto-check bench clean up mutate
 
 setup: $(STAMP)
 
@@ -46,6 +46,10 @@ proto-check: setup  # buf lint + buf breaking against proto/buf-baseline.binpb, 
 
 bench: setup
 	$(BIN)/python bench/run.py
+
+# Mutation testing of the core modules against their own fast tests (a sample per module; see its --help).
+mutate: setup
+	$(BIN)/python bench/mutation/run.py --report bench/results/mutation-survivors.md
 
 clean:
 	rm -rf .wolfpack .pytest_cache .mypy_cache .ruff_cache
