@@ -64,14 +64,19 @@ async def test_killed_consumer_pending_entries_are_reclaimed(
 
     b = consumer(redis_client, stream_key, "B", claim_idle_ms=200)
     assert await b.pending_count() == 7
-    await asyncio.sleep(0.3)
     reclaimed = []
-    for _ in range(5):
-        got = await b.read()
-        reclaimed += got
-        await b.ack(got)
-        if len(reclaimed) >= 7:
-            break
+
+    async def reclaim() -> None:
+        # Entries become claimable once idle for 200 ms: read until all 7 came back, however long the
+        # machine takes (bounded below), instead of sleeping a fixed time and reading a fixed number.
+        while len(reclaimed) < 7:
+            got = await b.read()
+            reclaimed.extend(got)
+            await b.ack(got)
+            if not got:
+                await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(reclaim(), timeout=60)
     assert sorted(d.message.trajectory_id for d in reclaimed) == [f"t-{i}" for i in range(3, 10)]
     assert all(d.deliveries == 2 for d in reclaimed)
     assert await b.pending_count() == 0
