@@ -294,3 +294,23 @@ async def test_http_empty_host_binds_loopback_and_open_binds_need_a_key(registry
         await front.stop()
     with pytest.raises(PermissionError):
         await HttpFront(registry, api_key="").start("0.0.0.0", 0)
+
+
+async def test_a_row_that_cannot_be_sampled_fails_alone_in_the_engine_batch(registry: PolicyRegistry) -> None:
+    """Defence in depth behind the sampling bounds: a row whose distribution is NaN (here a temperature
+    that bypassed validation) fails its own request; the request sharing its engine batch completes."""
+    import dataclasses
+
+    from wolfpack_inference.policies import make_sampling
+
+    policy = registry.get("tiny")
+    sampling = make_sampling(
+        max_tokens=4, temperature=0.7, top_p=1.0, top_k=0, stop=[], seed=1, n=1, logprobs=False
+    )
+    good = policy.prepare(sampling, token_ids=[1, 2, 3]).request
+    bad = dataclasses.replace(good, sampling=dataclasses.replace(sampling, temperature=1e-40))
+    results = await asyncio.gather(
+        policy.backend.generate(good), policy.backend.generate(bad), return_exceptions=True
+    )
+    assert not isinstance(results[0], BaseException) and results[0].completions[0].token_ids
+    assert isinstance(results[1], Exception) and "sampling failed" in str(results[1])

@@ -538,12 +538,16 @@ class TransformersBackend(Backend):
         if len(live) < logits.shape[0]:
             logits = logits[torch.tensor(live, device=logits.device)]
         rows = [batch.owners[i][1] for i in live]
+        failed: set[int] = set()
         tokens, logprobs = sample(
-            logits.float().cpu(), [r.sampling for r in rows], [r.generator for r in rows]
+            logits.float().cpu(), [r.sampling for r in rows], [r.generator for r in rows], failed
         )
         version = batch.weights.version
-        for i, tok, lp in zip(live, tokens.tolist(), logprobs.tolist(), strict=True):
+        for k, (i, tok, lp) in enumerate(zip(live, tokens.tolist(), logprobs.tolist(), strict=True)):
             job, row = batch.owners[i]
+            if k in failed:  # this row's distribution was not a distribution: its request fails alone
+                self._fail_row(batch, i)
+                continue
             if job.cancelled:
                 row.finish = Finish.ABORT
             else:
@@ -571,6 +575,20 @@ class TransformersBackend(Backend):
                 batch.feed[i] = self.pad_id
                 if job.finished:
                     job.notify(_set_done, job.done, None)
+
+    def _fail_row(self, batch: _Batch, i: int) -> None:
+        """End the request owning row ``i`` with an error; the other requests of the batch go on."""
+        job, _ = batch.owners[i]
+        for j, (other_job, other_row) in enumerate(batch.owners):
+            if other_job is job and other_row.finish is None:
+                other_row.finish = Finish.ABORT
+                batch.feed[j] = self.pad_id
+        err = InferenceError(
+            ErrorCode.INTERNAL, "sampling failed for this request (non-finite probabilities)"
+        )
+        job.notify(_set_done, job.done, err)
+        if job.chunks is not None:
+            job.notify(job.chunks.put_nowait, None)
 
     def _drop_cancelled(self, batch: _Batch) -> None:
         """Finish the rows of jobs whose caller went away, before spending a step on them."""
@@ -749,13 +767,18 @@ def _updated_copy(model: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
 
 
 def sample(
-    logits: torch.Tensor, params: list[Sampling], generators: list[torch.Generator]
+    logits: torch.Tensor,
+    params: list[Sampling],
+    generators: list[torch.Generator],
+    failed: set[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Next token per row and its logprob under the logprob convention (see the module docstring):
     ``log_softmax(logits / T)`` at the token, T = 1 for greedy rows, before top-k/top-p.
 
     ``logits``: float32 ``[batch, vocab]`` raw logits. Greedy rows take the argmax; other rows apply
-    temperature, top-k, then top-p (nucleus) to a copy, and draw from their own generator.
+    temperature, top-k, then top-p (nucleus) to a copy, and draw from their own generator. With
+    ``failed`` given, a row whose probabilities cannot be sampled (NaN/inf) is added to it instead of
+    failing every row of the batch (its token is then meaningless).
     """
     temps = [1.0 if p.greedy else p.temperature for p in params]
     if all(t == 1.0 for t in temps):
@@ -777,5 +800,10 @@ def sample(
             drop = cum - torch.softmax(sorted_l, dim=-1) >= p.top_p  # keep the token that crosses top_p
             row = row.scatter(0, order[drop], float("-inf"))
         probs = torch.softmax(row, dim=-1)
-        tokens[i] = torch.multinomial(probs, 1, generator=generators[i])[0]
+        try:
+            tokens[i] = torch.multinomial(probs, 1, generator=generators[i])[0]
+        except RuntimeError:
+            if failed is None:
+                raise
+            failed.add(i)
     return tokens, logp.gather(1, tokens[:, None])[:, 0]
