@@ -191,3 +191,42 @@ def test_predict_next_blocks_are_neither_parsed_nor_spoken() -> None:
     text = "I vote for player 2<predict_next>Player 5 will vote for player 4</predict_next>"
     assert strip_think(text) == "I vote for player 2"
     assert strip_think("Speech.<predict_next>unclosed guess") == "Speech."
+
+
+# Every number word the parser knows, against a table written out by hand (mutation testing found the
+# tables unchecked: "eighteen" read as 17 went unnoticed). Twenty seats so every word names a legal target.
+TWENTY = (LegalAction("vote", tuple(range(20))),)
+EN_WORDS = [
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+]
+ZH_NUMERALS = ["一", "二", "三", "四", "五", "六", "七", "八", "九", "十"]
+ZH_NUMERALS += ["十一", "十二", "十三", "十四", "十五", "十六", "十七", "十八", "十九", "二十"]
+
+
+@pytest.mark.parametrize(("number", "word"), list(enumerate(EN_WORDS, start=1)))
+def test_english_number_words(number: int, word: str) -> None:
+    assert parse_action(f"I vote for player {word}", TWENTY, 20).action == Action("vote", number - 1)
+
+
+@pytest.mark.parametrize(("number", "numeral"), [*enumerate(ZH_NUMERALS, start=1), (2, "两")])
+def test_chinese_numerals(number: int, numeral: str) -> None:
+    assert parse_action(f"我投票给{numeral}号", TWENTY, 20).action == Action("vote", number - 1)
