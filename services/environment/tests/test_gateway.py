@@ -290,12 +290,12 @@ async def test_silent_seat_gets_default_actions_and_the_long_poll_sees_the_end(
 
 async def test_unreachable_environment_service_is_503() -> None:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens once the socket is closed
-    running = await start_gateway("127.0.0.1", 0, dead, settings=load_settings(rpc_timeout_s=5))
-    try:
-        async with aiohttp.ClientSession(base_url=running.url) as session:
-            assert await error_of(session, "GET", "/v1/games", 503) == "UNAVAILABLE"
-            assert (await call(session, "GET", "/healthz")) == {"status": "ok"}
-    finally:
-        await running.stop()
+        s.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused, and no other
+        dead = f"127.0.0.1:{s.getsockname()[1]}"  # process can take the port while the test runs
+        running = await start_gateway("127.0.0.1", 0, dead, settings=load_settings(rpc_timeout_s=5))
+        try:
+            async with aiohttp.ClientSession(base_url=running.url) as session:
+                assert await error_of(session, "GET", "/v1/games", 503) == "UNAVAILABLE"
+                assert (await call(session, "GET", "/healthz")) == {"status": "ok"}
+        finally:
+            await running.stop()
