@@ -9,6 +9,14 @@ this machine's CPUs are shared and noisy.
 
     .venv/bin/python bench/env/bench_env_grpc.py              # 6, 9, 12 players, ~3 minutes
     .venv/bin/python bench/env/bench_env_grpc.py --players 6 --rounds 5
+    .venv/bin/python bench/env/bench_env_grpc.py --compare HEAD~3   # this tree vs a revision, one run
+
+``--compare REV`` serves a second environment from ``git archive REV`` (its ``libs`` and
+``services/environment``, first on ``PYTHONPATH``) and measures both servers in the same rounds (their
+order alternating), with this tree's client: the before/after ratio of a server refactor, under the same
+machine noise. The revision must speak the same wire contract as this tree. The "server µs/action"
+column is the server process's own CPU time per action (Linux ``/proc``): on a shared, noisy machine it
+compares two servers more steadily than throughput does.
 
 Rows: in process; one Observe stream + unary Act per seat (what a single external agent does); the
 batched ``PlaySeats`` stream joined to episodes created with unary calls, in waves; ``play_episodes``
@@ -25,8 +33,10 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -189,6 +199,38 @@ def modes(target: str, players: int, episodes: int, seconds: float, streams: int
     ]
 
 
+def serve_environment(port: int, pythonpath: str = "") -> subprocess.Popen[bytes]:
+    """The environment service in its own process; ``pythonpath`` first on the path (another revision)."""
+    env = {**os.environ, "WOLFPACK_LOG_LEVEL": "WARNING"}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH", "")) if p)
+    return subprocess.Popen(
+        [sys.executable, "-m", "wolfpack.cli.main", "serve", "environment", "--address", f"127.0.0.1:{port}"],
+        env=env,
+    )
+
+
+def checkout(rev: str, into: Path) -> str:
+    """``libs`` and ``services/environment`` of ``rev`` under ``into``; returns their PYTHONPATH."""
+    root = Path(__file__).resolve().parents[2]
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", rev, "libs", "services/environment"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return os.pathsep.join([str(into / "libs"), str(into / "services" / "environment")])
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` so far (None where ``/proc`` is absent)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(factory: Any) -> tuple[int, int, float] | str:
     """One cell; a mode that fails shows its error instead of a number (a benchmark reports failures)."""
     try:
@@ -219,25 +261,42 @@ def main() -> None:
         "--rounds", type=int, default=3, help="in-process and gRPC cells alternate this often"
     )
     parser.add_argument("--players", type=int, nargs="+", default=[6, 9, 12], choices=[6, 9, 12])
+    parser.add_argument(
+        "--compare", metavar="REV", default="", help="also serve git revision REV and measure it alongside"
+    )
     args = parser.parse_args()
 
     port = free_port()
-    env = {**os.environ, "WOLFPACK_LOG_LEVEL": "WARNING"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "wolfpack.cli.main", "serve", "environment", "--address", f"127.0.0.1:{port}"],
-        env=env,
-    )
-    target = f"127.0.0.1:{port}"
+    servers = {"": serve_environment(port)}
+    targets = {"": f"127.0.0.1:{port}"}
+    scratch = tempfile.TemporaryDirectory()
+    if args.compare:
+        other, suffix = free_port(), f" [{args.compare}]"
+        servers[suffix] = serve_environment(other, checkout(args.compare, Path(scratch.name)))
+        targets[suffix] = f"127.0.0.1:{other}"
     rows: list[tuple[str, ...]] = []
+
+    def all_modes(
+        players: int, episodes: int, seconds: float, flip: bool = False
+    ) -> list[tuple[str, Any, int]]:
+        """Every target's modes, the targets in alternating order (``flip``) so neither always goes first."""
+        order = list(targets)[::-1] if flip else list(targets)
+        return [
+            (name + suffix, factory, servers[suffix].pid)
+            for suffix in order
+            for name, factory in modes(targets[suffix], players, episodes, seconds, args.streams)
+        ]
 
     async def run_all(progress: Progress, task: TaskID) -> None:
         """Every cell in one event loop (grpc.aio misbehaves across several loops in one process); the
         in-process cells run synchronously in between, with no call in flight."""
-        await wait_serving(target)
+        for target in targets.values():
+            await wait_serving(target)
         for players in args.players:
             rates: dict[str, list[float]] = {}
             games: dict[str, list[float]] = {}
             ratios: dict[str, list[float]] = {}
+            server_us: dict[str, list[float]] = {}
             failures: dict[str, str] = {}
             base = "in process"
             for _round in range(args.rounds):
@@ -245,44 +304,52 @@ def main() -> None:
                 progress.advance(task)
                 rates.setdefault(base, []).append(a0 / t0)
                 games.setdefault(base, []).append(g0 / t0)
-                for name, factory in modes(target, players, args.episodes, args.seconds, args.streams):
+                for name, factory, pid in all_modes(players, args.episodes, args.seconds, _round % 2 == 1):
+                    cpu0 = cpu_seconds(pid)
                     result = await measure(factory)
+                    cpu1 = cpu_seconds(pid)
                     progress.advance(task)
                     if isinstance(result, str):
                         failures[name] = result
                         continue
                     g1, a1, t1 = result
+                    if cpu0 is not None and cpu1 is not None and a1:
+                        server_us.setdefault(name, []).append((cpu1 - cpu0) / a1 * 1e6)
                     rates.setdefault(name, []).append(a1 / t1)
                     games.setdefault(name, []).append(g1 / t1)
                     ratios.setdefault(name, []).append((a1 / t1) / (a0 / t0))
-            for name in [base, *(m for m, _f in modes(target, players, 0, 0, args.streams))]:
+            for name in [base, *(m for m, _f, _p in all_modes(players, 0, 0))]:
                 if name not in rates:
-                    rows.append((str(players), name, "-", failures.get(name, "no result"), "-", "-"))
+                    rows.append((str(players), name, "-", failures.get(name, "no result"), "-", "-", "-"))
                     continue
-                r = ratios.get(name, [])
+                r, us = ratios.get(name, []), server_us.get(name, [])
                 rows.append((
                     str(players), name, f"{statistics.median(games[name]):,.1f}",
                     f"{statistics.median(rates[name]):,.0f}",
                     f"{statistics.median(r):.3f}" if r else "",
                     f"{min(r):.3f}–{max(r):.3f}" if r else "",
+                    f"{statistics.median(us):.1f}" if us else "",
                 ))  # fmt: skip
 
     try:
         with Progress(transient=True) as progress:
-            task = progress.add_task("measuring", total=len(args.players) * args.rounds * 5)
+            cells = 1 + 4 * len(targets)
+            task = progress.add_task("measuring", total=len(args.players) * args.rounds * cells)
             asyncio.run(run_all(progress, task))
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        for server in servers.values():
+            server.terminate()
+            server.wait(timeout=30)
+        scratch.cleanup()
     table = Table(
         title=f"werewolf_v1: in process vs over gRPC ({args.episodes} concurrent episodes, medians of "
         f"{args.rounds} alternating rounds of {args.seconds:g}s)"
     )
-    for col in ("players", "mode", "games/s", "actions/s", "gRPC / in-process", "range"):
+    for col in ("players", "mode", "games/s", "actions/s", "gRPC / in-process", "range", "server µs/action"):
         table.add_column(col, justify="right")
     for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    Console(width=max(Console().width, 150)).print(table)
     print("gRPC / in-process: each round's gRPC rate over the in-process rate measured just before it.")
 
 

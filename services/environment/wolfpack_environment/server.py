@@ -88,10 +88,11 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
             closed=self.manager.close(request.episode_id, request.token, privileged)
         )
 
-    def PlaySeats(
+    async def PlaySeats(
         self, request_iterator: AsyncIterator[pb.PlaySeatsRequest], context: Any
     ) -> AsyncIterator[pb.PlaySeatsResponse]:
-        return PlayStream(self.manager, self.create, self.observations).play(request_iterator)
+        async for response in PlayStream(self.manager, self.create, self.observations).play(request_iterator):
+            yield response
 
 
 def register(server: grpc.aio.Server, servicer: EnvironmentServicer | None = None) -> Sequence[str]:
