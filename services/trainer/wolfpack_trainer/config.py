@@ -81,6 +81,8 @@ class RolloutSection(_Strict):
     temperature: float = 1.0
     invalid_penalty: float = 0.1
     prompt: Literal["observation", "full_history"] = "observation"
+    max_prompt_tokens: int = 0
+    """Local mode: keep only the last N prompt tokens (0: all). A cost knob for small CPU runs."""
     opponents: list[OpponentMix] = Field(default_factory=list)
     reward_spec: str = ""
 

@@ -102,6 +102,16 @@ def sample(
     ]
 
 
+def render_prompt(tokenizer: Any, observation: str, max_tokens: int = 0) -> list[int]:
+    """The chat template over one user message, tokenized once; left-truncated to ``max_tokens``."""
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": observation}], add_generation_prompt=True, tokenize=True
+    )
+    if not isinstance(ids, list):
+        ids = list(ids["input_ids"])
+    return list(ids[-max_tokens:]) if max_tokens > 0 else list(ids)
+
+
 @dataclass(frozen=True)
 class Task:
     """One episode to play: game, variant, seed, which seats the trainee policies take."""
@@ -140,8 +150,12 @@ def play(
     invalid_penalty: float = 0.1,
     max_steps: int = 200,
     sampling: common_pb2.SamplingParams | None = None,
+    max_prompt_tokens: int = 0,
 ) -> list[trajectory_pb2.Trajectory]:
-    """Play every task to the end, batching the trainee decisions of all episodes at each step."""
+    """Play every task to the end, batching the trainee decisions of all episodes at each step.
+
+    ``max_prompt_tokens`` > 0 keeps only the last that many prompt tokens (the latest part of the
+    observation and the generation prompt): a cost knob for small CPU runs."""
     live = []
     for task in tasks:
         env = make_game(task.game_id, task.variant)
@@ -182,11 +196,7 @@ def play(
             for seat in lv.env.acting_seats():
                 if seat in lv.task.trainee_seats:
                     obs = lv.env.observe(seat).text
-                    ids = tokenizer.apply_chat_template(
-                        [{"role": "user", "content": obs}], add_generation_prompt=True, tokenize=True
-                    )
-                    if not isinstance(ids, list):
-                        ids = list(ids["input_ids"])
+                    ids = render_prompt(tokenizer, obs, max_prompt_tokens)
                     decisions.setdefault(lv.task.trainee_seats[seat], []).append((lv, seat, obs, ids))
                 else:
                     moves[id(lv)][seat] = bots[lv.task.bot](lv.env, seat, lv.rng)

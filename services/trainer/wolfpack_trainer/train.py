@@ -121,6 +121,7 @@ class Trainer:
                 episodes=ws.episodes,
                 steps=ws.steps,
                 lr=ws.lr,
+                max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
             )
             self.progress("warm start", 0, 1)
             base = clone_bot(base, wcfg, self.cache_dir)
@@ -209,6 +210,7 @@ class Trainer:
             versions=self.state.versions,
             invalid_penalty=self.cfg.rollout.invalid_penalty,
             sampling=sampling,
+            max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
         )
 
     # --- evaluation ----------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from wolfpack_games import get_game, make_game
+from wolfpack_trainer.local_rollout import render_prompt
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class WarmStartConfig:
     steps: int = 300
     batch_size: int = 16
     lr: float = 3e-3
+    max_prompt_tokens: int = 0
+    """As ``rollout.max_prompt_tokens``: the clone sees the prompts the policy will see."""
 
 
 def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], list[int]]]:
@@ -57,13 +60,7 @@ def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], lis
             for seat in env.acting_seats():
                 action = bot(env, seat, rng)
                 if seat in cfg.seats:
-                    prompt = tokenizer.apply_chat_template(
-                        [{"role": "user", "content": env.observe(seat).text}],
-                        add_generation_prompt=True,
-                        tokenize=True,
-                    )
-                    if not isinstance(prompt, list):
-                        prompt = list(prompt["input_ids"])
+                    prompt = render_prompt(tokenizer, env.observe(seat).text, cfg.max_prompt_tokens)
                     response = [*tokenizer.encode(action.text, add_special_tokens=False), eos]
                     pairs.append((list(prompt), response))
                 moves[seat] = action
