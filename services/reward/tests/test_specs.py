@@ -200,6 +200,10 @@ def test_to_response_fills_trajectory(ww: WW) -> None:
     assert resp.spec == resp.trajectory.reward_spec == "werewolf_shaped@1"
     assert [t.turn_index for t in resp.turn_rewards] == list(range(10))
     assert resp.trajectory.turns[6].reward == pytest.approx(-0.1)
+    for turn, scored in zip(resp.trajectory.turns, resp.turn_rewards, strict=True):
+        assert dict(turn.reward_components) == pytest.approx(dict(scored.components))
+        assert sum(turn.reward_components.values()) == pytest.approx(turn.reward, abs=1e-6)
+    assert dict(resp.trajectory.turns[6].reward_components)  # the penalised turn names its component
     assert {o.seat: round(o.final_reward, 5) for o in resp.trajectory.outcomes}[4] == -1.1
     seat2 = next(s for s in resp.seat_rewards if s.seat == 2)
     assert seat2.reward == pytest.approx(-1 + 0.2 * RATIO)

@@ -85,7 +85,10 @@ def to_response(trajectory: trajectory_pb2.Trajectory, result: ScoreResult) -> p
     out.CopyFrom(trajectory)
     out.reward_spec = result.spec
     for turn in result.turns:
-        out.turns[turn.index].reward = turn.reward
+        filled = out.turns[turn.index]
+        filled.reward = turn.reward
+        filled.reward_components.clear()
+        filled.reward_components.update(turn.components)  # the trainer reads them (Turn.reward_components)
     existing = {o.seat: o for o in out.outcomes}
     for seat, score in sorted(result.seats.items()):
         outcome = existing.get(seat) or out.outcomes.add(seat=seat)
