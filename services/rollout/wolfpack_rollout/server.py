@@ -74,15 +74,23 @@ async def main(settings: Settings, address: str | None = None) -> None:
     stopping = asyncio.Event()
 
     async def work() -> None:
+        """Play until ``episodes`` are done (or forever); a failing batch (curriculum or Redis away) is
+        logged and retried after a pause, so a worker outlives its dependencies' restarts."""
         async with connect(settings, config) as driver:
             servicer.stats, servicer.worker_id = driver.stats, driver.worker_id
+            driver.stop_event = stopping
             left = episodes
             while left != 0 and not stopping.is_set():
                 batch = config.concurrency * 4 if left < 0 else left
-                driver.stop_event = stopping
-                summary = await driver.run(batch)
+                try:
+                    summary = await driver.run(batch)
+                except Exception:
+                    log.exception("rollout batch failed; retrying in 5 s")
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), timeout=5.0)
+                    continue
                 log.info("rollout batch done", extra={"episodes": summary.episodes, "failed": summary.failed})
-                left = -1 if left < 0 else max(0, left - batch)
+                left = -1 if left < 0 else max(0, left - summary.episodes - summary.failed)
 
     if episodes:
         worker = asyncio.create_task(work())
