@@ -534,3 +534,12 @@ def test_config_overrides_and_errors() -> None:
         WerewolfEnv("6p", win_rule="whatever")
     env.reset(seed=1)
     assert env.config.tie_rule == "revote"  # back to the constructor's config
+
+
+def test_events_without_an_actor_or_target_say_minus_one() -> None:
+    """The event log's convention (GameEvent.actor/target: -1 when none): phase announcements name nobody."""
+    env = game(SIX)
+    night(env, 4)
+    announcements = [e for e in env.events if e.kind in ("night", "day")]
+    assert announcements and all((e.actor, e.target) == (-1, -1) for e in announcements)
+    assert [e.target for e in env.events if e.kind == "wolf_kill"] == [4]
