@@ -35,10 +35,13 @@ class SpyInference(InferenceServicer):
     def __init__(self, registry: PolicyRegistry) -> None:
         super().__init__(registry)
         self.sent: dict[str, inf_pb.GenerateResponse] = {}
+        self.prompts: dict[str, list[tuple[str, str]]] = {}
 
     async def GenerateBatch(
         self, request: inf_pb.GenerateBatchRequest, context: Any
     ) -> AsyncIterator[inf_pb.GenerateBatchResponse]:  # type: ignore[override]
+        for r in request.requests:
+            self.prompts[r.request_id] = [(m.role, m.content) for m in r.chat.messages]
         async for msg in super().GenerateBatch(request, context):
             for r in msg.results:
                 if r.HasField("response"):

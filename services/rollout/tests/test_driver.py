@@ -12,6 +12,7 @@ from wolfpack.stream import ProtoStreamConsumer, ProtoStreamProducer
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_environment.client import EnvironmentClient
 from wolfpack_rollout.driver import RolloutConfig, RolloutDriver, SamplingConfig
+from wolfpack_rollout.prompts import memory_text
 
 
 async def test_werewolf_and_bargaining_concurrently_reach_the_stream_token_exact(
@@ -101,3 +102,32 @@ async def test_turn_cap_truncates_and_keeps_the_episode(stack: Any, tasks: dict[
                 assert all(o.outcome == common_pb2.OUTCOME_KIND_ABORTED for o in traj.outcomes)
     assert driver.stats.truncated_episodes == sum(1 for t in played if t.metadata.get("truncated"))
     assert driver.stats.truncated_episodes >= 1
+
+
+async def test_memory_prompt_mode_sends_what_the_pure_renderer_gives(
+    stack: Any, tasks: dict[str, Any]
+) -> None:
+    """In ``memory`` mode each prompt is the seat's observation cut to the opening context plus what is new
+    since its k-th last decision, exactly as ``prompts.memory_text`` computes it from the recorded turns."""
+    config = RolloutConfig(concurrency=2, prompt_mode="memory", memory_steps=1, system_prompt="Be brief.",
+                           sampling=SamplingConfig(max_tokens=8))  # fmt: skip
+    async with (
+        EnvironmentClient(stack.environment, stack.settings) as env,
+        rpc.channel(stack.inference, stack.settings) as inference,
+        rpc.channel(stack.reward, stack.settings) as reward,
+    ):
+        driver = RolloutDriver(config, environment=env, inference_channel=inference, reward_channel=reward)
+        played = await driver.play([tasks["werewolf"](31), tasks["bargaining"](32)])
+        await driver.close()
+    cut = 0
+    for traj in played:
+        past: dict[int, list[str]] = {}
+        for turn in traj.turns:
+            if not turn.response_token_ids:
+                continue
+            sent = stack.spy.prompts[f"{traj.trajectory_id}:{turn.seat}:{turn.turn_id}:{turn.attempt}"]
+            expected = memory_text(past.get(turn.seat, []), turn.observation_text, 1)
+            assert sent == [("system", "Be brief."), ("user", expected)]
+            cut += expected != turn.observation_text
+            past.setdefault(turn.seat, []).append(turn.observation_text)
+    assert cut > 0, "later prompts are shorter than the full observation"
