@@ -20,6 +20,7 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/wolfpack up --check --base-port 0 --timeout 600  # first run may fetch and convert SmolLM2
 	$(BIN)/wolfpack play werewolf --players 9 --seed 7 --bots heuristic
+	$(BIN)/wolfpack train --config configs/demo-ultimatum.yaml --fresh  # ends with the `learning:` line
 
 up: setup
 	$(BIN)/wolfpack up

@@ -127,6 +127,8 @@ class TrainConfig(_Strict):
     train: TrainSection = Field(default_factory=TrainSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     stream: StreamSection = Field(default_factory=StreamSection)
+    curriculum: dict[str, Any] = Field(default_factory=dict)
+    """Service mode: settings handed to the curriculum service (e.g. AIW reweighting), passed through."""
 
     @model_validator(mode="after")
     def _check_names(self) -> TrainConfig:
