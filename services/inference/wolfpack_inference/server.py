@@ -15,7 +15,7 @@ import grpc
 from opentelemetry import trace
 
 from wolfpack import rpc, telemetry
-from wolfpack.errors import make_status
+from wolfpack.errors import to_status
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
@@ -47,7 +47,9 @@ tick: gRPC's default message limit, well below the configured one (64 MiB), so a
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: InferenceError) -> NoReturn:
-    await context.abort(getattr(grpc.StatusCode, exc.code.value), str(exc))
+    """What ``rpc.ErrorInterceptor`` does with a raised ``InferenceError`` (its ``status``), kept for the
+    handlers that still catch."""
+    await context.abort(exc.status, str(exc))
     raise AssertionError("unreachable")
 
 
@@ -292,7 +294,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
 
 def _status(exc: InferenceError) -> Any:
     """``exc`` as the ``google.rpc.Status`` of one batch item: the code Generate would fail with."""
-    return make_status(grpc.StatusCode[exc.code.value], str(exc))
+    return to_status(exc)
 
 
 def _usage_attributes(result: Result) -> dict[str, Any]:
