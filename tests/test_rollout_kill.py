@@ -38,12 +38,15 @@ from wolfpack_reward.server import register as register_reward
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_model(tmp_path_factory.mktemp("models"))
+
+
 @pytest.fixture
-async def cluster(tmp_path: Path, redis_url: str) -> AsyncIterator[dict[str, Any]]:
+async def cluster(tmp_path: Path, tiny_dir: Path, redis_url: str) -> AsyncIterator[dict[str, Any]]:
     settings = load_settings(rpc_timeout_s=60)
-    cfg = PolicyConfig(
-        policy_id="default", model=str(tiny_model(tmp_path / "models")), device="cpu", dtype="float32"
-    )
+    cfg = PolicyConfig(policy_id="default", model=str(tiny_dir), device="cpu", dtype="float32")
     registry = PolicyRegistry.from_configs([cfg], tmp_path)
     client = aioredis.Redis.from_url(redis_url)
     curriculum_cfg = CurriculumConfig.model_validate(
