@@ -25,25 +25,25 @@ _sym_db = _symbol_database.Default()
 from wolfpack.v1 import common_pb2 as wolfpack_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!wolfpack/v1/trainer_service.proto\x12\x0bwolfpack.v1\x1a\x18wolfpack/v1/common.proto\"\x12\n\x10GetStatusRequest\"\xeb\x01\n\x11GetStatusResponse\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x1d\n\x15trajectories_consumed\x18\x02 \x01(\x03\x12(\n\x08policies\x18\x03 \x03(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12<\n\x07metrics\x18\x04 \x03(\x0b\x32+.wolfpack.v1.GetStatusResponse.MetricsEntry\x12\x11\n\talgorithm\x18\x05 \x01(\t\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"*\n\x15SaveCheckpointRequest\x12\x11\n\tdirectory\x18\x01 \x01(\t\"4\n\x16SaveCheckpointResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x32\xb7\x01\n\x0eTrainerService\x12J\n\tGetStatus\x12\x1d.wolfpack.v1.GetStatusRequest\x1a\x1e.wolfpack.v1.GetStatusResponse\x12Y\n\x0eSaveCheckpoint\x12\".wolfpack.v1.SaveCheckpointRequest\x1a#.wolfpack.v1.SaveCheckpointResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!wolfpack/v1/trainer_service.proto\x12\x0bwolfpack.v1\x1a\x18wolfpack/v1/common.proto\"&\n\x17GetTrainerStatusRequest\x12\x0b\n\x03run\x18\x01 \x01(\t\"\xc0\x02\n\x18GetTrainerStatusResponse\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x1d\n\x15trajectories_consumed\x18\x02 \x01(\x03\x12(\n\x08policies\x18\x03 \x03(\x0b\x32\x16.wolfpack.v1.PolicyRef\x12\x43\n\x07metrics\x18\x04 \x03(\x0b\x32\x32.wolfpack.v1.GetTrainerStatusResponse.MetricsEntry\x12\x11\n\talgorithm\x18\x05 \x01(\t\x12\x0b\n\x03run\x18\x06 \x01(\t\x12\x13\n\x0btotal_steps\x18\x07 \x01(\x03\x12\x0c\n\x04live\x18\x08 \x01(\x08\x12\x15\n\rdropped_stale\x18\t \x01(\x03\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"*\n\x15SaveCheckpointRequest\x12\x11\n\tdirectory\x18\x01 \x01(\t\"4\n\x16SaveCheckpointResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x32\xcc\x01\n\x0eTrainerService\x12_\n\x10GetTrainerStatus\x12$.wolfpack.v1.GetTrainerStatusRequest\x1a%.wolfpack.v1.GetTrainerStatusResponse\x12Y\n\x0eSaveCheckpoint\x12\".wolfpack.v1.SaveCheckpointRequest\x1a#.wolfpack.v1.SaveCheckpointResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'wolfpack.v1.trainer_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GETSTATUSRESPONSE_METRICSENTRY']._loaded_options = None
-  _globals['_GETSTATUSRESPONSE_METRICSENTRY']._serialized_options = b'8\001'
-  _globals['_GETSTATUSREQUEST']._serialized_start=76
-  _globals['_GETSTATUSREQUEST']._serialized_end=94
-  _globals['_GETSTATUSRESPONSE']._serialized_start=97
-  _globals['_GETSTATUSRESPONSE']._serialized_end=332
-  _globals['_GETSTATUSRESPONSE_METRICSENTRY']._serialized_start=286
-  _globals['_GETSTATUSRESPONSE_METRICSENTRY']._serialized_end=332
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=334
-  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=376
-  _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=378
-  _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=430
-  _globals['_TRAINERSERVICE']._serialized_start=433
-  _globals['_TRAINERSERVICE']._serialized_end=616
+  _globals['_GETTRAINERSTATUSRESPONSE_METRICSENTRY']._loaded_options = None
+  _globals['_GETTRAINERSTATUSRESPONSE_METRICSENTRY']._serialized_options = b'8\001'
+  _globals['_GETTRAINERSTATUSREQUEST']._serialized_start=76
+  _globals['_GETTRAINERSTATUSREQUEST']._serialized_end=114
+  _globals['_GETTRAINERSTATUSRESPONSE']._serialized_start=117
+  _globals['_GETTRAINERSTATUSRESPONSE']._serialized_end=437
+  _globals['_GETTRAINERSTATUSRESPONSE_METRICSENTRY']._serialized_start=391
+  _globals['_GETTRAINERSTATUSRESPONSE_METRICSENTRY']._serialized_end=437
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_start=439
+  _globals['_SAVECHECKPOINTREQUEST']._serialized_end=481
+  _globals['_SAVECHECKPOINTRESPONSE']._serialized_start=483
+  _globals['_SAVECHECKPOINTRESPONSE']._serialized_end=535
+  _globals['_TRAINERSERVICE']._serialized_start=538
+  _globals['_TRAINERSERVICE']._serialized_end=742
 # @@protoc_insertion_point(module_scope)

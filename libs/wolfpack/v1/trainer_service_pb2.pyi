@@ -20,25 +20,30 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
-class GetStatusRequest(_message.Message):
-    """Request for GetStatus."""
+class GetTrainerStatusRequest(_message.Message):
+    """Request for GetTrainerStatus."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    RUN_FIELD_NUMBER: _builtins.int
+    run: _builtins.str
+    """Run name (the config's `name`); empty: the job of this process, else the most recent run."""
     def __init__(
         self,
+        *,
+        run: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run", b"run"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___GetStatusRequest: _TypeAlias = GetStatusRequest  # noqa: Y015
+Global___GetTrainerStatusRequest: _TypeAlias = GetTrainerStatusRequest  # noqa: Y015
 
 @_typing.final
-class GetStatusResponse(_message.Message):
-    """Response for GetStatus."""
+class GetTrainerStatusResponse(_message.Message):
+    """Response for GetTrainerStatus."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -67,19 +72,31 @@ class GetStatusResponse(_message.Message):
     POLICIES_FIELD_NUMBER: _builtins.int
     METRICS_FIELD_NUMBER: _builtins.int
     ALGORITHM_FIELD_NUMBER: _builtins.int
+    RUN_FIELD_NUMBER: _builtins.int
+    TOTAL_STEPS_FIELD_NUMBER: _builtins.int
+    LIVE_FIELD_NUMBER: _builtins.int
+    DROPPED_STALE_FIELD_NUMBER: _builtins.int
     step: _builtins.int
-    """Optimizer steps taken."""
+    """Optimizer updates committed (checkpointed or in memory for a live job)."""
     trajectories_consumed: _builtins.int
-    """Trajectories consumed and acked."""
+    """Trajectories consumed by committed updates."""
     algorithm: _builtins.str
-    """Algorithm name, e.g. "grpo" or "ppo"."""
+    """Advantage estimator, e.g. "grpo", "gae", "gigpo"."""
+    run: _builtins.str
+    """Run name."""
+    total_steps: _builtins.int
+    """Total updates the job is configured for."""
+    live: _builtins.bool
+    """True while a training job runs in the serving process."""
+    dropped_stale: _builtins.int
+    """Trajectories dropped for being more than `max_staleness` versions old."""
     @_builtins.property
     def policies(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.PolicyRef]:
         """Latest published version per trained policy."""
 
     @_builtins.property
     def metrics(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
-        """Latest scalar metrics (e.g. "losses/policy", "charts/mean_reward")."""
+        """Latest scalar metrics (e.g. "actor/pg_loss", "charts/win_rate", "eval/win_rate")."""
 
     def __init__(
         self,
@@ -89,14 +106,18 @@ class GetStatusResponse(_message.Message):
         policies: _abc.Iterable[_common_pb2.PolicyRef] | None = ...,
         metrics: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
         algorithm: _builtins.str = ...,
+        run: _builtins.str = ...,
+        total_steps: _builtins.int = ...,
+        live: _builtins.bool = ...,
+        dropped_stale: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "metrics", b"metrics", "policies", b"policies", "step", b"step", "trajectories_consumed", b"trajectories_consumed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "dropped_stale", b"dropped_stale", "live", b"live", "metrics", b"metrics", "policies", b"policies", "run", b"run", "step", b"step", "total_steps", b"total_steps", "trajectories_consumed", b"trajectories_consumed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___GetStatusResponse: _TypeAlias = GetStatusResponse  # noqa: Y015
+Global___GetTrainerStatusResponse: _TypeAlias = GetTrainerStatusResponse  # noqa: Y015
 
 @_typing.final
 class SaveCheckpointRequest(_message.Message):
@@ -106,7 +127,7 @@ class SaveCheckpointRequest(_message.Message):
 
     DIRECTORY_FIELD_NUMBER: _builtins.int
     directory: _builtins.str
-    """Target directory; empty uses the run directory."""
+    """Also copy the checkpoint into this directory; empty: only the run directory."""
     def __init__(
         self,
         *,
@@ -129,9 +150,9 @@ class SaveCheckpointResponse(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
     path: _builtins.str
-    """Where it was written."""
+    """Where it was written (the copy when `directory` was given)."""
     step: _builtins.int
-    """Step of the checkpoint."""
+    """Update the checkpoint holds."""
     def __init__(
         self,
         *,

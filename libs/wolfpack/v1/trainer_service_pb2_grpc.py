@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class TrainerServiceStub:
-    """Control and status of the learner.
+    """Status and control of a running training job (`wolfpack train --serve`, or `wolfpack serve trainer`,
+    which reports the latest checkpoint of each run under the run directory).
     """
 
     def __init__(self, channel):
@@ -35,10 +36,10 @@ class TrainerServiceStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.GetStatus = channel.unary_unary(
-                '/wolfpack.v1.TrainerService/GetStatus',
-                request_serializer=wolfpack_dot_v1_dot_trainer__service__pb2.GetStatusRequest.SerializeToString,
-                response_deserializer=wolfpack_dot_v1_dot_trainer__service__pb2.GetStatusResponse.FromString,
+        self.GetTrainerStatus = channel.unary_unary(
+                '/wolfpack.v1.TrainerService/GetTrainerStatus',
+                request_serializer=wolfpack_dot_v1_dot_trainer__service__pb2.GetTrainerStatusRequest.SerializeToString,
+                response_deserializer=wolfpack_dot_v1_dot_trainer__service__pb2.GetTrainerStatusResponse.FromString,
                 _registered_method=True)
         self.SaveCheckpoint = channel.unary_unary(
                 '/wolfpack.v1.TrainerService/SaveCheckpoint',
@@ -48,18 +49,19 @@ class TrainerServiceStub:
 
 
 class TrainerServiceServicer:
-    """Control and status of the learner.
+    """Status and control of a running training job (`wolfpack train --serve`, or `wolfpack serve trainer`,
+    which reports the latest checkpoint of each run under the run directory).
     """
 
-    def GetStatus(self, request, context):
-        """Returns training progress.
+    def GetTrainerStatus(self, request, context):
+        """Returns training progress: updates, trajectories consumed, policy versions, latest metrics.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SaveCheckpoint(self, request, context):
-        """Saves a checkpoint now.
+        """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -68,10 +70,10 @@ class TrainerServiceServicer:
 
 def add_TrainerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'GetStatus': grpc.unary_unary_rpc_method_handler(
-                    servicer.GetStatus,
-                    request_deserializer=wolfpack_dot_v1_dot_trainer__service__pb2.GetStatusRequest.FromString,
-                    response_serializer=wolfpack_dot_v1_dot_trainer__service__pb2.GetStatusResponse.SerializeToString,
+            'GetTrainerStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTrainerStatus,
+                    request_deserializer=wolfpack_dot_v1_dot_trainer__service__pb2.GetTrainerStatusRequest.FromString,
+                    response_serializer=wolfpack_dot_v1_dot_trainer__service__pb2.GetTrainerStatusResponse.SerializeToString,
             ),
             'SaveCheckpoint': grpc.unary_unary_rpc_method_handler(
                     servicer.SaveCheckpoint,
@@ -87,11 +89,12 @@ def add_TrainerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class TrainerService:
-    """Control and status of the learner.
+    """Status and control of a running training job (`wolfpack train --serve`, or `wolfpack serve trainer`,
+    which reports the latest checkpoint of each run under the run directory).
     """
 
     @staticmethod
-    def GetStatus(request,
+    def GetTrainerStatus(request,
             target,
             options=(),
             channel_credentials=None,
@@ -104,9 +107,9 @@ class TrainerService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/wolfpack.v1.TrainerService/GetStatus',
-            wolfpack_dot_v1_dot_trainer__service__pb2.GetStatusRequest.SerializeToString,
-            wolfpack_dot_v1_dot_trainer__service__pb2.GetStatusResponse.FromString,
+            '/wolfpack.v1.TrainerService/GetTrainerStatus',
+            wolfpack_dot_v1_dot_trainer__service__pb2.GetTrainerStatusRequest.SerializeToString,
+            wolfpack_dot_v1_dot_trainer__service__pb2.GetTrainerStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

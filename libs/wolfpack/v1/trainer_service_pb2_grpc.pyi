@@ -27,37 +27,43 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class TrainerServiceStub:
-    """Control and status of the learner."""
+    """Status and control of a running training job (`wolfpack train --serve`, or `wolfpack serve trainer`,
+    which reports the latest checkpoint of each run under the run directory).
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> TrainerServiceAsyncStub: ...
-    GetStatus: _grpc.UnaryUnaryMultiCallable[_trainer_service_pb2.GetStatusRequest, _trainer_service_pb2.GetStatusResponse]
-    """Returns training progress."""
+    GetTrainerStatus: _grpc.UnaryUnaryMultiCallable[_trainer_service_pb2.GetTrainerStatusRequest, _trainer_service_pb2.GetTrainerStatusResponse]
+    """Returns training progress: updates, trajectories consumed, policy versions, latest metrics."""
     SaveCheckpoint: _grpc.UnaryUnaryMultiCallable[_trainer_service_pb2.SaveCheckpointRequest, _trainer_service_pb2.SaveCheckpointResponse]
-    """Saves a checkpoint now."""
+    """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process."""
 
 @_typing.type_check_only
 class TrainerServiceAsyncStub(TrainerServiceStub):
-    """Control and status of the learner."""
+    """Status and control of a running training job (`wolfpack train --serve`, or `wolfpack serve trainer`,
+    which reports the latest checkpoint of each run under the run directory).
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
-    GetStatus: _aio.UnaryUnaryMultiCallable[_trainer_service_pb2.GetStatusRequest, _trainer_service_pb2.GetStatusResponse]  # type: ignore[assignment]
-    """Returns training progress."""
+    GetTrainerStatus: _aio.UnaryUnaryMultiCallable[_trainer_service_pb2.GetTrainerStatusRequest, _trainer_service_pb2.GetTrainerStatusResponse]  # type: ignore[assignment]
+    """Returns training progress: updates, trajectories consumed, policy versions, latest metrics."""
     SaveCheckpoint: _aio.UnaryUnaryMultiCallable[_trainer_service_pb2.SaveCheckpointRequest, _trainer_service_pb2.SaveCheckpointResponse]  # type: ignore[assignment]
-    """Saves a checkpoint now."""
+    """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process."""
 
 class TrainerServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Control and status of the learner."""
+    """Status and control of a running training job (`wolfpack train --serve`, or `wolfpack serve trainer`,
+    which reports the latest checkpoint of each run under the run directory).
+    """
 
     @_abc_1.abstractmethod
-    def GetStatus(
+    def GetTrainerStatus(
         self,
-        request: _trainer_service_pb2.GetStatusRequest,
+        request: _trainer_service_pb2.GetTrainerStatusRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_trainer_service_pb2.GetStatusResponse, _abc.Awaitable[_trainer_service_pb2.GetStatusResponse]]:
-        """Returns training progress."""
+    ) -> _typing.Union[_trainer_service_pb2.GetTrainerStatusResponse, _abc.Awaitable[_trainer_service_pb2.GetTrainerStatusResponse]]:
+        """Returns training progress: updates, trajectories consumed, policy versions, latest metrics."""
 
     @_abc_1.abstractmethod
     def SaveCheckpoint(
@@ -65,6 +71,6 @@ class TrainerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _trainer_service_pb2.SaveCheckpointRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_trainer_service_pb2.SaveCheckpointResponse, _abc.Awaitable[_trainer_service_pb2.SaveCheckpointResponse]]:
-        """Saves a checkpoint now."""
+        """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process."""
 
 def add_TrainerServiceServicer_to_server(servicer: TrainerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -31,6 +31,10 @@ def train(
         bool, typer.Option("--fresh", help="Delete the run directory first (no resume).")
     ] = False,
     check: Annotated[bool, typer.Option("--check", help="Validate the config and exit.")] = False,
+    serve: Annotated[
+        bool,
+        typer.Option("--serve", help="Serve TrainerService (status, checkpoints) at WOLFPACK_TRAINER_ADDR."),
+    ] = False,
 ) -> None:
     """Train policies with RL on a game; resumes from the run directory's last checkpoint."""
     from wolfpack.cli.main import settings_or_exit
@@ -64,10 +68,13 @@ def train(
 
             server = stack.enter_context(EmbeddedRedis(out / "redis", binary=settings.redis_server_bin))
             redis_url = server.url
-        _run(cfg, out, redis_url, settings.run_dir / "models", updates)
+        address = settings.service_addr("trainer") if serve else None
+        _run(cfg, out, redis_url, settings.run_dir / "models", updates, address)
 
 
-def _run(cfg: object, out: Path, redis_url: str, cache: Path, updates: int | None) -> None:
+def _run(
+    cfg: object, out: Path, redis_url: str, cache: Path, updates: int | None, address: str | None
+) -> None:
     from wolfpack_trainer.config import TrainConfig
     from wolfpack_trainer.train import learning_line, run_training
 
@@ -87,7 +94,7 @@ def _run(cfg: object, out: Path, redis_url: str, cache: Path, updates: int | Non
             else:
                 bar.update(phase, description=name, completed=done, total=max(of, 1))
 
-        trainer, evals = run_training(cfg, out, redis_url, cache, progress, updates)
+        trainer, evals = run_training(cfg, out, redis_url, cache, progress, updates, address)
     elapsed = time.monotonic() - start
     rows = trainer.metrics.rows()
     table = Table(title=f"{cfg.name}: {trainer.state.step} updates in {elapsed:.0f} s")

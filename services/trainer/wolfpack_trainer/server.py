@@ -1,25 +1,40 @@
-"""gRPC server of the trainer service.
+"""gRPC server of the trainer service: ``TrainerService`` (status, checkpoints) over ``service.py``.
 
-It serves health and reflection today; the Trainer service API (proto/wolfpack/v1/trainer_service.proto)
-is added by its own issue. Start it with `wolfpack serve trainer` (or all services with `wolfpack up`).
+``wolfpack serve trainer`` reports the runs under ``<run_dir>/train`` (read-only: no job in the process);
+``wolfpack train --serve`` serves the live job it runs (``register_live``). Training itself is
+``wolfpack train`` (``train.py``); see README.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 
 from wolfpack import rpc
 from wolfpack.settings import Settings
+from wolfpack.v1 import trainer_service_pb2 as pb
+from wolfpack.v1 import trainer_service_pb2_grpc as pb_grpc
+from wolfpack_trainer.service import TrainerServicer
+from wolfpack_trainer.train import Trainer
 
 SERVICE = "trainer"
+FULL_NAME = pb.DESCRIPTOR.services_by_name["TrainerService"].full_name
 
 
-def register(server: grpc.aio.Server) -> Sequence[str]:
-    """Add this service's servicers to ``server`` and return their full names."""
-    return []
+def registrar(servicer: TrainerServicer) -> Callable[[grpc.aio.Server], Sequence[str]]:
+    def register(server: grpc.aio.Server) -> Sequence[str]:
+        pb_grpc.add_TrainerServiceServicer_to_server(servicer, server)
+        return [FULL_NAME]
+
+    return register
+
+
+def register_live(trainer: Trainer) -> Callable[[grpc.aio.Server], Sequence[str]]:
+    """The registrar of a server in front of the job running in this process."""
+    return registrar(TrainerServicer(trainer=trainer, runs_dir=trainer.run_dir.parent))
 
 
 async def main(settings: Settings, address: str | None = None) -> None:
-    await rpc.serve(SERVICE, register, settings, address)
+    servicer = TrainerServicer(runs_dir=settings.run_dir / "train")
+    await rpc.serve(SERVICE, registrar(servicer), settings, address)

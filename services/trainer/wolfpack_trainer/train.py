@@ -89,6 +89,7 @@ class Trainer:
         self._used: set[str] = set()
         self._pending_ack: list[Delivery[trajectory_pb2.Trajectory]] = []
         self.resumed_from: int | None = None
+        self.serving_port: int | None = None
         self._gen = torch.Generator().manual_seed(config.seed)
 
     # --- set-up ---------------------------------------------------------------------------------------
@@ -466,10 +467,27 @@ def run_training(
     cache_dir: Path,
     progress: Progress | None = None,
     updates: int | None = None,
+    serve_address: str | None = None,
 ) -> tuple[Trainer, list[EvalResult]]:
     trainer = Trainer(config, run_dir, redis_url, cache_dir=cache_dir)
     if progress is not None:
         trainer.progress = progress
     trainer.setup()
-    evals = asyncio.run(trainer.run(updates))
+    evals = asyncio.run(_run_serving(trainer, updates, serve_address))
     return trainer, evals
+
+
+async def _run_serving(trainer: Trainer, updates: int | None, address: str | None) -> list[EvalResult]:
+    """The loop, with the TrainerService in front of it on ``address`` when given."""
+    if address is None:
+        return await trainer.run(updates)
+    from wolfpack import rpc
+    from wolfpack.settings import load_settings
+    from wolfpack_trainer.server import SERVICE, register_live
+
+    server = await rpc.start_server(SERVICE, register_live(trainer), load_settings(), address)
+    trainer.serving_port = server.port
+    try:
+        return await trainer.run(updates)
+    finally:
+        await server.stop(1.0)
