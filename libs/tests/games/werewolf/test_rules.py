@@ -345,6 +345,25 @@ def test_badge_can_be_torn() -> None:
     assert env.sheriff == -1
 
 
+def test_nobody_elected_when_everyone_passes() -> None:
+    env = sheriff_game()
+    assert env.sheriff == -1  # no sheriff before the election
+    night(env, 8, guard=8)
+    env.step({s: Action("pass") for s in env.acting_seats()})
+    assert env.sheriff == -1 and env.phase != PH_SHERIFF
+    [ev] = [e for e in env.events if e.kind == "sheriff"]
+    assert (ev.target, ev.text) == (-1, "no_votes")
+
+
+def test_only_the_witch_learns_the_night_victim() -> None:
+    env = game(SIX)  # seat 3 is the witch
+    skip_speech(env)
+    env.step({s: Action("kill", 4) for s in env.acting_seats()})
+    env.step({2: Action("inspect", 0)})
+    assert env.knowledge(3).night_victim == 4
+    assert all(env.knowledge(s).night_victim == -1 for s in (0, 1, 2, 4, 5))
+
+
 def test_sheriff_tie_revote() -> None:
     env = sheriff_game(tie_rule="revote")
     night(env, 8, guard=8)
