@@ -483,3 +483,12 @@ def test_public_goods_threshold_is_exact() -> None:
         9,
     )
     assert verify(sc, [(0, C10), (1, C10), (2, C10)]).outcomes == {0: 1, 1: 1, 2: 1}
+
+
+@pytest.mark.parametrize("seat", [-1, 2, 3, 99])
+def test_seats_outside_the_scenario_are_rejected(seat: int) -> None:
+    """ALLOC has seats 0 and 1: any other seat number is a malformed transcript, not a move."""
+    assert ALLOC.num_players == 2
+    with pytest.raises(ValueError, match=f"has seat {seat}"):
+        verify(ALLOC, [(seat, "PROPOSE: 0 gets desk; 1 gets lamp, rug")])
+    verify(ALLOC, [(1, "ACCEPT")])  # the last real seat is a seat (here: speaking out of turn)
