@@ -60,6 +60,7 @@ def print_summary(s: RolloutSummary, out: Console = console) -> None:
 async def _rollout(episodes: int, split: str, config: RolloutConfig, stream: bool) -> int:
     from wolfpack.cli.main import settings_or_exit
     from wolfpack_rollout.connect import Addresses, connect
+    from wolfpack_rollout.driver import EpisodeFailed
 
     settings = settings_or_exit()
     addresses = Addresses.from_settings(settings)
@@ -81,14 +82,15 @@ async def _rollout(episodes: int, split: str, config: RolloutConfig, stream: boo
                 def tick() -> None:
                     st = driver.stats
                     progress.update(
-                        bar, completed=st.episodes_finished,
+                        bar, completed=st.episodes_finished, total=max(episodes, st.episodes_started),
                         status=f"in flight {st.in_flight} · turns {st.turns} · failed {st.episodes_failed}",
                     )  # fmt: skip
 
                 summary = await driver.run(episodes, split, on_episode=tick)
                 tick()
-        except (OSError, ConnectionError) as exc:
+        except (OSError, ConnectionError, EpisodeFailed) as exc:
             console.print(f"[red]cannot reach the stack: {exc}[/]")
+            console.print("is it running? `wolfpack up` (or set WOLFPACK_<SERVICE>_ADDR)")
             return 1
     print_summary(summary)
     return 0 if summary.episodes else 1
