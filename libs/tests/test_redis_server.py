@@ -10,9 +10,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
-from wolfpack.redis_server import EmbeddedRedis, _pid_alive
+from wolfpack.redis_server import EmbeddedRedis, RedisUnavailableError, _pid_alive, free_port
 
 
 def test_embedded_server_supports_streams_and_stops(tmp_path: Path) -> None:
@@ -89,3 +90,21 @@ def test_data_survives_a_clean_restart_and_a_crash(tmp_path: Path) -> None:
         crashy.stop()
     finally:
         server.stop()
+
+
+def test_a_port_taken_by_another_redis_is_not_mistaken_for_ours(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between picking a free port and binding it, another process (a parallel test run) may take it. A
+    server already answering there must not pass for ours: a fresh port is tried. An explicit port that
+    is taken is an error, not a silent connection to someone else's data."""
+    with EmbeddedRedis(tmp_path / "other") as other:
+        ports = iter([other.port, free_port()])
+        monkeypatch.setattr("wolfpack.redis_server.free_port", lambda: next(ports))
+        with EmbeddedRedis(tmp_path / "ours") as ours:
+            assert ours.port != other.port and ours.proc is not None
+            client = redis.Redis.from_url(ours.url)
+            assert int(client.info("server")["process_id"]) == ours.proc.pid
+            client.close()
+        with pytest.raises(RedisUnavailableError, match="taken"):
+            EmbeddedRedis(tmp_path / "explicit", port=other.port).start()

