@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import helm_python
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]
 import yaml
 
 from wolfpack_rollout.config import RolloutConfig

@@ -40,12 +40,12 @@ class SpyInference(InferenceServicer):
     async def GenerateBatch(
         self, request: inf_pb.GenerateBatchRequest, context: Any
     ) -> AsyncIterator[inf_pb.GenerateBatchResponse]:  # type: ignore[override]
-        for r in request.requests:
-            self.prompts[r.request_id] = [(m.role, m.content) for m in r.chat.messages]
+        for req in request.requests:
+            self.prompts[req.request_id] = [(m.role, m.content) for m in req.chat.messages]
         async for msg in super().GenerateBatch(request, context):
-            for r in msg.results:
-                if r.HasField("response"):
-                    self.sent[request.requests[r.index].request_id] = r.response
+            for res in msg.results:
+                if res.HasField("response"):
+                    self.sent[request.requests[res.index].request_id] = res.response
             yield msg
 
 
