@@ -95,6 +95,8 @@ class TrainSection(_Strict):
     """Trajectories more than this many versions behind the learner are dropped (counted)."""
     freeze_every: int = 0
     """Register a frozen snapshot in the curriculum's league every k updates (0: never)."""
+    save_versions: bool = True
+    """Write each published version as a loadable directory (HF or peft) under <run>/policies/."""
     share_policy: bool = False
     """True: one learner for all policies (role in the prompt); False: IPPO, one learner per policy."""
 

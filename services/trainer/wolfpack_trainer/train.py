@@ -44,6 +44,7 @@ from wolfpack_trainer.metrics import (
     seat_results,
     wilson_ci,
 )
+from wolfpack_trainer.publish import Publisher
 
 MAX_USED_IDS = 200_000
 
@@ -59,6 +60,7 @@ class RunState:
     dropped_stale: int = 0
     evals: list[dict[str, Any]] = field(default_factory=list)
     model_path: str = ""
+    published: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -91,6 +93,7 @@ class Trainer:
         self.resumed_from: int | None = None
         self.serving_port: int | None = None
         self._gen = torch.Generator().manual_seed(config.seed)
+        self.publisher = Publisher(run_dir / "policies", save_dirs=config.train.save_versions)
 
     # --- set-up ---------------------------------------------------------------------------------------
 
@@ -266,7 +269,7 @@ class Trainer:
                 metrics = self.train_step([d.message for d in deliveries])
                 self.state.step += 1
                 if self.state.step % cfg.train.push_every == 0:
-                    self._publish()
+                    await self._publish()
                 if self.state.step % cfg.train.checkpoint_every == 0 or self.state.step == total:
                     self.checkpoint()
                     await consumer.ack([*self._pending_ack, *deliveries])
@@ -415,14 +418,14 @@ class Trainer:
         metrics.update(learner.update(batch))
         return metrics
 
-    def _publish(self) -> None:
-        """A new version of each policy: a versioned directory (inference can load it by path)."""
-        seen: set[int] = set()
+    async def _publish(self) -> None:
+        """A new version of each trained policy: directory, push to inference, league snapshot."""
+        freeze = self.cfg.train.freeze_every > 0 and self.state.step % self.cfg.train.freeze_every == 0
         for pid, learner in self.learners.items():
-            self.state.versions[pid] = self.state.versions.get(pid, 0) + 1
-            if id(learner) in seen:
-                continue
-            seen.add(id(learner))
+            version = self.state.versions.get(pid, 0) + 1
+            self.state.versions[pid] = version
+            done = await self.publisher.publish(pid, version, learner, freeze=freeze)
+            self.state.published.append(done.__dict__)
 
     def checkpoint(self) -> Path:
         """Write learners + state to a new directory, then atomically point LATEST at it."""

@@ -1,0 +1,79 @@
+"""A trainer's new versions reach a real inference service over PushWeights (LoRA adapter and full
+weights), are written as loadable directories, and a frozen snapshot lands in the curriculum's league."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from wolfpack import rpc
+from wolfpack.settings import load_settings
+from wolfpack.v1 import inference_service_pb2 as inf_pb
+from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
+from wolfpack_inference.config import PolicyConfig
+from wolfpack_inference.models import tiny_model
+from wolfpack_inference.policies import PolicyRegistry
+from wolfpack_inference.server import InferenceServicer, register
+from wolfpack_trainer.learners import LearnerConfig, get_learner
+from wolfpack_trainer.publish import Publisher
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_model(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture
+async def inference(tiny_dir: Path, tmp_path: Path) -> AsyncIterator[str]:
+    configs = [
+        PolicyConfig(policy_id=p, model=str(tiny_dir), device="cpu", dtype="float32")  # type: ignore[arg-type]
+        for p in ("lora", "full")
+    ]
+    registry = PolicyRegistry.from_configs(configs, tmp_path / "inference")
+    settings = load_settings(rpc_timeout_s=60)
+    servicer = InferenceServicer(registry)
+    server = await rpc.start_server("inference", lambda s: register(s, servicer), settings, "127.0.0.1:0")
+    yield f"127.0.0.1:{server.port}"
+    await server.stop(0)
+    await registry.close()
+
+
+async def _generate(addr: str, policy: str) -> inf_pb.GenerateResponse:
+    async with rpc.channel(addr, load_settings(rpc_timeout_s=60)) as ch:
+        req = inf_pb.GenerateRequest(policy_id=policy)
+        req.tokens.token_ids.extend([5, 6, 7, 8])
+        req.sampling.max_tokens = 6
+        req.sampling.temperature = 0.0
+        req.sampling.logprobs = True
+        return await inf_grpc.InferenceServiceStub(ch).Generate(req)
+
+
+@pytest.mark.parametrize("lora_rank", [4, 0])
+async def test_published_versions_serve(
+    inference: str, tiny_dir: Path, tmp_path: Path, lora_rank: int
+) -> None:
+    policy = "lora" if lora_rank else "full"
+    learner = get_learner("cpu")(LearnerConfig(model=str(tiny_dir), lora_rank=lora_rank))
+    with torch.no_grad():  # a visible change of the policy (LoRA B starts at zero)
+        for name, p in learner.model.named_parameters():
+            if p.requires_grad and ("lora_B" in name or (not lora_rank and "mlp" in name)):
+                p.add_(torch.randn_like(p) * 0.5)
+    publisher = Publisher(tmp_path / "policies", inference_addr=inference)
+    done = await publisher.publish(policy, 1, learner)
+    assert done.pushed and Path(done.path, "adapter_config.json" if lora_rank else "config.json").exists()
+    resp = await _generate(inference, policy)
+    assert resp.policy.version == 1
+    # The served version computes the learner's logprobs for the same tokens.
+    c = resp.completions[0]
+    from wolfpack_trainer.batch import Sample, collate
+
+    sample = Sample(
+        prompt=list(resp.prompt_token_ids), response=list(c.token_ids), response_mask=[1] * len(c.token_ids),
+        logprobs=list(c.logprobs), rewards=[0.0] * len(c.token_ids), uid="u", trajectory_id="t", episode_uid="e",
+        policy_id=policy, role="r", seat=0, policy_version=1, turn_index=0,
+    )  # fmt: skip
+    ours = learner.compute_log_probs(collate([sample]))[0]
+    assert torch.allclose(ours, torch.tensor(list(c.logprobs)), atol=1e-4)
