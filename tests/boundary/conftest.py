@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,15 +47,20 @@ class FakeClock:
         self.now += seconds
 
 
+class _TimeModule:
+    """The ``time`` module with ``monotonic`` replaced (everything else, e.g. ``perf_counter``, is real)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.monotonic = clock.monotonic
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    real = sessions.time
-    monkeypatch.setattr(
-        sessions,
-        "time",
-        types.SimpleNamespace(monotonic=fake.monotonic, time=real.time, time_ns=real.time_ns),
-    )
+    monkeypatch.setattr(sessions, "time", _TimeModule(fake))
     return fake
 
 
