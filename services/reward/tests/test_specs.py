@@ -315,3 +315,28 @@ def test_invariant_property(
     resp = to_response(traj, result)
     for tr in resp.turn_rewards:
         assert tr.reward == pytest.approx(math.fsum(tr.components.values()), abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "chars", "penalized"),
+    [(1024, 6000, False), (1025, 10, True), (10, 6001, True)],
+)
+def test_shaped_length_limits_are_the_documented_ones(
+    ww: WW, tokens: int, chars: int, penalized: bool
+) -> None:
+    """The reward README's table: werewolf_shaped@1 takes 0.1 off a response over 1024 tokens or over
+    6000 characters, and nothing at the limits themselves."""
+    traj = ww()
+    traj.turns[0].response_text = "x" * chars
+    del traj.turns[0].response_token_ids[:]
+    traj.turns[0].response_token_ids.extend([7] * tokens)
+    components = get_spec("werewolf_shaped@1").score(traj).turns[0].components
+    assert components.get("length_penalty", 0.0) == pytest.approx(-0.1 if penalized else 0.0)
+
+
+def test_spec_versions_start_at_one() -> None:
+    from wolfpack_reward.specs import RewardSpec, add_spec
+
+    with pytest.raises(ValueError, match="bad spec name/version"):
+        add_spec(RewardSpec("fresh_spec", 0, "", ("werewolf_v1",), SpecConfig(), lambda t, c: None))  # type: ignore[arg-type,return-value]
+    assert "fresh_spec@0" not in SPECS
