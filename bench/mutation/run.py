@@ -70,7 +70,9 @@ TARGETS = (
         ),
     ),
     Target(
-        "reward specs", "services/reward/wolfpack_reward/specs.py", ("services/reward/tests/test_specs.py",)
+        "reward specs",
+        "services/reward/wolfpack_reward/specs.py",
+        ("services/reward/tests/test_specs.py", "services/reward/tests/test_scenarios.py"),
     ),
     Target(
         "reward outcome",
