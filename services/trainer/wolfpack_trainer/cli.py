@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -49,11 +49,6 @@ def train(
         console.print(f"{config}: ok ({cfg.name}: {cfg.game.id}, {cfg.algo_config().estimator}, "
                       f"{len(cfg.policies)} policies)")  # fmt: skip
         return
-    if cfg.rollout.mode == "service":
-        console.print(
-            "[red]rollout.mode: service needs the rollout service's driver; use mode: local here[/]"
-        )
-        raise typer.Exit(2)
     settings = settings_or_exit()
     out = run_dir or settings.run_dir / "train" / cfg.name
     if fresh:
@@ -69,11 +64,44 @@ def train(
             server = stack.enter_context(EmbeddedRedis(out / "redis", binary=settings.redis_server_bin))
             redis_url = server.url
         address = settings.service_addr("trainer") if serve else None
-        _run(cfg, out, redis_url, settings.run_dir / "models", updates, address)
+        local = cfg.rollout.mode == "local"
+        driver, publisher = (None, None) if local else _service_parts(cfg, settings, out, redis_url)
+        _run(cfg, out, redis_url, settings.run_dir / "models", updates, address, driver, publisher)
+
+
+def _service_parts(cfg: Any, settings: Any, out: Path, redis_url: str) -> tuple[Any, Any]:
+    """Service mode: the rollout driver over the running stack (``wolfpack up``: addresses from settings or
+    ``<run_dir>/up.json``) and a publisher that pushes every version to its inference service."""
+    from wolfpack_rollout.config import RolloutConfig, SamplingConfig
+    from wolfpack_rollout.connect import Addresses, connect
+    from wolfpack_trainer.publish import Publisher
+
+    a = Addresses.from_settings(settings)
+    addresses = Addresses(a.environment, a.inference, a.reward, a.curriculum, redis_url, cfg.stream.name)
+    r = cfg.rollout
+    rollout = RolloutConfig(
+        concurrency=min(r.episodes_per_update, 64),
+        prompt_mode="full" if r.prompt == "full_history" else "memory",
+        sampling=SamplingConfig(max_tokens=r.max_tokens, temperature=r.temperature),
+        reward_spec=r.reward_spec,
+        language=cfg.game.language,
+    )
+    publisher = Publisher(
+        out / "policies", settings, inference_addr=a.inference, curriculum_addr=a.curriculum,
+        save_dirs=cfg.train.save_versions,
+    )  # fmt: skip
+    return (lambda: connect(settings, rollout, addresses, stream=False)), publisher
 
 
 def _run(
-    cfg: object, out: Path, redis_url: str, cache: Path, updates: int | None, address: str | None
+    cfg: object,
+    out: Path,
+    redis_url: str,
+    cache: Path,
+    updates: int | None,
+    address: str | None,
+    driver: Any = None,
+    publisher: Any = None,
 ) -> None:
     from wolfpack_trainer.config import TrainConfig
     from wolfpack_trainer.train import learning_line, run_training
@@ -94,7 +122,9 @@ def _run(
             else:
                 bar.update(phase, description=name, completed=done, total=max(of, 1))
 
-        trainer, evals = run_training(cfg, out, redis_url, cache, progress, updates, address)
+        trainer, evals = run_training(
+            cfg, out, redis_url, cache, progress, updates, address, driver, publisher
+        )
     elapsed = time.monotonic() - start
     rows = trainer.metrics.rows()
     table = Table(title=f"{cfg.name}: {trainer.state.step} updates in {elapsed:.0f} s")

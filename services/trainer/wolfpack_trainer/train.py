@@ -22,6 +22,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,8 @@ class Trainer:
         self.serving_port: int | None = None
         self._gen = torch.Generator().manual_seed(config.seed)
         self.publisher = Publisher(run_dir / "policies", save_dirs=config.train.save_versions)
+        self.driver: Any = None
+        """Service mode: a ``wolfpack_rollout`` driver (``connect(...)``) that plays through the services."""
 
     # --- set-up ---------------------------------------------------------------------------------------
 
@@ -336,13 +339,17 @@ class Trainer:
                 unclaimed = await consumer.pending_count() - len(got) - len(skip) - len(self._pending_ack)
                 if unclaimed > 0:
                     continue  # read before a crash and never acked: wait until they are reclaimed
-            if self.cfg.rollout.mode == "local" and not produced:
+            if not produced:
                 groups = need // self.cfg.rollout.group_size
                 seeds = [step * groups + g for g in range(groups)]
                 self.progress("rollout", 0, need)
-                trajs = self.play_local(
-                    self.tasks(seeds, self.cfg.rollout.group_size, f"u{step}"), self.cfg.rollout.temperature
-                )
+                tasks = self.tasks(seeds, self.cfg.rollout.group_size, f"u{step}")
+                if self.cfg.rollout.mode == "local":
+                    trajs = self.play_local(tasks, self.cfg.rollout.temperature)
+                else:
+                    if self.driver is None:
+                        raise RuntimeError("rollout.mode service needs a rollout driver (Trainer.driver)")
+                    trajs = await self.driver.play([service_task(t, i) for i, t in enumerate(tasks)])
                 await producer.append_many(trajs)
                 produced = True
             elif produced and idle_reads > 50:
@@ -449,6 +456,34 @@ class Trainer:
         return final
 
 
+def service_task(task: Task, index: int) -> Any:
+    """The curriculum ``Task`` the rollout driver plays for a local ``Task`` (same game, seed, seats)."""
+    from wolfpack.v1 import curriculum_service_pb2 as cur_pb
+
+    out = cur_pb.Task(
+        task_id=f"{task.group_id or 'task'}-{task.seed}-{index}",
+        seed=task.seed,
+        bucket=f"{task.game_id}/{task.variant}",
+        group_id=task.group_id or f"g-{task.seed}-{index}",
+        group_size=task.group_size,
+        opponent_kind=cur_pb.OPPONENT_KIND_SCRIPTED,
+        opponent_id=f"scripted:{task.bot}",
+        split="train",
+    )
+    out.game.game_id, out.game.variant = task.game_id, task.variant
+    from wolfpack_games import get_game
+
+    spec = get_game(task.game_id)
+    for seat in range(spec.variants[task.variant or spec.default_variant]):
+        if seat in task.trainee_seats:
+            out.trainee_seats.append(seat)
+            b = out.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
+            b.policy.policy_id = task.trainee_seats[seat]
+        else:
+            out.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_SCRIPTED, bot=task.bot)
+    return out
+
+
 def _eval_to_json(res: EvalResult) -> dict[str, Any]:
     return {"step": res.step, "reward": res.reward.__dict__, "win_rate": res.win_rate.__dict__}
 
@@ -471,17 +506,33 @@ def run_training(
     progress: Progress | None = None,
     updates: int | None = None,
     serve_address: str | None = None,
+    driver: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
+    publisher: Publisher | None = None,
 ) -> tuple[Trainer, list[EvalResult]]:
+    """Set up and run a job; ``driver`` opens the rollout driver (service mode), ``publisher`` replaces
+    the default (directories only) one, e.g. to push to inference."""
     trainer = Trainer(config, run_dir, redis_url, cache_dir=cache_dir)
     if progress is not None:
         trainer.progress = progress
+    if publisher is not None:
+        trainer.publisher = publisher
     trainer.setup()
-    evals = asyncio.run(_run_serving(trainer, updates, serve_address))
+    evals = asyncio.run(_run_serving(trainer, updates, serve_address, driver))
     return trainer, evals
 
 
-async def _run_serving(trainer: Trainer, updates: int | None, address: str | None) -> list[EvalResult]:
-    """The loop, with the TrainerService in front of it on ``address`` when given."""
+async def _run_serving(
+    trainer: Trainer,
+    updates: int | None,
+    address: str | None,
+    driver: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
+) -> list[EvalResult]:
+    """The loop, with the rollout driver open (service mode) and the TrainerService in front of it on
+    ``address`` when given."""
+    if driver is not None:
+        async with driver() as opened:
+            trainer.driver = opened
+            return await _run_serving(trainer, updates, address)
     if address is None:
         return await trainer.run(updates)
     from wolfpack import rpc

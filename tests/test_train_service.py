@@ -1,0 +1,90 @@
+"""The product path of one update: the rollout service's driver plays through real environment, inference
+(tiny model) and reward servers, trajectories go through the Redis stream to the trainer, the learner
+updates, and the new version is pushed to inference, which then serves it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wolfpack import rpc
+from wolfpack.settings import load_settings
+from wolfpack.v1 import inference_service_pb2 as inf_pb
+from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
+from wolfpack_environment.server import EnvironmentServicer
+from wolfpack_environment.server import register as register_environment
+from wolfpack_inference.config import PolicyConfig
+from wolfpack_inference.models import tiny_model
+from wolfpack_inference.policies import PolicyRegistry
+from wolfpack_inference.server import InferenceServicer
+from wolfpack_inference.server import register as register_inference
+from wolfpack_reward.server import register as register_reward
+from wolfpack_rollout.config import RolloutConfig, SamplingConfig
+from wolfpack_rollout.connect import Addresses, connect
+from wolfpack_trainer.config import TrainConfig
+from wolfpack_trainer.publish import Publisher
+from wolfpack_trainer.train import Trainer, _run_serving
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[tuple[str, str, str, Path]]:
+    tiny = tiny_model(tmp_path / "models")
+    settings = load_settings(rpc_timeout_s=60)
+    cfg = PolicyConfig(policy_id="responder", model=str(tiny), device="cpu", dtype="float32", max_batch=32)  # type: ignore[arg-type]
+    registry = PolicyRegistry.from_configs([cfg], tmp_path / "inference")
+    env = await rpc.start_server(
+        "environment", lambda s: register_environment(s, EnvironmentServicer()), settings, "127.0.0.1:0"
+    )
+    servicer = InferenceServicer(registry)
+    inf = await rpc.start_server(
+        "inference", lambda s: register_inference(s, servicer), settings, "127.0.0.1:0"
+    )
+    rew = await rpc.start_server("reward", register_reward, settings, "127.0.0.1:0")
+    yield f"127.0.0.1:{env.port}", f"127.0.0.1:{inf.port}", f"127.0.0.1:{rew.port}", tiny
+    for server in (env, inf, rew):
+        await server.stop(0)
+    await registry.close()
+
+
+@pytest.mark.slow
+async def test_one_update_through_the_services(
+    stack: tuple[str, str, str, Path], redis_url: str, tmp_path: Path
+) -> None:
+    env_addr, inf_addr, rew_addr, tiny = stack
+    stream = f"test:train-service:{tmp_path.name}"
+    cfg = TrainConfig.model_validate(
+        {
+            "name": "service-test",
+            "game": {"id": "ultimatum_v1", "variant": "easy", "bot": "heuristic"},
+            "policies": [{"id": "responder", "seats": [1], "model": str(tiny), "lr": 1e-3}],
+            "rollout": {"mode": "service", "episodes_per_update": 4, "group_size": 2, "max_tokens": 8},
+            "train": {"updates": 1, "save_versions": False},
+            "eval": {"every": 100, "episodes": 2},
+            "stream": {"name": stream},
+        }
+    )
+    settings = load_settings(rpc_timeout_s=60)
+    addresses = Addresses(env_addr, inf_addr, rew_addr, None, redis_url, stream)
+    rollout = RolloutConfig(concurrency=4, sampling=SamplingConfig(max_tokens=8, temperature=1.0))
+
+    def driver() -> contextlib.AbstractAsyncContextManager[Any]:
+        return connect(settings, rollout, addresses, stream=False)
+
+    trainer = Trainer(cfg, tmp_path / "run", redis_url, cache_dir=tmp_path / "models")
+    trainer.publisher = Publisher(tmp_path / "policies", settings, inference_addr=inf_addr, save_dirs=False)
+    trainer.setup()
+    await _run_serving(trainer, None, None, driver)
+
+    assert trainer.state.step == 1 and trainer.state.trajectories_used == 4
+    rows = trainer.metrics.rows()
+    update = next(r for r in rows if "actor/pg_loss" in r)
+    # The learner recomputed the inference server's logprobs for the same token ids (same weights).
+    assert update["mismatch/abs_logprob_diff"] < 1e-3
+    assert trainer.state.published[0]["pushed"] and trainer.state.versions == {"responder": 1}
+    async with rpc.channel(inf_addr, settings) as ch:
+        policies = await inf_grpc.InferenceServiceStub(ch).ListPolicies(inf_pb.ListPoliciesRequest())
+    assert {(p.policy.policy_id, p.policy.version) for p in policies.policies} == {("responder", 1)}
