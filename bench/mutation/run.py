@@ -170,7 +170,11 @@ def run_target(
         ["cosmic-ray", "init", str(config), str(session)], cwd=tree, env=env, check=True, capture_output=True
     )
     db = sqlite3.connect(session)
-    jobs = db.execute("select job_id, operator_name from mutation_specs order by job_id").fetchall()
+    # Ordered by what the mutant is (job ids are random per init), so a seed draws the same sample each run.
+    jobs = db.execute(
+        "select job_id, operator_name from mutation_specs"
+        " order by operator_name, start_pos_row, start_pos_col, occurrence"
+    ).fetchall()
     kept = [job for job, op in jobs if wanted(op)]
     if sample:
         kept = sorted(random.Random(seed).sample(kept, min(sample, len(kept))))
