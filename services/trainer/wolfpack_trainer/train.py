@@ -391,6 +391,8 @@ class Trainer:
             if learner is None:
                 continue
             batch = collate(own, pad)
+            if self.cfg.algo_config().estimator == "gae":
+                batch.values = learner.compute_values(batch)  # GAE needs V(s) before the advantages
             adv = algos.compute_advantages(batch, own, self.cfg.algo_config())
             m = self._update(learner, batch, adv)
             tokens += int(batch.response_mask.sum())
@@ -420,8 +422,6 @@ class Trainer:
             )
         if loss.kl_coef > 0:
             batch.ref_log_prob = learner.compute_ref_log_probs(batch)
-        if self.cfg.algo_config().estimator == "gae":
-            batch.values = learner.compute_values(batch)
         metrics.update(learner.update(batch))
         return metrics
 
