@@ -126,7 +126,9 @@ class Observations:
             msg.outcome = OUTCOME_PB[ep.env.outcome()[seat]] if env_done else common_pb2.OUTCOME_KIND_ABORTED
         else:
             msg.turn_id = ep.open_turns.get(seat, 0)
-            msg.your_turn = o.your_turn
+            # only with a turn id to answer: between slices of a scripted run the engine may already
+            # be at the seat's next decision before its turn is opened (sessions.EpisodeManager._advance)
+            msg.your_turn = o.your_turn and msg.turn_id != 0
         if o.feedback:
             msg.feedback = o.feedback
         if include_text:  # rendering is the expensive part; PlaySeats clients may skip it

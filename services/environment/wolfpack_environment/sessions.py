@@ -40,6 +40,18 @@ from wolfpack_games import Action, GameEnv, Observation, get_game, make_game
 tracer = trace.get_tracer("wolfpack.environment")
 log = logging.getLogger(__name__)
 
+ADVANCE_SLICE_S = 0.005
+"""Longest stretch of scripted play on the event loop before the rest is continued on its next turn."""
+
+
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 MAX_OPTIONS = 64
 MAX_OPTION_CHARS = 16_384
 """Bounds of ``CreateEpisodeRequest.options``: at most 64 entries of at most 16 KiB of YAML each (a
@@ -163,6 +175,7 @@ class Episode:
     timeouts: int = 0
     listeners: set[Callable[[Episode], None]] = field(default_factory=set)  # PlaySeats streams watching
     watchers: int = 0  # Observe streams waiting on ``changed``
+    advancing: bool = False  # a sliced scripted run is still in progress (see ``_advance``)
     invalid_counts: dict[int, int] = field(default_factory=dict)
     default_counts: dict[int, int] = field(default_factory=dict)
 
@@ -186,6 +199,8 @@ class EpisodeManager:
         # the caller's request id, never by episode id: episode ids are public (every observation shows
         # them), so looking a create up by one would hand its tokens to anyone who saw it.
         self._requests: dict[str, tuple[bytes, str]] = {}
+        self._advancing: deque[Episode] = deque()  # episodes whose scripted run continues (see _advance)
+        self._slicing = False
         self._last_collect = time.monotonic()
 
     # ------------------------------------------------------------------ lifecycle
@@ -370,6 +385,8 @@ class EpisodeManager:
         if prev is not None:  # a retry of an act that was applied: same answer, no second move
             return ActResult(prev.accepted, prev.reason, prev.action, prev.defaulted, True)
         self._rate_limit(token)
+        if ep.advancing:
+            self._advance(ep, sliced=False)
         text = action.text if action is not None else raw_text
         if len(text) > self.limits.max_text_chars:
             raise SessionError(f"text is {len(text)} characters; the limit is {self.limits.max_text_chars}")
@@ -430,12 +447,17 @@ class EpisodeManager:
         self._advance(ep)
         return ActResult(accepted, reason, applied, defaulted, False)
 
-    def _advance(self, ep: Episode) -> None:
+    def _advance(self, ep: Episode, sliced: bool = True) -> None:
+        """Play every due scripted seat, then open the turns of the seats that must decide. On an event
+        loop the scripted run is cut into slices of at most ``ADVANCE_SLICE_S`` (the rest continues on
+        the loop's next turn), so a long all-bot stretch never stalls other callers; an external act on
+        an episode between slices completes the run first (``sliced=False``), so nobody ever acts on a
+        half-advanced game."""
         env = ep.env
         bots = ep.bots
         if bots:
+            deadline = time.perf_counter() + ADVANCE_SLICE_S if sliced and _on_loop() else None
             moved = True
-            # Scripted seats act as soon as they are due; a long run of bot turns is applied at once.
             while moved and not env.done:
                 moved = False
                 for seat in env.acting_seats():
@@ -443,12 +465,45 @@ class EpisodeManager:
                     if bot is not None:
                         env.step_seat(seat, bot(env, seat, ep.bot_rng))
                         moved = True
+                        if deadline is not None and time.perf_counter() > deadline and not env.done:
+                            self._continue_later(ep)
+                            return
+        ep.advancing = False
         ep.version += 1
         if env.done:
             self._finish(ep, aborted=False)
         else:
             self._open_turns(ep)
         self._notify(ep)
+
+    def _continue_later(self, ep: Episode) -> None:
+        """Queue the rest of ``ep``'s scripted run. One slice runs per event-loop turn whatever the number
+        of episodes waiting (round robin), so each turn of the loop costs at most one slice."""
+        if not ep.advancing:
+            ep.advancing = True
+            self._advancing.append(ep)
+        if not self._slicing:
+            self._slicing = True
+            asyncio.get_running_loop().call_soon(self._run_slice)
+
+    def _run_slice(self) -> None:
+        self._slicing = False
+        while self._advancing:
+            ep = self._advancing.popleft()
+            if not ep.advancing or ep.closed or self.episodes.get(ep.episode_id) is not ep:
+                continue  # an act or a close finished it meanwhile
+            ep.advancing = False
+            try:
+                self._advance(ep)  # re-queues itself (and this callback) if a slice is not enough
+            except Exception:
+                log.exception(
+                    "a scripted seat failed; the episode is aborted", extra={"episode": ep.episode_id}
+                )
+                self.release(ep)
+            break
+        if self._advancing and not self._slicing:
+            self._slicing = True
+            asyncio.get_running_loop().call_soon(self._run_slice)
 
     def _open_turns(self, ep: Episode) -> None:
         """Give every newly due non-scripted seat a turn id and a deadline; drop turns that vanished
@@ -522,6 +577,8 @@ class EpisodeManager:
         return expired
 
     def _timeout(self, ep: Episode, seat: int, turn_id: int) -> None:
+        if ep.advancing:
+            self._advance(ep, sliced=False)
         if ep.done or ep.open_turns.get(seat) != turn_id:
             return
         ep.default_counts[seat] = ep.default_counts.get(seat, 0) + 1
