@@ -196,9 +196,11 @@ async def start_server(
     auth.check_bind(credential, addr, service)  # no open privileged RPCs beyond loopback
     server = grpc.aio.server(
         interceptors=[
+            # Outermost: the interceptors after it cache one wrapped handler per method, so a check placed
+            # behind them would run for a method's first call only.
+            auth.CredentialInterceptor(credential),
             *telemetry.server_interceptors(),
             AccessLogInterceptor(),
-            auth.CredentialInterceptor(credential),
             *interceptors,
             ErrorInterceptor(),
         ],

@@ -133,6 +133,23 @@ async def test_push_weights_and_load_policy_need_the_credential(server: str, tmp
         assert (await stub.ListPolicies(pb.ListPoliciesRequest())).policies  # ordinary calls need nothing
 
 
+async def test_the_credential_is_checked_on_every_call_not_only_the_first(
+    server: str, tmp_path: Path
+) -> None:
+    """Interceptors that cache a wrapped handler per method sit behind the credential check: an
+    authorized first call must not open the method for later calls without the credential, nor an
+    unauthorized first call close it for later authorized ones."""
+    privileged, with_secret = stub_for(server, SECRET)
+    anonymous, without = stub_for(server)
+    async with privileged, anonymous:
+        load = pb.LoadPolicyRequest(policy_id="tiny", version=9, model_path=str(tmp_path / "missing"))
+        for _ in range(2):
+            code, _ = await code_of(with_secret.LoadPolicy(load))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT  # got past the check: the path is bad
+            code, _ = await code_of(without.LoadPolicy(load))
+            assert code == grpc.StatusCode.UNAUTHENTICATED
+
+
 async def test_push_allocates_only_what_was_received(server: str) -> None:
     channel, stub = stub_for(server, SECRET)
     async with channel:
