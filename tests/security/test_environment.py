@@ -325,6 +325,12 @@ async def test_gateway_forwards_only_the_callers_credential(env: EnvStack, gatew
         headers = {"X-Wolfpack-Credential": SECRET}
         async with http.get(path, params={"token": created.admin_token}, headers=headers) as resp:
             assert resp.status == 200
+        for odd in ("wrong", "caf\u00e9".encode().decode("latin-1"), "a\tb"):
+            async with http.get(
+                path, params={"token": created.admin_token}, headers={"X-Wolfpack-Credential": odd}
+            ) as resp:
+                assert resp.status == 403, odd
+                assert (await resp.json())["error"]["code"] == "PERMISSION_DENIED"
 
 
 async def test_non_loopback_bind_without_a_secret_refuses_to_start() -> None:

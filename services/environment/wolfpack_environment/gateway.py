@@ -530,6 +530,8 @@ def _credential(request: web.Request) -> list[tuple[str, str]]:
     """The caller's service credential (``X-Wolfpack-Credential``), forwarded as is: the gateway holds no
     credential of its own, so spectating or closing a running episode through it needs the caller's."""
     given = request.headers.get("X-Wolfpack-Credential", "")
+    if given and not (given.isascii() and given.isprintable()):  # not a credential, nor valid metadata
+        raise ApiError(403, "PERMISSION_DENIED", "wrong service credential")
     return [(auth.METADATA_KEY, given)] if given else []
 
 
