@@ -307,8 +307,8 @@ class Trajectory(_message.Message):
 
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
-        """Free-form tags (opponent league entry, curriculum bucket, worker); never data a consumer must parse:
-        typed fields carry that (scenario, SeatOutcome.alive).
+        """Free-form tags (opponent league entry, curriculum bucket, worker). Data the reward service or the
+        trainer relies on has typed fields instead (scenario, SeatOutcome.alive, group_id).
         """
 
     @_builtins.property
