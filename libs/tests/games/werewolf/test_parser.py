@@ -161,6 +161,18 @@ def test_strip_think() -> None:
     assert strip_think("a<think>b</think>c") == "ac"
     assert strip_think("a<THINK>b</THINK>c<think>d") == "ac"
     assert strip_think("no tags") == "no tags"
+    # An unmatched closing tag: everything before it was reasoning, wherever it stands.
+    assert strip_think("reasoning</think>answer") == "answer"
+    assert strip_think("</think>answer") == "answer"
+
+
+def test_a_verb_is_coerced_only_when_one_targeted_action_is_legal() -> None:
+    """ "vote 3" means the one targeted action on offer (the seer's inspect); with two on offer it is
+    ambiguous: left as said (the engine then refuses a vote) rather than guessed."""
+    one = (LegalAction("inspect", ALL), LegalAction("pass"))
+    assert parse_action("vote 3", one, N).action == Action("inspect", 2)
+    two = (LegalAction("inspect", ALL), LegalAction("shoot", ALL))
+    assert parse_action("vote 3", two, N).action == Action("vote", 2)
 
 
 def test_huge_input_is_fast_and_safe() -> None:
