@@ -364,6 +364,14 @@ def test_only_the_witch_learns_the_night_victim() -> None:
     assert all(env.knowledge(s).night_victim == -1 for s in (0, 1, 2, 4, 5))
 
 
+@pytest.mark.parametrize(("order", "first"), [("clockwise", 5), ("counterclockwise", 3)])
+def test_speaking_starts_next_to_the_sheriff(order: str, first: int) -> None:
+    env = sheriff_game(discussion_rounds=1, speaking_order=order)
+    night(env, 8, guard=8)
+    env.step({s: Action("elect", 4) for s in env.acting_seats()})
+    assert env.sheriff == 4 and env.phase == "day_discussion" and env.acting_seats() == [first]
+
+
 def test_sheriff_tie_revote() -> None:
     env = sheriff_game(tie_rule="revote")
     night(env, 8, guard=8)
@@ -562,3 +570,29 @@ def test_events_without_an_actor_or_target_say_minus_one() -> None:
     announcements = [e for e in env.events if e.kind in ("night", "day")]
     assert announcements and all((e.actor, e.target) == (-1, -1) for e in announcements)
     assert [e.target for e in env.events if e.kind == "wolf_kill"] == [4]
+    vote(env, {})  # everyone passes: each ballot names nobody
+    ballots = [e for e in env.events if e.kind == "vote"]
+    assert ballots and all(e.target == -1 for e in ballots)
+    guarded = game(TWELVE, win_rule="side_kill")
+    night(guarded, 8)  # the guard passes
+    assert [e.target for e in guarded.events if e.kind == "protect"] == [-1]
+
+
+def test_whose_night_turn_it_is_stays_hidden() -> None:
+    """Non-acting seats see plain "night" (which power roles still act is private); the acting seer sees
+    her phase, and so do wolves only in their own phases."""
+    env = game(SIX)
+    skip_speech(env)
+    env.step({s: Action("kill", 4) for s in env.acting_seats()})
+    assert env.phase == PH_SEER
+    assert env.observe(2).phase == PH_SEER
+    assert {env.observe(s).phase for s in (0, 1, 3, 4, 5)} == {"night"}
+
+
+def test_a_dead_target_is_named_as_players_see_it() -> None:
+    env = game(SIX)
+    night(env, 4)  # seat 4 is "player 5"
+    vote(env, {})
+    skip_speech(env)
+    env.step({0: Action("kill", 2), 1: Action("kill", 2)})
+    assert env._check(2, Action("inspect", 4)) == "player 5 is dead"
