@@ -65,8 +65,29 @@ def train(
             redis_url = server.url
         address = settings.service_addr("trainer") if serve else None
         local = cfg.rollout.mode == "local"
-        driver, publisher = (None, None) if local else _service_parts(cfg, settings, out, redis_url)
+        stack_settings = settings if local else _ensure_stack(stack, cfg, settings, out)
+        driver, publisher = (None, None) if local else _service_parts(cfg, stack_settings, out, redis_url)
         _run(cfg, out, redis_url, settings.run_dir / "models", updates, address, driver, publisher)
+
+
+def _ensure_stack(stack: contextlib.ExitStack, cfg: Any, settings: Any, out: Path) -> Any:
+    """The running stack's settings, or those of one started for this job (stopped when it ends)."""
+    from wolfpack.cli.main import settings_or_exit
+    from wolfpack_trainer.learners.cpu import resolve_model_path
+    from wolfpack_trainer.stack import child_stack, running_stack
+
+    if running_stack(settings) is not None:
+        console.print(f"using the running stack of {settings.run_dir}")
+        return settings
+    if cfg.warmstart is not None and cfg.warmstart.steps > 0:
+        console.print(
+            "[red]warmstart needs rollout.mode: local (inference would serve the un-cloned base)[/]"
+        )
+        raise typer.Exit(2)
+    models = {p.id: resolve_model_path(p.model, str(settings.run_dir / "models")) for p in cfg.policies}
+    console.print(f"starting a stack for this job in {out / 'stack'} (logs: {out / 'stack' / 'up.log'})")
+    stack_dir = stack.enter_context(child_stack(cfg, out / "stack", models))
+    return settings_or_exit(run_dir=stack_dir)
 
 
 def _service_parts(cfg: Any, settings: Any, out: Path, redis_url: str) -> tuple[Any, Any]:
