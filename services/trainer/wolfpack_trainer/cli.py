@@ -148,7 +148,8 @@ def _run(
         )
     elapsed = time.monotonic() - start
     rows = trainer.metrics.rows()
-    table = Table(title=f"{cfg.name}: {trainer.state.step} updates in {elapsed:.0f} s")
+    title = f"{cfg.name}: {trainer.state.step} updates, training {elapsed - trainer.setup_s:.0f} s (set-up {trainer.setup_s:.0f} s)"
+    table = Table(title=title)
     table.add_column("update", justify="right")
     table.add_column("eval reward (95% CI)")
     table.add_column("eval win rate (95% CI)")

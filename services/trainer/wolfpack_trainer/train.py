@@ -93,6 +93,8 @@ class Trainer:
         self._pending_ack: list[Delivery[trajectory_pb2.Trajectory]] = []
         self.resumed_from: int | None = None
         self.serving_port: int | None = None
+        self.setup_s = 0.0
+        """Seconds of set-up (model build, warm start, resume): not part of the training time."""
         self._gen = torch.Generator().manual_seed(config.seed)
         self.publisher = Publisher(run_dir / "policies", save_dirs=config.train.save_versions)
         self.driver: Any = None
@@ -106,6 +108,7 @@ class Trainer:
 
         from wolfpack_trainer.learners.cpu import resolve_model_path
 
+        started = time.monotonic()
         torch.manual_seed(self.cfg.seed)
         random.seed(self.cfg.seed)
         resumed = self._latest_checkpoint()
@@ -144,6 +147,7 @@ class Trainer:
                 learner.load(resumed / f"learner-{p.id}")
             self.learners[p.id] = shared = learner
             self.state.versions.setdefault(p.id, 0)
+        self.setup_s = time.monotonic() - started
 
     def _latest_checkpoint(self) -> Path | None:
         pointer = self.run_dir / "checkpoints" / "LATEST"
