@@ -211,11 +211,15 @@ async def test_invalid_answer_is_reprompted_and_penalised(tokenizer: Any, server
 
 
 async def test_budget_runs_out_then_autopilot_finishes_the_game(tokenizer: Any, servers: Servers) -> None:
+    full = await make_loop(tokenizer, FakeServer(tokenizer), servers).run(
+        dict(SAMPLING), **sample(seed=11, seat=0, reward_spec="werewolf_outcome")
+    )
+    budget = len(full.response_ids) // 2  # the same game needs twice this much
     server = FakeServer(tokenizer)
-    loop = make_loop(tokenizer, server, servers, response_length=700)
+    loop = make_loop(tokenizer, server, servers, response_length=budget)
     out = await loop.run(dict(SAMPLING), **sample(seed=11, seat=0, reward_spec="werewolf_outcome"))
     extra = out.extra_fields
-    assert len(out.response_ids) <= 700
+    assert len(out.response_ids) <= budget
     assert extra["wolfpack_autopilot_turns"] >= 1
     assert extra["wolfpack_outcome"] == await servers.outcome(extra["wolfpack_episode_id"], 0)
     assert extra["wolfpack_outcome"] in (WIN, LOSS)  # the game still ended
@@ -227,6 +231,8 @@ def test_episode_spec_rejects_unknown_keys_and_reads_rows() -> None:
         EpisodeSpec.from_mapping({"game": "werewolf_v1"})
     with pytest.raises(ValueError, match="observation"):
         EpisodeSpec.from_mapping({"observation": "diff"})
+    with pytest.raises(ValueError, match="Werewolf only"):
+        EpisodeSpec.from_mapping({"game_id": "bargaining_v1"})
     row = sample(seed=5, seat=3, bots={"1": "random"})
     spec = EpisodeSpec.from_sample(row, {"default_bot": "random", "max_turn_tokens": 32})
     assert (spec.seed, spec.seat, spec.bots, spec.default_bot, spec.max_turn_tokens) == (

@@ -57,6 +57,7 @@ from wolfpack.v1 import environment_service_pb2 as env_pb
 from wolfpack.v1 import reward_service_pb2 as reward_pb
 from wolfpack.v1 import reward_service_pb2_grpc as reward_grpc
 from wolfpack_environment.client import EnvironmentClient
+from wolfpack_games.scenarios import GAME_CLASSES as SCENARIO_GAMES
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,11 @@ class EpisodeSpec:
             if key in kw:
                 kw[key] = int(kw[key])
         spec = cls(**kw)
+        if spec.game_id in SCENARIO_GAMES:
+            raise ValueError(
+                f"{spec.game_id}: the agent loop plays Werewolf only for now; scenario games are scored from the "
+                "whole transcript (scripted seats' messages included), which this loop does not rebuild yet"
+            )
         if spec.observation not in ("delta", "full"):
             raise ValueError(f"observation must be 'delta' or 'full', not {spec.observation!r}")
         if spec.max_turn_tokens < 1:
