@@ -77,12 +77,21 @@ TARGETS = (
     Target(
         "reward outcome",
         "services/reward/wolfpack_reward/outcome.py",
-        ("services/reward/tests/test_specs.py", "services/reward/tests/test_scenarios.py"),
+        (
+            "services/reward/tests/test_outcome.py",
+            "services/reward/tests/test_specs.py",
+            "services/reward/tests/test_scenarios.py",
+        ),
     ),
     Target(
         "rpc",
         "libs/wolfpack/rpc.py",
-        ("libs/tests/test_rpc.py", "tests/boundary/test_retries.py", "tests/boundary/test_limits.py"),
+        (
+            "libs/tests/test_rpc.py",
+            "libs/tests/test_rpc_access_log.py",
+            "tests/boundary/test_retries.py",
+            "tests/boundary/test_limits.py",
+        ),
     ),
 )
 
