@@ -77,3 +77,40 @@ async def test_published_versions_serve(
     )  # fmt: skip
     ours = learner.compute_log_probs(collate([sample]))[0]
     assert torch.allclose(ours, torch.tensor(list(c.logprobs)), atol=1e-4)
+
+
+async def test_frozen_snapshot_joins_the_league(redis_url: str, tiny_dir: Path, tmp_path: Path) -> None:
+    import redis.asyncio as aioredis
+
+    from wolfpack_curriculum.client import CurriculumClient
+    from wolfpack_curriculum.config import CurriculumConfig
+    from wolfpack_curriculum.server import CurriculumServicer
+    from wolfpack_curriculum.server import register as register_curriculum
+    from wolfpack_curriculum.store import CurriculumStore
+
+    client = aioredis.Redis.from_url(redis_url)
+    cfg = CurriculumConfig.model_validate(
+        {
+            "key_prefix": f"test:league:{tmp_path.name}",
+            "buckets": [{"game_id": "ultimatum_v1", "variant": "easy", "seats": {"trainee_seats": [1]}}],
+        }
+    )
+    store = CurriculumStore(client, cfg)
+    settings = load_settings()
+    server = await rpc.start_server(
+        "curriculum", lambda s: register_curriculum(s, CurriculumServicer(store)), settings, "127.0.0.1:0"
+    )
+    try:
+        addr = f"127.0.0.1:{server.port}"
+        learner = get_learner("cpu")(LearnerConfig(model=str(tiny_dir)))
+        publisher = Publisher(tmp_path / "policies", settings, curriculum_addr=addr, save_dirs=False)
+        assert not (await publisher.publish("responder", 3, learner, freeze=False)).frozen
+        assert (await publisher.publish("responder", 4, learner, freeze=True)).frozen
+        async with CurriculumClient(addr, settings) as cur:
+            league = await cur.list_opponents()
+        ids = {o.opponent_id: (o.policy.policy_id, o.policy.version) for o in league.opponents}
+        assert ids.get("checkpoint:responder@4") == ("responder", 4)
+        assert "checkpoint:responder@3" not in ids
+    finally:
+        await server.stop(0)
+        await client.aclose()
