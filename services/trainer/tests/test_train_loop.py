@@ -70,3 +70,20 @@ def test_stale_trajectories_are_detected(tmp_path: Path, tiny: str) -> None:
     assert not t._stale(traj)  # played at version 0, one behind: within max_staleness 1
     t.state.versions["responder"] = 2
     assert t._stale(traj)
+
+
+def test_gigpo_finds_anchor_states_in_real_groups(tmp_path: Path, tiny: str) -> None:
+    """Episodes of one group start from the same scenario: the responder's first observation is identical
+    across them, so GiGPO's step-level groups are non-empty on real play."""
+    t = _trainer(
+        tmp_path,
+        tiny,
+        policies=[{"id": "responder", "seats": [1], "model": tiny, "lr": 1e-2}],
+        rollout={"episodes_per_update": 8, "group_size": 4, "max_tokens": 6, "max_prompt_tokens": 64},
+        algo={"estimator": "gigpo", "gigpo_gamma": 0.9},
+    )
+    trajs = t.play_local(t.tasks([11, 12], 4, "g"), 1.0)
+    assert {tr.group_id for tr in trajs} == {"g-0", "g-1"}
+    metrics = t.train_step(trajs)
+    assert metrics["gigpo/anchor_groups"] >= 2
+    assert 0 < metrics["gigpo/anchored_fraction"] <= 1
