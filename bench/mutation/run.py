@@ -89,6 +89,8 @@ TARGETS = (
         (
             "libs/tests/test_rpc.py",
             "libs/tests/test_rpc_access_log.py",
+            "libs/tests/test_errors.py",
+            "tests/boundary/test_drain.py",
             "tests/boundary/test_retries.py",
             "tests/boundary/test_limits.py",
         ),

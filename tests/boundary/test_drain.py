@@ -11,13 +11,14 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from wolfpack import rpc
 from wolfpack.settings import load_settings
 from wolfpack.v1 import reward_service_pb2 as pb
 from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
 
-from .conftest import ServerProcess
+from .conftest import WAIT_S, ServerProcess
 
 # A broken build may hang (a stuck event loop) instead of failing: bound each test.
 pytestmark = pytest.mark.timeout(120)
@@ -84,3 +85,22 @@ async def test_sigterm_drains_a_call_in_flight(spawn: Callable[..., ServerProces
     assert await asyncio.to_thread(server.proc.wait, 60) == 0
     logs = await asyncio.to_thread(server.drain_logs)
     assert any(r.get("msg") == "stopped" for r in logs), logs[-5:]
+
+
+async def test_shutdown_reports_not_serving_to_health_watchers_before_draining() -> None:
+    """Load balancers watching health see NOT_SERVING as the shutdown starts (new calls are already
+    refused by then, so a watch opened beforehand is how anyone can see it)."""
+
+    def register(server: grpc.aio.Server) -> list[str]:
+        pb_grpc.add_RewardServiceServicer_to_server(pb_grpc.RewardServiceServicer(), server)
+        return ["wolfpack.v1.RewardService"]
+
+    server = await rpc.start_server("reward", register, load_settings(), "127.0.0.1:0")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+        first = await asyncio.wait_for(watch.read(), timeout=WAIT_S)
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        stopping = asyncio.ensure_future(server.stop(grace=1.0))  # the open watch is drained for 1 s
+        second = await asyncio.wait_for(watch.read(), timeout=WAIT_S)
+        assert second.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        await stopping

@@ -25,13 +25,22 @@ pytestmark = pytest.mark.timeout(120)
 MIB = 1024 * 1024
 
 
+def act_of_size(size: int) -> pb.ActRequest:
+    """An ActRequest whose serialized size is exactly ``size`` bytes."""
+    request = pb.ActRequest(episode_id="e", token="t")
+    request.raw_text = "x" * (size - request.ByteSize() - 4)
+    while request.ByteSize() < size:
+        request.raw_text += "x"
+    assert request.ByteSize() == size
+    return request
+
+
 async def test_messages_over_the_size_limit_are_refused_by_server_and_client() -> None:
     settings = load_settings(grpc_max_message_mb=1)
     servicer = EnvironmentServicer(EpisodeManager(Limits(max_text_chars=4 * MIB)))
     server = await rpc.start_server("environment", lambda s: register(s, servicer), settings, "127.0.0.1:0")
     target = f"127.0.0.1:{server.port}"
-    big = pb.ActRequest(episode_id="e", token="t", raw_text="x" * (MIB + 1024))
-    small = pb.ActRequest(episode_id="e", token="t", raw_text="x" * (MIB // 2))
+    big, small = act_of_size(MIB + 1), act_of_size(MIB)  # one byte over the limit, and exactly at it
     try:
         # A client without limits of its own: the server refuses the message itself.
         unlimited = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
@@ -40,7 +49,7 @@ async def test_messages_over_the_size_limit_are_refused_by_server_and_client() -
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await stub.Act(big, timeout=WAIT_S)
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            with pytest.raises(grpc.aio.AioRpcError) as err:  # under the limit: reaches the service
+            with pytest.raises(grpc.aio.AioRpcError) as err:  # at the limit: reaches the service
                 await stub.Act(small, timeout=WAIT_S)
             assert err.value.code() == grpc.StatusCode.NOT_FOUND  # no episode "e"
         # Our own channel applies the same limit before sending.
