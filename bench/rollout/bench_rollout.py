@@ -51,6 +51,30 @@ def tasks(game: str, variant: str, n: int, policy_id: str, seat: int, seed0: int
     return out
 
 
+def random_qwen_05b_chat(cache: Path) -> Path:
+    """bench/inference's random Qwen2.5-0.5B-shaped weights plus the tiny model's ChatML tokenizer (its ids
+    are all inside the big vocabulary): rollout renders chat prompts, so the GPU row needs a tokenizer."""
+    import os
+
+    from transformers import AutoTokenizer
+
+    from wolfpack_inference.models import tiny_model
+
+    sys.path.insert(0, str(ROOT / "bench" / "inference"))
+    from bench_inference import random_qwen_05b  # type: ignore[import-not-found]
+
+    weights = Path(random_qwen_05b(cache))
+    out = cache / "random-qwen2.5-0.5b-chat"
+    if (out / "tokenizer_config.json").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for f in weights.iterdir():
+        if not (out / f.name).exists():
+            os.symlink(f, out / f.name)
+    AutoTokenizer.from_pretrained(tiny_model(cache)).save_pretrained(out)  # type: ignore[no-untyped-call]
+    return out
+
+
 async def raw_engine(
     backend: Any, prompts: list[list[int]], concurrency: int, max_tokens: int, temperature: float
 ) -> tuple[float, int]:
@@ -91,10 +115,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         cache = Path(args.cache_dir)
         model = args.model
         if model == "random-qwen2.5-0.5b":
-            sys.path.insert(0, str(ROOT / "bench" / "inference"))
-            from bench_inference import random_qwen_05b  # type: ignore[import-not-found]
-
-            model = str(random_qwen_05b(cache))
+            model = str(random_qwen_05b_chat(cache))
         elif model == "tiny-4k":  # the tiny model with room for whole Werewolf prompts (no compression)
             from wolfpack_inference.models import tiny_model
 
@@ -132,8 +153,10 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         rpc.channel(addr["reward"], settings) as reward,
     ):
         # warm-up (model load, first compile) outside the timings
-        warm = RolloutDriver(RolloutConfig(concurrency=2, sampling=SamplingConfig(max_tokens=4)), environment=env,
-                             inference_channel=inference, reward_channel=reward)  # fmt: skip
+        warm_cfg = RolloutConfig(
+            concurrency=2, max_turns=min(4, args.max_turns), sampling=SamplingConfig(max_tokens=4)
+        )
+        warm = RolloutDriver(warm_cfg, environment=env, inference_channel=inference, reward_channel=reward)
         await warm.play(tasks(args.game, args.variant, 2, policy_id, args.seat, 10_000))
         await warm.close()
         for c in args.concurrency:
