@@ -791,11 +791,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--max-wait-s", type=float, default=MAX_WAIT_S, help="upper bound of reset/step long-poll waits"
     )
+    parser.add_argument(
+        "--header-timeout-s", type=float, default=15.0, help="a connection must send its headers within this"
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=512,
+        help="open connections; past it the oldest idle one is dropped",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     settings = load_settings()
     target = resolve_env_target(args.env_target, settings)
-    cfg = GatewayConfig(env_target=target, max_body_bytes=args.max_body_bytes, max_wait_s=args.max_wait_s)
+    cfg = GatewayConfig(
+        env_target=target,
+        max_body_bytes=args.max_body_bytes,
+        max_wait_s=args.max_wait_s,
+        header_timeout_s=args.header_timeout_s,
+        max_connections=args.max_connections,
+    )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_gateway(args.host, args.port, target, settings=settings, config=cfg))
 
