@@ -121,3 +121,24 @@ def test_a_signal_during_start_up_stops_everything(
     assert b"stopped" in out
     assert not any(alive(p) for p in [*services, redis]), out.decode()[-2000:]
     assert not (run_dir / "up.json").exists()
+
+
+def test_sighup_of_a_running_stack_stops_everything(up: tuple[Path, list[subprocess.Popen[bytes]]]) -> None:
+    """Closing the terminal (SIGHUP) of a stack that is up and serving drains and stops all of it."""
+    run_dir, procs = up
+    launcher = start(run_dir, procs)
+    assert launcher.stdout is not None
+    seen = b""
+    deadline = time.monotonic() + 150
+    while b"Ctrl-C to stop" not in seen and time.monotonic() < deadline:
+        line = launcher.stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert b"Ctrl-C to stop" in seen, seen.decode()[-2000:]
+    services = list(state(run_dir)["pids"].values())
+    redis = redis_pid(run_dir)
+    launcher.send_signal(signal.SIGHUP)
+    rest, _ = launcher.communicate(timeout=90)
+    assert launcher.returncode == 0, rest.decode()[-2000:]
+    assert not any(alive(p) for p in [*services, redis])
