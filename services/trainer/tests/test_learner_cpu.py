@@ -35,7 +35,7 @@ def _batch() -> TrainBatch:
             seat=0,
             policy_version=0,
             turn_index=0,
-        )  # fmt: skip
+        )
         for i in range(4)
     ]
     batch = collate(samples)
