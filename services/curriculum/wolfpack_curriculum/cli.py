@@ -43,7 +43,7 @@ async def _league(addr: str, register: str, policy: str, version: int, bot: str)
     weights = pfsp_weights(trainee, entries, LeagueConfig())
     total = sum(weights) or 1.0
     out = Table(title=f"League (trainee rating {table.trainee_rating:.0f} after {table.trainee_games} games)")
-    for col in ("opponent", "kind", "policy", "rating", "games", "W-L-D vs trainee", "PFSP share"):
+    for col in ("opponent", "kind", "policy", "rating", "games", "W-L-D (vs trainee)", "PFSP share"):
         out.add_column(
             col,
             justify="right" if col in ("rating", "games", "PFSP share") else "left",
@@ -55,7 +55,7 @@ async def _league(addr: str, register: str, policy: str, version: int, bot: str)
             o.opponent_id, pb.OpponentKind.Name(o.kind).removeprefix("OPPONENT_KIND_").lower(), policy_txt,
             f"{o.rating:.0f}", str(o.games), f"{o.wins}-{o.losses}-{o.draws}", f"{w / total:.0%}",
         )  # fmt: skip
-    console.print(out)
+    Console(width=max(console.width, 110)).print(out)  # pipes default to 80 columns: keep ids whole
     return 0
 
 
