@@ -59,6 +59,22 @@ def _is_zombie(pid: int) -> bool:
         return False
 
 
+def wait_for_aof(client: redis.Redis) -> None:
+    """Redis 7 creates its AOF (``appendonlydir``) in a background rewrite after start-up; on a loaded
+    machine a stop can come before it. Wait for that event (bounded), not for a fixed time."""
+    deadline = time.monotonic() + 60
+    while True:
+        info = client.info("persistence")
+        if (
+            info.get("aof_enabled") == 1
+            and not info.get("aof_rewrite_in_progress")
+            and not info.get("aof_rewrite_scheduled")
+        ):
+            return
+        assert time.monotonic() < deadline, info
+        time.sleep(0.05)
+
+
 def test_data_survives_a_clean_restart_and_a_crash(tmp_path: Path) -> None:
     """The append-only file brings streams and consumer groups back: after a clean stop (default fsync
     everysec) and after SIGKILL with fsync always, on the same data directory and port."""
@@ -68,6 +84,7 @@ def test_data_survives_a_clean_restart_and_a_crash(tmp_path: Path) -> None:
         client.xadd("s", {"k": "v1"})
         client.xgroup_create("s", "g", id="0")
         assert client.xreadgroup("g", "c", {"s": ">"})
+        wait_for_aof(client)
         client.close()
         server.stop()
         assert (tmp_path / "appendonlydir").is_dir()
