@@ -27,6 +27,7 @@ from wolfpack_inference.server import register as register_inference
 from wolfpack_reward.server import register as register_reward
 
 POLICY = "learner"
+STRONG = "strong"
 
 
 class SpyInference(InferenceServicer):
@@ -68,7 +69,8 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def stack(tiny_dir: Path, tmp_path: Path) -> AsyncIterator[Stack]:
     settings = load_settings(rpc_timeout_s=60)
     cfg = PolicyConfig(policy_id=POLICY, model=str(tiny_dir), device="cpu", dtype="float32", max_batch=32)
-    registry = PolicyRegistry.from_configs([cfg], tmp_path)
+    strong = cfg.model_copy(update={"policy_id": STRONG})  # stands in for an external strong model
+    registry = PolicyRegistry.from_configs([cfg, strong], tmp_path)
     spy = SpyInference(registry)
     env = await rpc.start_server(
         "environment", lambda s: register_environment(s, EnvironmentServicer()), settings, "127.0.0.1:0"
