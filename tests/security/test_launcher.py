@@ -79,12 +79,25 @@ def start(run_dir: Path, procs: list[subprocess.Popen[bytes]], *extra: str) -> s
     return proc
 
 
-def test_second_up_refuses_and_sigkill_leaves_nothing_the_next_up_does_not_reap(
+def wait_serving(launcher: subprocess.Popen[bytes]) -> None:
+    """Read the launcher's output until it says the stack is up (bounded: a cold start on a loaded box)."""
+    assert launcher.stdout is not None
+    seen = b""
+    deadline = time.monotonic() + 150
+    while b"Ctrl-C to stop" not in seen and time.monotonic() < deadline:
+        line = launcher.stdout.readline()
+        if not line:
+            break
+        seen += line
+    assert b"Ctrl-C to stop" in seen, seen.decode()[-2000:]
+
+
+def test_second_up_refuses_and_sighup_of_the_running_stack_stops_everything(
     up: tuple[Path, list[subprocess.Popen[bytes]]],
 ) -> None:
     run_dir, procs = up
     first = start(run_dir, procs)
-    wait_for("the first stack's services to start", lambda: spawned(run_dir))
+    wait_serving(first)
     services = list(state(run_dir)["pids"].values())
     redis = redis_pid(run_dir)
 
@@ -95,19 +108,35 @@ def test_second_up_refuses_and_sigkill_leaves_nothing_the_next_up_does_not_reap(
     assert all(alive(p) for p in [*services, redis]), "the refused up touched the running stack"
     assert state(run_dir)["launcher_pid"] == first.pid
 
+    first.send_signal(signal.SIGHUP)  # the terminal closed
+    rest, _ = first.communicate(timeout=90)
+    assert first.returncode == 0, rest.decode()[-2000:]
+    assert not any(alive(p) for p in [*services, redis])
+
+
+def test_sigkill_leaves_nothing_the_next_up_does_not_reap_and_sigterm_in_start_up(
+    up: tuple[Path, list[subprocess.Popen[bytes]]],
+) -> None:
+    run_dir, procs = up
+    first = start(run_dir, procs)
+    wait_for("the first stack's services to start", lambda: spawned(run_dir))
+    services = list(state(run_dir)["pids"].values())
+    redis = redis_pid(run_dir)
     first.send_signal(signal.SIGKILL)
     first.wait()
     wait_for("the services to follow their killed launcher", lambda: not any(alive(p) for p in services))
     # Redis (its own session, stopped last on purpose) is reaped by the next up on this run dir.
-    third = start(run_dir, procs)
+    second = start(run_dir, procs)
     wait_for("the next up to reap the orphaned Redis", lambda: not alive(redis))
     wait_for("the next stack's services to start", lambda: spawned(run_dir))
-    third.send_signal(signal.SIGTERM)
-    third.wait(timeout=60)
-    assert not any(alive(p) for p in state(run_dir).get("pids", {}).values())
+    services, redis = list(state(run_dir)["pids"].values()), redis_pid(run_dir)
+    second.send_signal(signal.SIGTERM)  # during its start-up
+    out, _ = second.communicate(timeout=60)
+    assert not any(alive(p) for p in [*services, redis]), out.decode()[-2000:]
+    assert not (run_dir / "up.json").exists()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGHUP])
 def test_a_signal_during_start_up_stops_everything(
     up: tuple[Path, list[subprocess.Popen[bytes]]], sig: signal.Signals
 ) -> None:
@@ -121,24 +150,3 @@ def test_a_signal_during_start_up_stops_everything(
     assert b"stopped" in out
     assert not any(alive(p) for p in [*services, redis]), out.decode()[-2000:]
     assert not (run_dir / "up.json").exists()
-
-
-def test_sighup_of_a_running_stack_stops_everything(up: tuple[Path, list[subprocess.Popen[bytes]]]) -> None:
-    """Closing the terminal (SIGHUP) of a stack that is up and serving drains and stops all of it."""
-    run_dir, procs = up
-    launcher = start(run_dir, procs)
-    assert launcher.stdout is not None
-    seen = b""
-    deadline = time.monotonic() + 150
-    while b"Ctrl-C to stop" not in seen and time.monotonic() < deadline:
-        line = launcher.stdout.readline()
-        if not line:
-            break
-        seen += line
-    assert b"Ctrl-C to stop" in seen, seen.decode()[-2000:]
-    services = list(state(run_dir)["pids"].values())
-    redis = redis_pid(run_dir)
-    launcher.send_signal(signal.SIGHUP)
-    rest, _ = launcher.communicate(timeout=90)
-    assert launcher.returncode == 0, rest.decode()[-2000:]
-    assert not any(alive(p) for p in [*services, redis])
