@@ -5,7 +5,7 @@ Any answer outside the documented statuses (docs/security.md) fails: INTERNAL or
 caller's input reached a bug.
 
 The servers run on their own event loop in a thread; the tests use blocking clients, so Hypothesis
-drives plain functions. Settings: derandomized (a fixed seed; a failure replays from the log), 25
+drives plain functions. Settings: derandomized (a fixed seed; a failure replays from the log), 20
 examples per method by default (``WOLFPACK_FUZZ_EXAMPLES`` raises it), no deadline.
 """
 
@@ -52,7 +52,7 @@ from wolfpack_reward.server import register as register_rew
 from .conftest import SECRET
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("WOLFPACK_FUZZ_EXAMPLES", "25")),
+    max_examples=int(os.environ.get("WOLFPACK_FUZZ_EXAMPLES", "20")),
     derandomize=True,
     deadline=None,
     database=None,

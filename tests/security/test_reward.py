@@ -86,7 +86,7 @@ async def test_worst_case_legal_scores_beside_normal_traffic(stub: pb_grpc.Rewar
 
     await stub.Score(normal)
     idle = statistics.median(await latencies(7))
-    abusers = [asyncio.ensure_future(stub.Score(heavy, timeout=120)) for _ in range(2)]
+    abusers = [asyncio.ensure_future(stub.Score(heavy, timeout=120))]
     await asyncio.sleep(0.2)  # the heavy calls are running
     busy = statistics.median(await latencies(7))
     done = await asyncio.gather(*abusers)
