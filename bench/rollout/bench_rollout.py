@@ -52,27 +52,52 @@ def tasks(game: str, variant: str, n: int, policy_id: str, seat: int, seed0: int
 
 
 def random_qwen_05b_chat(cache: Path) -> Path:
-    """bench/inference's random Qwen2.5-0.5B-shaped weights plus the tiny model's ChatML tokenizer (its ids
-    are all inside the big vocabulary): rollout renders chat prompts, so the GPU row needs a tokenizer."""
-    import os
+    """A random-weight model with Qwen2.5-0.5B's body (24 layers, hidden 896, 14/2 heads, MLP 4864) and the
+    tiny model's ChatML tokenizer, in one directory of real files (no symlinks: an engine may resolve them
+    to a directory without the tokenizer).
 
-    from transformers import AutoTokenizer
+    Why the tokenizer's vocabulary and not Qwen's 151,936: rollout renders chat prompts and decodes every
+    sampled id, and a random model over a vocabulary larger than its tokenizer samples ids the tokenizer
+    cannot decode (an engine's incremental detokenizer may then fail inside its output loop, which looks
+    like a stall: the first GPU attempt of this row hung after its first request). With the small
+    vocabulary every id decodes; the lm_head is smaller than 0.5B's (the body dominates the FLOPs), and the
+    raw row uses the same model, so the ratio stays like for like."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
 
     from wolfpack_inference.models import tiny_model
 
-    sys.path.insert(0, str(ROOT / "bench" / "inference"))
-    from bench_inference import random_qwen_05b  # type: ignore[import-not-found]
-
-    weights = Path(random_qwen_05b(cache))
-    out = cache / "random-qwen2.5-0.5b-chat"
-    if (out / "tokenizer_config.json").exists():
+    out = cache / "random-qwen2.5-0.5b-body-chat"
+    if (out / "tokenizer_config.json").exists() and (out / "config.json").exists():
         return out
-    out.mkdir(parents=True, exist_ok=True)
-    for f in weights.iterdir():
-        if not (out / f.name).exists():
-            os.symlink(f, out / f.name)
-    AutoTokenizer.from_pretrained(tiny_model(cache)).save_pretrained(out)  # type: ignore[no-untyped-call]
+    tok = AutoTokenizer.from_pretrained(tiny_model(cache))  # type: ignore[no-untyped-call]
+    vocab = len(tok)  # exactly: any id the model can sample decodes
+    cfg = Qwen2Config(
+        vocab_size=vocab, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    tmp = out.with_name(out.name + ".tmp")
+    AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).save_pretrained(tmp)  # type: ignore[no-untyped-call]
+    tok.save_pretrained(tmp)
+    tmp.rename(out)
     return out
+
+
+async def report_progress(driver: RolloutDriver, concurrency: int, every_s: float) -> None:
+    """A line on stderr every ``every_s`` seconds while a row runs, so a slow row and a stalled one differ."""
+    start = time.perf_counter()
+    while True:
+        await asyncio.sleep(every_s)
+        st = driver.stats
+        print(
+            f"  [c={concurrency} {time.perf_counter() - start:6.0f}s] finished {st.episodes_finished}"
+            f"/{st.episodes_started} started, in flight {st.in_flight}, policy turns {st.turns}, "
+            f"tokens {st.generated_tokens}, retries {st.retries}, failed {dict(st.failures)}",
+            file=sys.stderr, flush=True,
+        )  # fmt: skip
 
 
 async def raw_engine(
@@ -163,17 +188,20 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             samples: list[dict[str, float]] = []
             for r in range(args.repeats):
                 config = RolloutConfig(
-                    concurrency=c, max_turns=args.max_turns, prompt_mode=args.prompt_mode, memory_steps=args.memory_steps,
+                    concurrency=c, max_turns=args.max_turns, generate_timeout_s=args.generate_timeout,
+                    prompt_mode=args.prompt_mode, memory_steps=args.memory_steps,
                     sampling=SamplingConfig(max_tokens=args.max_tokens, temperature=args.temperature),
                 )  # fmt: skip
                 driver = RolloutDriver(
                     config, environment=env, inference_channel=inference, reward_channel=reward
                 )
                 start = time.perf_counter()
+                reporter = asyncio.create_task(report_progress(driver, c, args.progress_s))
                 played = await driver.play(
                     tasks(args.game, args.variant, args.episodes, policy_id, args.seat, r * 100_000)
                 )
                 elapsed = time.perf_counter() - start
+                reporter.cancel()
                 await driver.close()
                 tokens = sum(len(t.response_token_ids) for tr in played for t in tr.turns)
                 turns = sum(1 for tr in played for t in tr.turns if t.response_token_ids)
@@ -226,6 +254,10 @@ def main() -> None:
     ap.add_argument("--memory-steps", type=int, default=1)
     ap.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--progress-s", type=float, default=15.0, help="seconds between progress lines (stderr)")
+    ap.add_argument(
+        "--generate-timeout", type=float, default=120.0, help="deadline of one GenerateBatch call"
+    )
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--context-budget", type=int, default=0, help="prompt budget (0: the model's positions)")
