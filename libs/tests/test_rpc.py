@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 import pytest
@@ -13,6 +13,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from wolfpack import rpc
 from wolfpack.settings import load_settings
+from wolfpack.v1 import environment_service_pb2 as env_pb
+from wolfpack.v1 import environment_service_pb2_grpc as env_grpc
 from wolfpack.v1 import rollout_service_pb2 as pb
 from wolfpack.v1 import rollout_service_pb2_grpc as pb_grpc
 
@@ -185,7 +187,6 @@ async def test_light_interceptors_carry_trace_context_without_an_sdk() -> None:
 async def test_light_interceptors_carry_trace_context_into_short_server_streams() -> None:
     """GenerateBatch (a server stream that is one request's worth of work) continues its caller's trace
     without an SDK too; episode-long streams such as Observe are left alone."""
-    from collections.abc import AsyncIterator
 
     from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
@@ -223,3 +224,59 @@ async def test_light_interceptors_carry_trace_context_into_short_server_streams(
     finally:
         await server.stop(0)
     assert seen == [0, 0, 0xFEED, 0xFEED]
+
+
+class LongStreams(env_grpc.EnvironmentServiceServicer):
+    """Streams that outlive the client's ``rpc_timeout_s``: Observe answers twice with ``gap_s`` between,
+    PlaySeats answers each client message after ``gap_s`` (as a rollout's stream does across many turns)."""
+
+    def __init__(self, gap_s: float) -> None:
+        self.gap_s = gap_s
+
+    async def Observe(
+        self, request: env_pb.ObserveRequest, context: object
+    ) -> AsyncIterator[env_pb.ObserveResponse]:
+        yield env_pb.ObserveResponse()
+        await asyncio.sleep(self.gap_s)
+        yield env_pb.ObserveResponse()
+
+    async def PlaySeats(
+        self, requests: AsyncIterator[env_pb.PlaySeatsRequest], context: object
+    ) -> AsyncIterator[env_pb.PlaySeatsResponse]:
+        async for _ in requests:
+            await asyncio.sleep(self.gap_s)
+            yield env_pb.PlaySeatsResponse()
+
+
+async def test_streams_outlive_the_unary_default_deadline() -> None:
+    """Regression: the channel's service config once gave every method ``rpc_timeout_s``, so PlaySeats and
+    Observe streams were cut (DEADLINE_EXCEEDED) after 30-60 s of a rollout. Here the streams run for
+    several times a 0.2 s default, while a unary call on the same channel still gets that deadline."""
+    servicer = LongStreams(gap_s=0.5)
+
+    def register(server: grpc.aio.Server) -> Sequence[str]:
+        env_grpc.add_EnvironmentServiceServicer_to_server(servicer, server)
+        return ["wolfpack.v1.EnvironmentService"]
+
+    server = await rpc.start_server("environment", register, load_settings(), "127.0.0.1:0")
+    held = await start(hold=True)  # a unary method that never answers
+    settings = load_settings(rpc_timeout_s=0.2)
+    try:
+        async with rpc.channel(f"127.0.0.1:{server.port}", settings) as ch:
+            stub = env_grpc.EnvironmentServiceStub(ch)
+            observed = [r async for r in stub.Observe(env_pb.ObserveRequest(episode_id="e"))]
+            assert len(observed) == 2
+
+            async def requests() -> AsyncIterator[env_pb.PlaySeatsRequest]:
+                for _ in range(3):
+                    yield env_pb.PlaySeatsRequest()
+
+            answered = [r async for r in stub.PlaySeats(requests())]
+            assert len(answered) == 3  # 3 x 0.5 s on one stream, past 0.2 s
+        async with rpc.channel(f"127.0.0.1:{held.port}", settings) as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await pb_grpc.RolloutServiceStub(ch).GetRolloutStatus(pb.GetRolloutStatusRequest())
+            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    finally:
+        await server.stop(0)
+        await held.stop(0)

@@ -4,10 +4,12 @@ Server: one ``serve()`` builds an asyncio server with the standard health servic
 size limits, tracing and access-log interceptors; on SIGTERM/SIGINT it marks itself NOT_SERVING (load
 balancers stop routing), then ``server.stop(grace)`` lets in-flight calls drain before exit.
 
-Client: ``channel()`` returns an asyncio channel whose calls always have a deadline (the default is
-added when the caller gives none) and whose idempotent methods retry on UNAVAILABLE through gRPC's
-service config, so a service restarting under ``wolfpack up`` does not fail a whole rollout. Which methods
-are idempotent is read from the protos (``option idempotency_level``), not listed here.
+Client: ``channel()`` returns an asyncio channel whose unary calls always have a deadline (the default,
+``rpc_timeout_s``, is added when the caller gives none) and whose idempotent methods retry on UNAVAILABLE
+through gRPC's service config, so a service restarting under ``wolfpack up`` does not fail a whole rollout.
+Which methods are idempotent is read from the protos (``option idempotency_level``), not listed here.
+Streaming calls (PlaySeats, Observe, GenerateBatch, PushWeights) get no default deadline: they last as
+long as an episode or a whole rollout, so their callers pass ``timeout=`` when they want one.
 """
 
 from __future__ import annotations
@@ -296,14 +298,17 @@ class DefaultDeadlineInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type:
 
 def service_config(idempotent_methods: Mapping[str, Sequence[str]], timeout_s: float) -> str:
     """gRPC service config JSON: retries on UNAVAILABLE for the listed idempotent methods
-    (``{"wolfpack.v1.EnvironmentService": ["ListGames", "GetEpisode"]}``) and a default timeout."""
-    configs: list[dict[str, Any]] = [{"name": [{}], "timeout": f"{timeout_s:.3f}s"}]
+    (``{"wolfpack.v1.EnvironmentService": ["ListGames", "GetEpisode"]}``). It sets no timeout (``timeout_s``
+    is accepted for callers of the old signature and unused): a service config cannot tell unary from
+    streaming methods, and a timeout there cut long-lived streams (PlaySeats of a whole rollout, Observe)
+    after ``rpc_timeout_s``. Unary calls get their default deadline from ``DefaultDeadlineInterceptor``."""
+    del timeout_s
+    configs: list[dict[str, Any]] = []
     names = [{"service": s, "method": m} for s, methods in idempotent_methods.items() for m in methods]
     if names:
         configs.append(
             {
                 "name": names,
-                "timeout": f"{timeout_s:.3f}s",
                 "retryPolicy": {
                     "maxAttempts": 4,
                     "initialBackoff": "0.1s",

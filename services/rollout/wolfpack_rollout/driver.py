@@ -315,10 +315,9 @@ class RolloutDriver:
     ) -> None:
         self.config = config
         self.environment = environment
-        # PlaySeats lasts as long as the rollout: ``rpc.channel``'s service config gives every method a
-        # default timeout (rpc_timeout_s), which would cut the stream, so the stream gets its own channel.
-        self._own_play_channel = play_channel is None
-        self.play_channel = play_channel or _stream_channel(environment)
+        # PlaySeats lasts as long as the rollout; ``rpc.channel`` gives streams no default deadline, so it
+        # runs on the environment client's channel (credentials, retries, tracing included).
+        self.play_channel = play_channel or environment.channel
         self.play_stub = env_grpc.EnvironmentServiceStub(self.play_channel)
         self.inference = inf_grpc.InferenceServiceStub(inference_channel)
         self.reward = rew_grpc.RewardServiceStub(reward_channel)
@@ -331,9 +330,8 @@ class RolloutDriver:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def close(self) -> None:
-        """Close the PlaySeats channel the driver opened (the clients passed in stay the caller's)."""
-        if self._own_play_channel:
-            await self.play_channel.close()
+        """Nothing of its own to close: the channels and clients passed in stay the caller's. Kept so
+        ``connect`` and other owners can treat every driver alike."""
 
     # ------------------------------------------------------------------ public API
     async def play(self, tasks: Sequence[cur_pb.Task]) -> list[trajectory_pb2.Trajectory]:
@@ -727,17 +725,6 @@ def _generate_failure(code: grpc.StatusCode, message: str) -> EpisodeFailed:
     if code in TRANSIENT:
         return EpisodeFailed("inference_unavailable", f"{code.name}: {message}")
     return EpisodeFailed(f"inference_{code.name.lower()}", message)
-
-
-def _stream_channel(environment: EnvironmentClient) -> grpc.aio.Channel:
-    """A channel to the environment's address for long-lived streams: size limits and trace propagation as
-    ``rpc.channel`` has them, but no service-config timeout."""
-    raw = environment.channel._channel.target  # type: ignore[attr-defined]  # grpc.aio keeps no public copy
-    raw = raw() if callable(raw) else raw
-    target = raw.decode() if isinstance(raw, bytes) else str(raw)
-    size = environment.settings.grpc_max_message_mb * 1024 * 1024
-    options = [("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size)]
-    return grpc.aio.insecure_channel(target, options=options, interceptors=telemetry.client_interceptors())
 
 
 async def _aiter(items: Iterable[cur_pb.Task]) -> AsyncIterator[cur_pb.Task]:
