@@ -876,6 +876,7 @@ class SeatActResult(_message.Message):
     DEFAULTED_FIELD_NUMBER: _builtins.int
     DUPLICATE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
     episode_id: _builtins.str
     """Episode id."""
     seat: _builtins.int
@@ -896,6 +897,12 @@ class SeatActResult(_message.Message):
         Act would fail with (code NOT_FOUND, PERMISSION_DENIED, FAILED_PRECONDITION, ...). Unset otherwise.
         """
 
+    @_builtins.property
+    def action(self) -> _common_pb2.Action:
+        """The action as parsed and applied, or the default that replaced it; unset when nothing was applied
+        (a rejected act that is re-prompted, or an error).
+        """
+
     def __init__(
         self,
         *,
@@ -907,10 +914,11 @@ class SeatActResult(_message.Message):
         defaulted: _builtins.bool = ...,
         duplicate: _builtins.bool = ...,
         error: _status_pb2.Status | None = ...,
+        action: _common_pb2.Action | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "defaulted", b"defaulted", "duplicate", b"duplicate", "episode_id", b"episode_id", "error", b"error", "reason", b"reason", "seat", b"seat", "turn_id", b"turn_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "action", b"action", "defaulted", b"defaulted", "duplicate", b"duplicate", "episode_id", b"episode_id", "error", b"error", "reason", b"reason", "seat", b"seat", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -259,6 +259,7 @@ class Trajectory(_message.Message):
     GROUP_ID_FIELD_NUMBER: _builtins.int
     GROUP_SIZE_FIELD_NUMBER: _builtins.int
     SCENARIO_FIELD_NUMBER: _builtins.int
+    TRAINEE_SEATS_FIELD_NUMBER: _builtins.int
     trajectory_id: _builtins.str
     """Unique id; consumers are idempotent by it. Required."""
     episode_id: _builtins.str
@@ -308,13 +309,19 @@ class Trajectory(_message.Message):
     @_builtins.property
     def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Free-form tags (opponent league entry, curriculum bucket, worker). Data the reward service or the
-        trainer relies on has typed fields instead (scenario, SeatOutcome.alive, group_id).
+        trainer relies on has typed fields instead (scenario, SeatOutcome.alive, group_id, trainee_seats).
         """
 
     @_builtins.property
     def scenario(self) -> _common_pb2.Scenario:
         """The scenario played, for scenario games (the reward service re-verifies outcomes from it and the
         applied turns); unset for other games. Per-seat survival is `SeatOutcome.alive`.
+        """
+
+    @_builtins.property
+    def trainee_seats(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Seats the trainee policy played (the task's trainee seats), ascending. Empty: every POLICY seat is a
+        trainee seat. The curriculum's outcomes and the rollout summary count these seats only.
         """
 
     def __init__(
@@ -337,10 +344,11 @@ class Trajectory(_message.Message):
         group_id: _builtins.str = ...,
         group_size: _builtins.int = ...,
         scenario: _common_pb2.Scenario | None = ...,
+        trainee_seats: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "game", b"game", "scenario", b"scenario", "trace", b"trace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "finished_at", b"finished_at", "game", b"game", "group_id", b"group_id", "group_size", b"group_size", "metadata", b"metadata", "outcomes", b"outcomes", "policy_versions", b"policy_versions", "reward_spec", b"reward_spec", "scenario", b"scenario", "seats", b"seats", "seed", b"seed", "task_id", b"task_id", "trace", b"trace", "trajectory_id", b"trajectory_id", "turns", b"turns", "winner", b"winner"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "finished_at", b"finished_at", "game", b"game", "group_id", b"group_id", "group_size", b"group_size", "metadata", b"metadata", "outcomes", b"outcomes", "policy_versions", b"policy_versions", "reward_spec", b"reward_spec", "scenario", b"scenario", "seats", b"seats", "seed", b"seed", "task_id", b"task_id", "trace", b"trace", "trainee_seats", b"trainee_seats", "trajectory_id", b"trajectory_id", "turns", b"turns", "winner", b"winner"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,7 +4,6 @@ through its own consumer group, league, and a restart that loses nothing."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -122,7 +121,8 @@ def scored(task: pb.Task, won: bool) -> trajectory_pb2.Trajectory:
     traj = trajectory_pb2.Trajectory(trajectory_id=uuid.uuid4().hex, task_id=task.task_id, seed=task.seed)
     traj.game.CopyFrom(task.game)
     traj.seats.extend(task.seats)
-    traj.metadata.update({"bucket": task.bucket, "trainee_seats": json.dumps(list(task.trainee_seats)),
+    traj.trainee_seats.extend(task.trainee_seats)
+    traj.metadata.update({"bucket": task.bucket,
                           "opponent_id": task.opponent_id, "opponent_kind": "OPPONENT_KIND_SCRIPTED"})  # fmt: skip
     traj.turns.add(seat=3, observation_text="you are a villager", valid=True)
     kind = common_pb2.OUTCOME_KIND_WIN if won else common_pb2.OUTCOME_KIND_LOSS

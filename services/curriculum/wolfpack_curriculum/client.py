@@ -4,7 +4,6 @@ entries it reads from the trajectory stream, so RPC and stream reports agree).""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from wolfpack import rpc
@@ -18,12 +17,9 @@ FINGERPRINT_CHARS = 2000
 
 
 def trainee_seats(traj: trajectory_pb2.Trajectory) -> list[int]:
-    """Trainee seats from ``metadata["trainee_seats"]``; else every POLICY seat."""
-    raw = traj.metadata.get("trainee_seats", "")
-    if raw:
-        seats = json.loads(raw)
-        if seats:
-            return [int(s) for s in seats]
+    """The trajectory's ``trainee_seats``; when empty, every POLICY seat."""
+    if traj.trainee_seats:
+        return list(traj.trainee_seats)
     return [b.seat for b in traj.seats if b.controller == common_pb2.SEAT_CONTROLLER_POLICY]
 
 

@@ -383,3 +383,54 @@ async def test_play_seats_reports_item_errors_as_google_rpc_status(env_client: E
     [result] = reply.results
     assert code_of_status(result.error) == grpc.StatusCode.PERMISSION_DENIED and result.error.message
     assert not result.accepted and not result.reason  # reason is for game rejections only
+
+
+async def test_play_seats_results_carry_the_applied_action(env_client: EnvironmentClient) -> None:
+    """A free-text act's result names the action the environment parsed and applied (what a rollout puts
+    into ``Turn.action``); a rejected one carries none. Every seat's first answer is gibberish."""
+    ep = await env_client.create_episode("werewolf_v1", "6p", seed=5, external_seats=tuple(range(6)))
+    call = env_client.stub.PlaySeats(timeout=60)
+    first = pb.PlaySeatsRequest(include_text=False)
+    for token in ep.seat_tokens.values():
+        first.join.add(episode_id=ep.episode_id, token=token)
+    await call.write(first)
+    tried: set[int] = set()
+    sent: dict[tuple[int, int], common_pb2.Action] = {}  # (seat, turn id) -> the legal action written
+    applied = rejected = 0
+    while applied < 6:  # bounded: a 6p game has more than 6 decisions, and every act gets a result
+        reply = await call.read()
+        assert reply is not grpc.aio.EOF
+        for result in reply.results:
+            assert not result.HasField("error"), result.error.message
+            if result.accepted:
+                want = sent.get((result.seat, result.turn_id))
+                if want is None:  # the gibberish, accepted where any text is a speech
+                    assert result.action.kind == "speak" and result.action.text == "???", result.action
+                else:
+                    assert (result.action.kind, result.action.target) == (want.kind, want.target)
+                    assert result.action.text == want.text
+                applied += 1
+            else:
+                assert not result.defaulted and not result.HasField("action")
+                rejected += 1
+        acts = pb.PlaySeatsRequest()
+        for obs in reply.decisions:
+            if obs.done or not obs.your_turn:
+                continue
+            token = ep.seat_tokens[obs.seat]
+            if obs.seat not in tried:
+                tried.add(obs.seat)
+                acts.acts.add(episode_id=ep.episode_id, token=token, turn_id=obs.turn_id, raw_text="???")
+                continue
+            la = next((a for a in obs.legal_actions if a.targets), None)
+            if la is None:  # a speech turn
+                sent[(obs.seat, obs.turn_id)] = common_pb2.Action(kind="speak", text="I trust seat 1")
+                text = "I trust seat 1"
+            else:
+                sent[(obs.seat, obs.turn_id)] = common_pb2.Action(kind=la.kind, target=la.targets[-1])
+                text = f"{la.kind} {la.targets[-1] + 1}"
+            acts.acts.add(episode_id=ep.episode_id, token=token, turn_id=obs.turn_id, raw_text=text)
+        if acts.acts:
+            await call.write(acts)
+    call.cancel()
+    assert rejected >= 1 and len(sent) >= 1

@@ -18,7 +18,7 @@ from typing import Any
 
 from wolfpack.errors import to_status
 from wolfpack.v1 import environment_service_pb2 as pb
-from wolfpack_environment.convert import Create, Observations, action_from_pb, created_pb
+from wolfpack_environment.convert import Create, Observations, action_from_pb, action_to_pb, created_pb
 from wolfpack_environment.sessions import Episode, EpisodeManager, SessionError
 
 log = logging.getLogger(__name__)
@@ -148,11 +148,14 @@ class PlayStream:
             )
         if result.accepted and self.rejected_results_only:
             return None
-        return pb.SeatActResult(
+        out = pb.SeatActResult(
             episode_id=act.episode_id, seat=ep.tokens[act.token], turn_id=act.turn_id,
             accepted=result.accepted, reason=result.reason, defaulted=result.defaulted,
             duplicate=result.duplicate,
         )  # fmt: skip
+        if result.action is not None:
+            out.action.CopyFrom(action_to_pb(result.action))
+        return out
 
     def decisions(self, out: Any) -> None:
         """Append to ``out`` (the response's repeated ``decisions``) the observations of joined seats

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 from typing import Any
 
@@ -62,9 +61,13 @@ async def test_werewolf_and_bargaining_concurrently_reach_the_stream_token_exact
         assert traj.group_id and traj.group_size == 1
         assert {o.seat for o in traj.outcomes} == {b.seat for b in traj.seats}
         for turn in traj.turns:
-            if turn.seat not in json.loads(traj.metadata["trainee_seats"]):
+            if turn.seat not in traj.trainee_seats:
                 continue
             policy_turns += 1
+            if turn.valid or turn.defaulted:  # applied: the environment's parsed action (or default) is kept
+                assert turn.action.kind, f"turn {turn.index} of {traj.trajectory_id} has no applied action"
+            else:
+                assert not turn.action.kind, "a rejected attempt applied nothing"
             sent = stack.spy.sent[f"{traj.trajectory_id}:{turn.seat}:{turn.turn_id}:{turn.attempt}"]
             completion = sent.completions[0]
             assert list(turn.prompt_token_ids) == list(sent.prompt_token_ids)
@@ -167,7 +170,7 @@ async def test_per_seat_mix_of_trainee_and_external_policies(stack: Any) -> None
     policies_seen = set()
     for traj in played:
         binding = {b.seat: b.policy.policy_id for b in traj.seats}
-        trainee_set = set(json.loads(traj.metadata["trainee_seats"]))
+        trainee_set = set(traj.trainee_seats)
         for turn in traj.turns:
             assert turn.policy.policy_id == binding[turn.seat]
             assert (turn.policy.policy_id == "learner") == (turn.seat in trainee_set)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from wolfpack.v1 import common_pb2
@@ -93,7 +91,7 @@ def test_werewolf_keeps_policy_turns_and_truncation_aborts() -> None:
         traj.winner == "wolves" and traj.outcomes[3].team == "village" and traj.outcomes[0].team == "wolves"
     )
     assert not traj.outcomes[3].alive and traj.outcomes[2].alive
-    assert json.loads(traj.metadata["trainee_seats"]) == [3]
+    assert list(traj.trainee_seats) == [3] and "trainee_seats" not in traj.metadata
     cut = build_trajectory(task("werewolf_v1", "6p", 3), trajectory_id="tr", episode_id="ep", records=records,
                            result=result, truncated="turn_cap")  # fmt: skip
     assert cut.winner == "" and cut.metadata["truncated"] == "turn_cap"

@@ -13,8 +13,9 @@ How it is built, and why:
 * **Decisions that arrive together are generated together**: each server message's decisions become one
   GenerateBatch; every item carries its own turn's trace context. Results go back as raw text; the
   environment parses them.
-* **Validity comes from the environment**: a rejected act's result (``rejected_results_only``) marks the
-  attempt invalid (re-prompted) or defaulted; the re-prompt arrives as a decision with the same turn id.
+* **Validity comes from the environment**: every act's result comes back (not ``rejected_results_only``:
+  an accepted result carries the applied action, which goes into ``Turn.action``); a rejected one marks
+  the attempt invalid (re-prompted) or defaulted; the re-prompt arrives as a decision with the same turn id.
 * **Finishing is off the stream's path**: an ended episode is read (GetEpisode with the admin token: roles,
   outcomes, event log), closed, built into a ``Trajectory`` (``trajectory.py``), scored by the reward
   service and handed to the sink while the stream keeps playing the others. ``concurrency`` counts an
@@ -191,7 +192,7 @@ class _PlayStream:
         self.on_decisions = on_decisions
         self.stats = stats
         self.outbox = env_pb.PlaySeatsRequest(
-            include_text=True, close_finished=False, rejected_results_only=True
+            include_text=True, close_finished=False, rejected_results_only=False
         )
         self.mail = asyncio.Event()
         self.mail.set()  # the first message carries the stream options
@@ -277,6 +278,8 @@ class _PlayStream:
             rec = ep.last.get(result.seat)
             if rec is None or rec.turn_id != result.turn_id:
                 continue
+            if result.HasField("action"):  # what the environment applied: the parsed action or the default
+                rec.action = result.action
             if code:  # a stale turn: the environment moved on (turn timeout) and applied its default
                 self.stats.stale_acts += 1
                 rec.valid, rec.defaulted, rec.invalid_reason = False, True, f"{code}: {reason}"

@@ -6,13 +6,13 @@ the opponent kind the curriculum chose; invalid and defaulted moves count traine
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
+from wolfpack_curriculum.client import trainee_seats
 
 _SCORE = {
     common_pb2.OUTCOME_KIND_WIN: 1.0,
@@ -66,9 +66,7 @@ class RolloutSummary:
 
 
 def _trainee_seats(traj: trajectory_pb2.Trajectory) -> set[int]:
-    raw = traj.metadata.get("trainee_seats", "")
-    seats = set(json.loads(raw)) if raw else set()
-    return seats or {b.seat for b in traj.seats if b.controller == common_pb2.SEAT_CONTROLLER_POLICY}
+    return set(trainee_seats(traj))
 
 
 def summarize(

@@ -16,7 +16,6 @@ No I/O here, so the rules are testable on hand-made records:
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -56,6 +55,9 @@ class TurnRecord:
     defaulted: bool = False
     compressed: bool = False
     applied_text: str = ""
+    action: common_pb2.Action | None = None
+    """What the environment applied for this attempt (the parsed action, or the default that replaced
+    it), from PlaySeats' ``SeatActResult.action``; ``None`` for a rejected attempt."""
 
     def to_pb(self, index: int) -> trajectory_pb2.Turn:
         turn = trajectory_pb2.Turn(
@@ -70,6 +72,8 @@ class TurnRecord:
         turn.sampling.CopyFrom(self.sampling)
         if self.started_at:
             turn.started_at.FromNanoseconds(int(self.started_at * 1e9))
+        if self.action is not None:
+            turn.action.CopyFrom(self.action)
         if self.defaulted and self.applied_text:
             turn.action.text = self.applied_text
         return turn
@@ -208,6 +212,7 @@ def build_trajectory(
         trajectory_id=trajectory_id, episode_id=episode_id, task_id=task.task_id, seed=task.seed,
         seats=list(task.seats), winner="" if truncated else result.winner,
         group_id=task.group_id or trajectory_id, group_size=max(1, task.group_size),
+        trainee_seats=sorted(task.trainee_seats),
     )  # fmt: skip
     traj.game.CopyFrom(task.game)
     bound = {b.seat for b in task.seats}
@@ -235,7 +240,6 @@ def build_trajectory(
     traj.finished_at.CopyFrom(_timestamp(finished_at if finished_at is not None else time.time()))
     meta = traj.metadata
     meta["bucket"] = task.bucket
-    meta["trainee_seats"] = json.dumps(sorted(task.trainee_seats))
     meta["opponent_id"] = task.opponent_id
     meta["opponent_kind"] = curriculum_service_pb2.OpponentKind.Name(task.opponent_kind)
     meta["split"] = task.split or "train"
