@@ -76,14 +76,15 @@ def _ensure_stack(stack: contextlib.ExitStack, cfg: Any, settings: Any, out: Pat
     from wolfpack_trainer.learners.cpu import resolve_model_path
     from wolfpack_trainer.stack import child_stack, running_stack
 
+    if cfg.warmstart is not None and cfg.warmstart.steps > 0 and any(p.lora_rank > 0 for p in cfg.policies):
+        # The warm start changes the base; a pushed LoRA adapter cannot carry that to inference.
+        console.print(
+            "[red]warmstart with LoRA needs rollout.mode: local (inference keeps the un-cloned base)[/]"
+        )
+        raise typer.Exit(2)
     if running_stack(settings) is not None:
         console.print(f"using the running stack of {settings.run_dir}")
         return settings
-    if cfg.warmstart is not None and cfg.warmstart.steps > 0:
-        console.print(
-            "[red]warmstart needs rollout.mode: local (inference would serve the un-cloned base)[/]"
-        )
-        raise typer.Exit(2)
     models = {p.id: resolve_model_path(p.model, str(settings.run_dir / "models")) for p in cfg.policies}
     console.print(f"starting a stack for this job in {out / 'stack'} (logs: {out / 'stack' / 'up.log'})")
     stack_dir = stack.enter_context(child_stack(cfg, out / "stack", models))

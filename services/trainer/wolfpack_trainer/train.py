@@ -266,6 +266,8 @@ class Trainer:
         await consumer.ensure_group()
         evals = [EvalResult(**_eval_from_json(e)) for e in self.state.evals]
         try:
+            if self.publisher.inference_addr:
+                await self.publish_current()
             if not evals:
                 evals.append(self._record_eval(self.evaluate()))
             while self.state.step < total:
@@ -429,9 +431,19 @@ class Trainer:
         metrics.update(learner.update(batch))
         return metrics
 
-    async def _publish(self) -> None:
+    async def publish_current(self) -> None:
+        """Before any rollout: the learners' current weights (the warm-started clone on a fresh run, the
+        checkpoint's on a resumed one) as a new version of each policy, so that inference samples with
+        exactly the weights the learner recomputes logprobs with. Without it a fresh run would sample
+        from whatever inference loaded (the un-cloned base) and a resumed one from a stale version."""
+        await self._publish(freeze=False)
+        self.progress("publish", 1, 1)
+
+    async def _publish(self, freeze: bool | None = None) -> None:
         """A new version of each trained policy: directory, push to inference, league snapshot."""
-        freeze = self.cfg.train.freeze_every > 0 and self.state.step % self.cfg.train.freeze_every == 0
+        if freeze is None:
+            every = self.cfg.train.freeze_every
+            freeze = every > 0 and self.state.step % every == 0
         for pid, learner in self.learners.items():
             version = self.state.versions.get(pid, 0) + 1
             self.state.versions[pid] = version
