@@ -364,3 +364,42 @@ async def test_redis_restart_under_load_processes_every_trajectory_exactly_once(
         await client.aclose()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("required", [True, False], ids=["trainer-required", "no-required-group"])
+async def test_required_groups_keep_entries_for_a_consumer_not_started_yet(
+    redis_client: aioredis.Redis, stream_key: str, required: bool
+) -> None:
+    """``wolfpack rollout`` with no trainer running: the curriculum's group reads and acks every entry.
+    With the trainer's group required, the producer created it before its first append, so every entry
+    waits for the trainer; without it (the control) the acked entries are trimmed and the trainer, started
+    later, finds only what came after."""
+    groups = ("trainer",) if required else ()
+    prod = producer(redis_client, stream_key, required_groups=groups)
+    curriculum = consumer(redis_client, stream_key, "curriculum", "c0", block_ms=10)
+    await curriculum.ensure_group()
+    await prod.append_many([traj(i) for i in range(5)])
+    seen_by_curriculum: list[str] = []
+    await drain(curriculum, seen_by_curriculum)
+    assert len(seen_by_curriculum) == 5
+    await prod.append(traj(5))  # an append trims below what every existing group acked
+    trainer = consumer(redis_client, stream_key, "trainer", "t0", block_ms=10)
+    await trainer.ensure_group()  # the trainer starts: BUSYGROUP when the producer made it, kept as is
+    seen_by_trainer: list[str] = []
+    await drain(trainer, seen_by_trainer)
+    if required:
+        assert sorted(seen_by_trainer) == [f"t-{i}" for i in range(6)]
+    else:
+        assert sorted(seen_by_trainer) == ["t-5"]
+
+
+def test_required_groups_come_from_the_settings() -> None:
+    client = aioredis.Redis()  # never connected
+    make = ProtoStreamProducer[Trajectory].from_settings
+    assert make(client, load_settings(), lambda t: t.trajectory_id).required_groups == ("trainer",)
+    custom = load_settings(stream_required_groups=" trainer, eval ,")
+    assert make(client, custom, lambda t: t.trajectory_id).required_groups == ("trainer", "eval")
+    assert (
+        make(client, load_settings(stream_required_groups=""), lambda t: t.trajectory_id).required_groups
+        == ()
+    )

@@ -70,6 +70,12 @@ class Settings(BaseSettings):
         description="YAML of the rollout service (RolloutConfig fields, plus `episodes`: 0 idle, -1 forever).",
     )
     stream_trajectories: str = Field(default="wolfpack:trajectories", description="Trajectory stream key.")
+    stream_required_groups: str = Field(
+        default="trainer",
+        description="Comma-separated consumer groups producers create (from the stream's start) before their "
+        "first append, so entries wait for them even before they run (default: the trainer's group); "
+        "empty: none.",
+    )
     stream_maxlen: int = Field(
         default=100_000,
         ge=0,

@@ -6,7 +6,10 @@ Why each piece exists:
   crash between read and ack loses nothing.
 - *Trim only what every group acked*: each append trims the stream below the oldest entry some group
   still needs (its oldest pending entry, else just past its last-delivered one; ``XTRIM MINID``). No
-  group ever loses an entry it has not acked; with no group at all nothing is trimmed.
+  group ever loses an entry it has not acked; with no group at all nothing is trimmed. A group that does
+  not exist yet protects nothing, so producers first create the ``required_groups``
+  (``WOLFPACK_STREAM_REQUIRED_GROUPS``, default the trainer's) from the stream's start: a rollout run
+  before any trainer leaves its trajectories for the trainer instead of losing them to another group's acks.
 - *Backpressure*: what is left is the backlog (entries some group has not acked). Past ``maxlen`` an
   append waits for consumers, up to ``backpressure_timeout_s``, then raises ``StreamBackpressureError``:
   memory stays bounded and a lagging trainer slows the producers down instead of losing data.
@@ -367,12 +370,19 @@ class Delivery(Generic[M]):
         return f"Delivery(entry_id={self.entry_id!r}, message_id={self.message_id!r}, deliveries={self.deliveries})"
 
 
+def required_groups(settings: Settings) -> tuple[str, ...]:
+    """The consumer groups of ``WOLFPACK_STREAM_REQUIRED_GROUPS`` (comma-separated; blanks dropped)."""
+    return tuple(g.strip() for g in settings.stream_required_groups.split(",") if g.strip())
+
+
 class ProtoStreamProducer(Generic[M]):
     """Appends protobuf messages, each with its own id and the current trace context.
 
     ``maxlen`` bounds the backlog (entries some consumer group has not acked): past it, appends wait up
     to ``backpressure_timeout_s`` for consumers, then raise ``StreamBackpressureError``. A batch is
     admitted whole while the backlog is under the bound, so it may overshoot by one batch. ``0``: no bound.
+    ``required_groups`` are created before the first append (``ensure_required_groups``), so entries wait
+    for those consumers even when they have not started yet.
     """
 
     def __init__(
@@ -385,9 +395,12 @@ class ProtoStreamProducer(Generic[M]):
         backpressure_timeout_s: float = 60.0,
         dedup_ttl_s: int = 7 * 24 * 3600,
         retry: RetryPolicy = RetryPolicy(),
+        required_groups: Sequence[str] = (),
     ) -> None:
         if dedup_ttl_s < 1 or maxlen < 0:
             raise ValueError("dedup_ttl_s must be >= 1 and maxlen >= 0")
+        self.required_groups = tuple(g for g in required_groups if g)
+        self._groups_ready = not self.required_groups
         self.client = client
         self.stream = stream
         self.id_of = id_of
@@ -412,7 +425,25 @@ class ProtoStreamProducer(Generic[M]):
             settings.stream_maxlen,
             backpressure_timeout_s=settings.stream_backpressure_timeout_s,
             retry=RetryPolicy(timeout_s=settings.stream_retry_timeout_s),
+            required_groups=required_groups(settings),
         )
+
+    async def ensure_required_groups(self) -> None:
+        """Create every ``required_groups`` group from the stream's start (``XGROUP CREATE … 0 MKSTREAM``)
+        unless it exists; an existing group keeps its position. Done once, before the first append:
+        trimming only protects groups that exist, so without this a stream whose only group so far is,
+        say, the curriculum's would be trimmed of entries the trainer has not yet read."""
+        for group in self.required_groups:
+
+            async def create(group: str = group) -> None:
+                try:
+                    await self.client.xgroup_create(self.stream, group, id="0", mkstream=True)
+                except ResponseError as exc:
+                    if "BUSYGROUP" not in str(exc):
+                        raise
+
+            await retrying(create, self.retry, f"create group {group} on {self.stream}")
+        self._groups_ready = True
 
     async def append(self, message: M) -> str:
         return (await self.append_many([message]))[0]
@@ -428,6 +459,8 @@ class ProtoStreamProducer(Generic[M]):
     async def _append_chunk(self, messages: Sequence[M]) -> list[str]:
         if not messages:
             return []
+        if not self._groups_ready:
+            await self.ensure_required_groups()
         bucket = int(time.time()) // self.dedup_ttl_s
         keys = [self.stream, ids_key(self.stream, bucket), ids_key(self.stream, bucket - 1)]
         args: list[bytes | str | int] = [self.maxlen, self.dedup_ttl_s]
