@@ -434,3 +434,17 @@ async def test_play_seats_results_carry_the_applied_action(env_client: Environme
             await call.write(acts)
     call.cancel()
     assert rejected >= 1 and len(sent) >= 1
+
+
+async def test_the_requested_language_reaches_the_game(env_client: EnvironmentClient) -> None:
+    """The episode's language lives in the engine's config only (``Episode`` keeps no copy): a "zh" game
+    renders its observations in Chinese, an "en" one in English."""
+    texts = {}
+    for language in ("zh", "en"):
+        ep = await env_client.create_episode(
+            "werewolf_v1", "6p", seed=3, external_seats=(0,), language=language
+        )
+        obs = await env_client.seat(ep.episode_id, ep.seat_tokens[0]).observation()
+        texts[language] = obs.text
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in texts["zh"]), texts["zh"][:200]
+    assert not any("\u4e00" <= ch <= "\u9fff" for ch in texts["en"]), texts["en"][:200]

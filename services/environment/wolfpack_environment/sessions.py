@@ -154,7 +154,6 @@ class Episode:
     seats: dict[int, SeatPlan]
     tokens: dict[str, int]  # token -> seat
     admin_token: str
-    language: str
     turn_timeout_s: float
     bots: dict[int, Callable[[GameEnv, int, random.Random], Action]]
     bot_rng: random.Random
@@ -176,8 +175,6 @@ class Episode:
     listeners: set[Callable[[Episode], None]] = field(default_factory=set)  # PlaySeats streams watching
     watchers: int = 0  # Observe streams waiting on ``changed``
     advancing: bool = False  # a sliced scripted run is still in progress (see ``_advance``)
-    invalid_counts: dict[int, int] = field(default_factory=dict)
-    default_counts: dict[int, int] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -296,7 +293,6 @@ class EpisodeManager:
             seats=plans,
             tokens=tokens,
             admin_token=secret[-1],
-            language=language or "en",
             turn_timeout_s=turn_timeout_s or self.limits.default_turn_timeout_s,
             bots=bots,
             bot_rng=random.Random(seed),
@@ -438,10 +434,6 @@ class EpisodeManager:
                     "wolfpack.turn.timed_out": timed_out,
                 },
             ).end()
-        if reason:
-            ep.invalid_counts[seat] = ep.invalid_counts.get(seat, 0) + 1
-        if defaulted:
-            ep.default_counts[seat] = ep.default_counts.get(seat, 0) + 1
         if accepted or defaulted:  # the decision is made; a re-prompt keeps the same turn id
             del ep.open_turns[seat]
         self._advance(ep)
@@ -581,7 +573,6 @@ class EpisodeManager:
             self._advance(ep, sliced=False)
         if ep.done or ep.open_turns.get(seat) != turn_id:
             return
-        ep.default_counts[seat] = ep.default_counts.get(seat, 0) + 1
         ep.timeouts += 1
         result = self._apply(ep, seat, ep.env.default_action(seat), timed_out=True)
         ep.acted[(seat, turn_id)] = ActResult(
