@@ -14,6 +14,7 @@ from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 from wolfpack_inference.prompts import (
     TRUNCATION_MARKER,
     PromptTooLong,
+    TextCodec,
     TextTracker,
     compress_messages,
     render_chat,
@@ -84,6 +85,38 @@ def test_compression_rule_on_real_tokenizer(tiny_dir: Path) -> None:
     assert kept == [msgs[0], msgs[3]]
     with pytest.raises(PromptTooLong):
         compress_messages(msgs, count, 3)
+
+
+@pytest.mark.parametrize(
+    "body", ["the seer inspects Carol, " * 300, "预言家查验了三号玩家，他是狼人。" * 120]
+)
+def test_a_long_message_is_cut_in_token_space_with_few_renders(tiny_dir: Path, body: str) -> None:
+    """With a codec the cut is made on the message's tokens (one tokenization, a render for the room and
+    one to check) instead of a binary search that renders the whole chat at every step; same contract:
+    it fits, keeps both ends, marks the cut, and leaves no broken character at the seams."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    renders = {"tokens": 0, "chars": 0}
+
+    def counter(kind: str):  # type: ignore[no-untyped-def]
+        def count(m: object) -> int:
+            renders[kind] += 1
+            return len(render_chat(tok, m))  # type: ignore[arg-type]
+
+        return count
+
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "START " + body + " END"}]
+    budget = 150
+    by_tokens, changed = compress_messages(msgs, counter("tokens"), budget, TextCodec.of(tok))
+    by_chars, _ = compress_messages(msgs, counter("chars"), budget)
+    for kept in (by_tokens, by_chars):
+        content = kept[1]["content"]
+        assert len(render_chat(tok, kept)) <= budget
+        assert content.startswith("START") and content.endswith("END") and TRUNCATION_MARKER in content
+        assert "\ufffd" not in content and kept[0] == msgs[0]
+    assert changed and renders["tokens"] <= 2 + 3  # whole chat twice, room, at most 3 checks
+    assert renders["tokens"] < renders["chars"]
+    # as much kept as the character search keeps, within a few tokens at the seams
+    assert len(render_chat(tok, by_tokens)) >= len(render_chat(tok, by_chars)) - 4
 
 
 def test_strip_think() -> None:

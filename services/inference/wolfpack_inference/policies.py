@@ -162,13 +162,20 @@ class Policy:
                 ErrorCode.INVALID_ARGUMENT,
                 f"max_tokens ({max_tokens}) leaves no room for a prompt in the context budget ({budget})",
             )
+        last: tuple[list[dict[str, str]], list[int]] = (msgs, ids)  # the latest render, reused at the end
+
+        def count(m: Sequence[dict[str, str]]) -> int:
+            nonlocal last
+            if list(m) == last[0]:
+                return len(last[1])
+            last = (list(m), prompts.render_chat(tok, m, add_gen))
+            return len(last[1])
+
         try:
-            kept, _ = prompts.compress_messages(
-                msgs, lambda m: len(prompts.render_chat(tok, m, add_gen)), room
-            )
+            kept, _ = prompts.compress_messages(msgs, count, room, prompts.TextCodec.of(tok))
         except prompts.PromptTooLong as exc:
             raise InferenceError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
-        return prompts.render_chat(tok, kept, add_gen), True
+        return (last[1] if kept == last[0] else prompts.render_chat(tok, kept, add_gen)), True
 
 
 @contextlib.contextmanager

@@ -45,8 +45,33 @@ def render_chat(tokenizer: Any, messages: Sequence[Message], add_generation_prom
     return [int(t) for t in out]
 
 
+@dataclass(frozen=True)
+class TextCodec:
+    """Plain-text tokenization of one message's content (no template, no special tokens added), so
+    ``compress_messages`` can cut a message in token space after a single tokenization."""
+
+    encode: Callable[[str], list[int]]
+    decode: Callable[[list[int]], str]
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> TextCodec:
+        return cls(
+            encode=lambda text: list(tokenizer.encode(text, add_special_tokens=False)),
+            decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
+        )
+
+
+TOKEN_CUT_TRIES = 3
+"""Renders a token-space cut may take to settle: the kept head and tail re-tokenize to about the same
+count inside the template, and each miss shrinks the cut by what it overshot. Past this the character
+search takes over for that message, so the budget holds whatever the tokenizer does at the seams."""
+
+
 def compress_messages(
-    messages: Sequence[Message], count: Callable[[Sequence[Message]], int], budget: int
+    messages: Sequence[Message],
+    count: Callable[[Sequence[Message]], int],
+    budget: int,
+    codec: TextCodec | None = None,
 ) -> tuple[list[Message], bool]:
     """Messages that render to at most ``budget`` tokens (as measured by ``count``), and whether they
     changed. Raises ``PromptTooLong`` when even the system and latest user messages, truncated, do not fit.
@@ -55,8 +80,12 @@ def compress_messages(
       1. drop the oldest messages that are neither a system message nor the latest user message, as few
          as make it fit (found by binary search: fewer renders, same result as dropping one at a time
          while the count shrinks with each drop);
-      2. then cut the middle of the longest remaining message (binary search on kept characters), marking
-         the cut with ``TRUNCATION_MARKER``; repeat on the next longest if needed.
+      2. then cut the middle of the longest remaining message, marking the cut with ``TRUNCATION_MARKER``;
+         repeat on the next longest if needed. With a ``codec`` the message is tokenized once and cut in
+         token space: one render with the message reduced to the marker gives the room left, the middle
+         tokens beyond it go, and a render checks the result (at most ``TOKEN_CUT_TRIES``). Without one,
+         or if those checks miss, a binary search on kept characters (one render per step: the
+         slow path, about log2(characters) renders).
     At most ``MAX_RENDERS`` calls of ``count``; past that the prompt is refused (``PromptTooLong``).
     """
     renders = 0
@@ -101,6 +130,13 @@ def compress_messages(
         i = max(candidates, key=lambda k: len(kept[k]["content"]))
         tried.add(i)
         text = kept[i]["content"]
+        if codec is not None:
+            cut = _token_cut(kept, i, codec, counted, budget)
+            if cut is not None:
+                kept[i] = {**kept[i], "content": cut[0]}
+                if cut[1]:
+                    return kept, True  # that render already showed the chat fits
+                continue
         lo, hi = 0, len(text)  # characters kept
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -111,6 +147,40 @@ def compress_messages(
                 hi = mid - 1
         kept[i] = {**kept[i], "content": _cut_middle(text, lo)}
     return kept, True
+
+
+def _token_cut(
+    kept: list[Message], i: int, codec: TextCodec, counted: Callable[[Sequence[Message]], int], budget: int
+) -> tuple[str, bool] | None:
+    """Message ``i``'s content with its middle tokens replaced by the marker, and whether a render showed
+    the chat now fits ``budget`` (False: only the marker is left and other messages must be cut too);
+    ``None`` when ``TOKEN_CUT_TRIES`` renders did not settle on a cut that fits."""
+    text = kept[i]["content"]
+    ids = codec.encode(text)
+
+    def with_content(content: str) -> list[Message]:
+        return [*kept[:i], {**kept[i], "content": content}, *kept[i + 1 :]]
+
+    room = budget - counted(with_content(TRUNCATION_MARKER))  # tokens the content's ends may take
+    if room <= 0:
+        return TRUNCATION_MARKER, False  # not even one token fits: the next longest message is cut too
+    room = min(room, len(ids) - 1)
+    for _ in range(TOKEN_CUT_TRIES):
+        if room <= 0:
+            return TRUNCATION_MARKER, False
+        head = (room + 1) // 2
+        tail = room - head
+        # a cut inside a multi-byte character decodes to U+FFFD: drop that partial character
+        content = (
+            codec.decode(ids[:head]).rstrip("\ufffd")
+            + TRUNCATION_MARKER
+            + (codec.decode(ids[len(ids) - tail :]).lstrip("\ufffd") if tail else "")
+        )
+        over = counted(with_content(content)) - budget
+        if over <= 0:
+            return content, True
+        room -= over
+    return None
 
 
 def _cut_middle(text: str, keep: int) -> str:
