@@ -1,8 +1,8 @@
 """vLLM (v1 engine, ``AsyncLLM``) backend for GPUs, written against vLLM 0.24.
 
 vLLM is imported lazily (inside methods), so this module imports where vLLM is absent; constructing the
-backend there raises FAILED_PRECONDITION. It is exercised by ``services/inference/gpu_check.py`` on the
-GPU machine, not by the CPU test suite.
+backend there raises FAILED_PRECONDITION. It is exercised by the ``gpu``-marked tests
+(``services/inference/tests/test_vllm_gpu.py``, ``test_vllm_logprobs.py``) on the GPU machine; CI deselects them.
 
 - Prompts go in as token ids (``{"prompt_token_ids": [...]}``) and come out as token ids: the policy layer
   renders chat templates with the same HF tokenizer, so the ids are what RL trains on.
