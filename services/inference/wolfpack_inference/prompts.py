@@ -156,31 +156,48 @@ def _token_cut(
     the chat now fits ``budget`` (False: only the marker is left and other messages must be cut too);
     ``None`` when ``TOKEN_CUT_TRIES`` renders did not settle on a cut that fits."""
     text = kept[i]["content"]
-    ids = codec.encode(text)
 
     def with_content(content: str) -> list[Message]:
         return [*kept[:i], {**kept[i], "content": content}, *kept[i + 1 :]]
 
     room = budget - counted(with_content(TRUNCATION_MARKER))  # tokens the content's ends may take
-    if room <= 0:
-        return TRUNCATION_MARKER, False  # not even one token fits: the next longest message is cut too
-    room = min(room, len(ids) - 1)
     for _ in range(TOKEN_CUT_TRIES):
         if room <= 0:
-            return TRUNCATION_MARKER, False
+            return TRUNCATION_MARKER, False  # not even one token fits: the next longest message is cut too
         head = (room + 1) // 2
         tail = room - head
+        head_ids, whole = _end_tokens(text, head, codec, from_start=True)
+        if whole:
+            return None  # the message is hardly longer than the room: the character search cuts it exactly
+        tail_ids = _end_tokens(text, tail, codec, from_start=False)[0] if tail else []
         # a cut inside a multi-byte character decodes to U+FFFD: drop that partial character
         content = (
-            codec.decode(ids[:head]).rstrip("\ufffd")
+            codec.decode(head_ids).rstrip("\ufffd")
             + TRUNCATION_MARKER
-            + (codec.decode(ids[len(ids) - tail :]).lstrip("\ufffd") if tail else "")
+            + (codec.decode(tail_ids).lstrip("\ufffd") if tail_ids else "")
         )
         over = counted(with_content(content)) - budget
         if over <= 0:
             return content, True
         room -= over
     return None
+
+
+def _end_tokens(text: str, n: int, codec: TextCodec, *, from_start: bool) -> tuple[list[int], bool]:
+    """The first (or last) ``n`` tokens of ``text``, tokenizing only a window at that end (a slow
+    tokenizer's cost grows with the text, and a Werewolf transcript is several times the room left), and
+    whether the window had to take the whole text. The window's token at the cut may be a word split in
+    two, so it is dropped; what a window yields otherwise matches the whole text's tokens up to the seam,
+    and the caller's render checks the result either way."""
+    k = min(len(text), 8 * (n + 8))
+    while True:
+        window = text[:k] if from_start else text[len(text) - k :]
+        ids = codec.encode(window)
+        if k >= len(text):
+            return (ids[:n] if from_start else ids[max(len(ids) - n, 0) :]), len(ids) <= 2 * n + 1
+        if len(ids) > n + 1:
+            return (ids[:n] if from_start else ids[len(ids) - n :]), False
+        k = min(len(text), 2 * k)
 
 
 def _cut_middle(text: str, keep: int) -> str:
