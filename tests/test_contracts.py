@@ -94,7 +94,7 @@ def test_retried_methods_are_the_ones_the_protos_mark() -> None:
     assert methods["wolfpack.v1.RewardService"] == ["Score", "ListRewardSpecs"]
     never = {"CreateEpisode", "PlaySeats", "LoadPolicy", "PushWeights"}
     assert not never & {m for names in methods.values() for m in names}
-    config = json.loads(rpc.service_config(methods, 5.0))
+    config = json.loads(rpc.service_config(methods))
     retried = {
         (n["service"], n["method"]) for c in config["methodConfig"] if "retryPolicy" in c for n in c["name"]
     }

@@ -146,7 +146,7 @@ def test_service_config_json_shape() -> None:
     UNAVAILABLE (and never for non-idempotent methods) is tests/boundary/test_retries.py."""
     import json
 
-    cfg = json.loads(rpc.service_config(rpc.IDEMPOTENT_METHODS, 5.0))
+    cfg = json.loads(rpc.service_config(rpc.IDEMPOTENT_METHODS))
     retrying = [c for c in cfg["methodConfig"] if "retryPolicy" in c]
     assert retrying and {"service": "wolfpack.v1.EnvironmentService", "method": "Act"} in retrying[0]["name"]
 

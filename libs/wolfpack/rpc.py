@@ -296,13 +296,11 @@ class DefaultDeadlineInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type:
         return await continuation(details, request)
 
 
-def service_config(idempotent_methods: Mapping[str, Sequence[str]], timeout_s: float) -> str:
+def service_config(idempotent_methods: Mapping[str, Sequence[str]]) -> str:
     """gRPC service config JSON: retries on UNAVAILABLE for the listed idempotent methods
-    (``{"wolfpack.v1.EnvironmentService": ["ListGames", "GetEpisode"]}``). It sets no timeout (``timeout_s``
-    is accepted for callers of the old signature and unused): a service config cannot tell unary from
-    streaming methods, and a timeout there cut long-lived streams (PlaySeats of a whole rollout, Observe)
+    (``{"wolfpack.v1.EnvironmentService": ["ListGames", "GetEpisode"]}``). It sets no timeout: a service
+    config cannot tell unary from streaming methods, and a timeout there cut long-lived streams (PlaySeats of a whole rollout, Observe)
     after ``rpc_timeout_s``. Unary calls get their default deadline from ``DefaultDeadlineInterceptor``."""
-    del timeout_s
     configs: list[dict[str, Any]] = []
     names = [{"service": s, "method": m} for s, methods in idempotent_methods.items() for m in methods]
     if names:
@@ -359,7 +357,7 @@ def channel(target: str, settings: Settings, *, traced: bool = True) -> grpc.aio
     options: list[tuple[str, Any]] = [
         *_size_options(settings),
         ("grpc.enable_retries", 1),
-        ("grpc.service_config", service_config(IDEMPOTENT_METHODS, settings.rpc_timeout_s)),
+        ("grpc.service_config", service_config(IDEMPOTENT_METHODS)),
     ]
     interceptors: list[Any] = [
         DefaultDeadlineInterceptor(settings.rpc_timeout_s),
