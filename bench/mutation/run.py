@@ -95,6 +95,31 @@ TARGETS = (
             "tests/boundary/test_limits.py",
         ),
     ),
+    Target(
+        "curriculum aiw",
+        "services/curriculum/wolfpack_curriculum/aiw.py",
+        ("services/curriculum/tests/test_aiw.py",),
+    ),
+    Target(
+        "curriculum league",
+        "services/curriculum/wolfpack_curriculum/league.py",
+        ("services/curriculum/tests/test_league.py",),
+    ),
+    Target(
+        "curriculum scheduler",
+        "services/curriculum/wolfpack_curriculum/scheduler.py",
+        ("services/curriculum/tests/test_scheduler.py", "services/curriculum/tests/test_server.py"),
+    ),
+    Target(
+        "curriculum store",
+        "services/curriculum/wolfpack_curriculum/store.py",
+        ("services/curriculum/tests/test_server.py",),
+    ),
+    Target(
+        "curriculum consumer",
+        "services/curriculum/wolfpack_curriculum/consumer.py",
+        ("services/curriculum/tests/test_server.py",),
+    ),
 )
 
 # One replacement per binary operator (the other ten add time, not information); none for ``|`` (annotations).
