@@ -96,6 +96,26 @@ TARGETS = (
         ),
     ),
     Target(
+        "trainer batch",
+        "services/trainer/wolfpack_trainer/batch.py",
+        ("services/trainer/tests/test_batch.py",),
+    ),
+    Target(
+        "trainer algos",
+        "services/trainer/wolfpack_trainer/algos.py",
+        ("services/trainer/tests/test_algos.py", "services/trainer/tests/test_gigpo.py"),
+    ),
+    Target(
+        "trainer gigpo",
+        "services/trainer/wolfpack_trainer/gigpo.py",
+        ("services/trainer/tests/test_gigpo.py",),
+    ),
+    Target(
+        "trainer cpu learner",
+        "services/trainer/wolfpack_trainer/learners/cpu.py",
+        ("services/trainer/tests/test_learner_cpu.py",),
+    ),
+    Target(
         "curriculum aiw",
         "services/curriculum/wolfpack_curriculum/aiw.py",
         ("services/curriculum/tests/test_aiw.py",),
