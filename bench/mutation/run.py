@@ -84,6 +84,43 @@ TARGETS = (
         ),
     ),
     Target(
+        "scenario bargaining",
+        "libs/wolfpack_games/scenarios/families/bargaining.py",
+        (
+            "libs/tests/games/scenarios/test_bargaining.py",
+            "libs/tests/games/scenarios/test_common.py",
+            "libs/tests/games/scenarios/test_engine_and_bots.py",
+        ),
+    ),
+    Target(
+        "scenario allocation",
+        "libs/wolfpack_games/scenarios/families/allocation.py",
+        (
+            "libs/tests/games/scenarios/test_verifier_tables.py",
+            "libs/tests/games/scenarios/test_common.py",
+            "libs/tests/games/scenarios/test_engine_and_bots.py",
+        ),
+    ),
+    Target(
+        "scenario cooperation",
+        "libs/wolfpack_games/scenarios/families/cooperation.py",
+        (
+            "libs/tests/games/scenarios/test_verifier_tables.py",
+            "libs/tests/games/scenarios/test_common.py",
+            "libs/tests/games/scenarios/test_engine_and_bots.py",
+        ),
+    ),
+    Target(
+        "reward shaping",
+        "services/reward/wolfpack_reward/shaping.py",
+        ("services/reward/tests/test_shaping.py", "services/reward/tests/test_specs.py"),
+    ),
+    Target(
+        "reward credit",
+        "services/reward/wolfpack_reward/credit.py",
+        ("services/reward/tests/test_specs.py",),
+    ),
+    Target(
         "rpc",
         "libs/wolfpack/rpc.py",
         (
