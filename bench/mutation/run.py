@@ -177,6 +177,52 @@ TARGETS = (
         "services/curriculum/wolfpack_curriculum/consumer.py",
         ("services/curriculum/tests/test_server.py",),
     ),
+    Target(
+        "environment sessions",
+        "services/environment/wolfpack_environment/sessions.py",
+        (
+            "services/environment/tests/test_server.py",
+            "tests/boundary/test_limits.py",
+            "tests/boundary/test_hidden_information.py",
+            "tests/security/test_leak.py",
+            "tests/security/test_environment.py",
+        ),
+    ),
+    Target(
+        "environment server",
+        "services/environment/wolfpack_environment/server.py",
+        (
+            "services/environment/tests/test_server.py",
+            "tests/boundary/test_hidden_information.py",
+            "tests/security/test_leak.py",
+            "tests/security/test_environment.py",
+        ),
+    ),
+    Target(
+        "environment play stream",
+        "services/environment/wolfpack_environment/play_stream.py",
+        ("services/environment/tests/test_server.py", "tests/security/test_environment.py"),
+    ),
+    Target(
+        "environment convert",
+        "services/environment/wolfpack_environment/convert.py",
+        (
+            "services/environment/tests/test_server.py",
+            "tests/boundary/test_hidden_information.py",
+            "tests/security/test_leak.py",
+            "tests/security/test_environment.py",
+        ),
+    ),
+    Target(
+        "environment gateway",
+        "services/environment/wolfpack_environment/gateway.py",
+        (
+            "services/environment/tests/test_gateway.py",
+            "tests/boundary/test_hidden_information.py",
+            "tests/security/test_leak.py",
+            "tests/security/test_environment.py",
+        ),
+    ),
 )
 
 # One replacement per binary operator (the other ten add time, not information); none for ``|`` (annotations).
