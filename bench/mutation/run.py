@@ -223,6 +223,32 @@ TARGETS = (
             "tests/security/test_environment.py",
         ),
     ),
+    Target(
+        "stream",
+        "libs/wolfpack/stream.py",
+        ("libs/tests/test_stream.py", "libs/tests/test_stream_guarantees.py"),
+    ),
+    Target(
+        "telemetry",
+        "libs/wolfpack/telemetry.py",
+        (
+            "tests/boundary/test_otel_exporter.py",
+            "libs/tests/test_rpc.py::test_light_interceptors_carry_trace_context_without_an_sdk",
+            "libs/tests/test_rpc.py::test_light_interceptors_carry_trace_context_into_short_server_streams",
+        ),
+    ),
+    Target(
+        "auth",
+        "libs/wolfpack/auth.py",
+        (
+            "tests/security/test_environment.py::test_spectating_and_closing_a_running_episode_need_the_credential",
+            "tests/security/test_environment.py::test_clients_configured_with_the_secret_attach_it",
+            "tests/security/test_environment.py::test_gateway_forwards_only_the_callers_credential",
+            "tests/security/test_environment.py::test_non_loopback_bind_without_a_secret_refuses_to_start",
+            "tests/security/test_inference.py::test_push_weights_and_load_policy_need_the_credential",
+            "tests/security/test_inference.py::test_the_credential_is_checked_on_every_call_not_only_the_first",
+        ),
+    ),
 )
 
 # One replacement per binary operator (the other ten add time, not information); none for ``|`` (annotations).
