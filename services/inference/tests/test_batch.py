@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -21,6 +23,7 @@ from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 from wolfpack_inference import server as server_module
 from wolfpack_inference.backends.base import Backend, Request, Result, StreamChunk
+from wolfpack_inference.backends.transformers_backend import TransformersBackend
 from wolfpack_inference.client import BatchItem, generate_batch, generate_batch_ordered
 from wolfpack_inference.policies import Policy, PolicyRegistry, build_backend
 from wolfpack_inference.server import InferenceServicer, register
@@ -58,12 +61,18 @@ async def test_batch_equals_individual_generates(stub: pb_grpc.InferenceServiceS
 
 
 async def test_results_stream_as_they_finish(stub: pb_grpc.InferenceServiceStub, watched: Watched) -> None:
-    """A 2-token request comes back before the 60-token ones it was sent with, in an earlier message.
-    It runs on another policy (another engine): the transformers batcher ends a batch's rows together."""
+    """A 2-token request comes back before the 60-token ones it was sent with, in a message of its own,
+    while they still decode. It runs on another policy (another engine); the 60-token rows are held at a
+    decode step until it has arrived, so the order does not depend on how fast either engine runs."""
     reqs = [tokens([5, 6, 7], "watched", max_tokens=60) for _ in range(3)]
     reqs.insert(2, tokens([5, 6, 7], "strict", max_tokens=2))
-    call = stub.GenerateBatch(pb.GenerateBatchRequest(requests=reqs), timeout=60)
-    messages = [[r.index for r in m.results] async for m in call]
+    with StepGate(watched) as gate:
+        call = stub.GenerateBatch(pb.GenerateBatchRequest(requests=reqs), timeout=60)
+        messages = [[r.index for r in (await call.read()).results]]
+        await gate.reached()
+        assert not watched.ended, "the long rows are still decoding"
+        gate.open()
+        messages += [[r.index for r in m.results] async for m in call]
     assert messages[0] == [2], messages
     assert sorted(i for m in messages for i in m) == [0, 1, 2, 3]
 
@@ -143,18 +152,20 @@ async def test_version_switch_mid_batch(
         return [chat(PROMPTS[0], "strict", max_tokens=2, temperature=0, logprobs=True), *long]
 
     old = await asyncio.gather(*[stub.Generate(r) for r in batch()])
-    watched.ended_at.clear()
+    watched.ended.clear()
     seen: list[BatchItem] = []
-    switched = 0.0
-    async for item in generate_batch(stub, batch(), timeout=60):
-        if not seen:
-            await stub.LoadPolicy(
-                pb.LoadPolicyRequest(policy_id="watched", version=1, model_path=str(tiny_v2_dir))
-            )
-            switched = time.monotonic()
-        seen.append(item)
+    with StepGate(watched) as gate:  # the long rows wait at a decode step until the switch is done
+        async for item in generate_batch(stub, batch(), timeout=60):
+            if not seen:
+                await gate.reached()
+                await stub.LoadPolicy(
+                    pb.LoadPolicyRequest(policy_id="watched", version=1, model_path=str(tiny_v2_dir))
+                )
+                assert not watched.ended, "the long rows are still decoding at the switch"
+                gate.open()
+            seen.append(item)
     assert seen[0].index == 0 and sorted(i.index for i in seen) == [0, 1, 2, 3]
-    assert len(watched.ended_at) == 3 and min(watched.ended_at.values()) > switched  # still decoding then
+    assert sorted(watched.ended.values()) == ["finished"] * 3
     for item in seen:
         assert item.response is not None and item.response.policy.version == 0
         assert_same(old[item.index], item.response)
@@ -175,8 +186,8 @@ class Watched(Backend):
     def __init__(self, inner: Backend) -> None:
         self.inner = inner
         self.name, self.model, self.max_positions = inner.name, inner.model, inner.max_positions
+        self.started: set[str] = set()
         self.ended: dict[str, str] = {}
-        self.ended_at: dict[int, float] = {}
 
     @property
     def tokenizer(self) -> object:
@@ -187,13 +198,13 @@ class Watched(Backend):
         return self.inner.version
 
     async def generate(self, request: Request) -> Result:
+        self.started.add(request.request_id or str(id(request)))
         try:
             result = await self.inner.generate(request)
         except asyncio.CancelledError:
-            self.ended[request.request_id] = "cancelled"
+            self.ended[request.request_id or str(id(request))] = "cancelled"
             raise
-        self.ended[request.request_id] = "finished"
-        self.ended_at[id(request)] = time.monotonic()
+        self.ended[request.request_id or str(id(request))] = "finished"
         return result
 
     async def load(self, version: int, model_path: str = "", adapter_path: str = "") -> None:
@@ -204,6 +215,45 @@ class Watched(Backend):
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+class StepGate:
+    """Holds the decode thread of ``watched``'s current model at the start of its first decode step until
+    the test opens the gate: the requests on that model cannot finish before then, on any machine. What
+    the tests used to get from timing (a 2-token request "surely" ends before 60-token ones, a switch
+    "surely" lands before 200 tokens are decoded) they get from this explicit order instead. Requests
+    arriving meanwhile wait in the batcher's inbox (already bound to their weights) and join afterwards.
+    The thread waits at most ``HOLD_S``: a test that fails before opening must not hang the batcher."""
+
+    HOLD_S = 120.0  # far beyond any test here; only bounds a failed test's leftover thread
+
+    def __init__(self, backend: Watched) -> None:
+        assert isinstance(backend.inner, TransformersBackend)
+        self._model: Any = backend.inner.torch_model
+        self._reached = threading.Event()
+        self._opened = threading.Event()
+        self._handle: Any = None
+
+    def __enter__(self) -> StepGate:
+        self._handle = self._model.register_forward_pre_hook(self._hold, with_kwargs=True)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.open()
+        self._handle.remove()
+
+    def _hold(self, _module: Any, _args: Any, kwargs: dict[str, Any]) -> None:
+        if kwargs["input_ids"].shape[1] != 1 or self._opened.is_set():
+            return  # prefills pass: only decode steps are held
+        self._reached.set()
+        self._opened.wait(self.HOLD_S)
+
+    async def reached(self) -> None:
+        """Wait (bounded: ``HOLD_S``) until the decode thread is held at the gate."""
+        assert await asyncio.to_thread(self._reached.wait, self.HOLD_S), "no decode step reached the gate"
+
+    def open(self) -> None:
+        self._opened.set()
 
 
 @pytest.fixture
@@ -226,7 +276,9 @@ def long_batch() -> pb.GenerateBatchRequest:
     return batch
 
 
-async def wait_for(cond: object, timeout: float = 10.0) -> None:
+async def wait_for(cond: object, timeout: float = 60.0) -> None:
+    """Bounded poll: what it waits for happens within milliseconds; the bound only turns a hang into a
+    failure, so it is generous for a loaded machine."""
     deadline = time.monotonic() + timeout
     while not cond():  # type: ignore[operator]
         assert time.monotonic() < deadline, "timed out"
@@ -234,22 +286,29 @@ async def wait_for(cond: object, timeout: float = 10.0) -> None:
 
 
 async def test_leaving_early_cancels_the_rest(stub: pb_grpc.InferenceServiceStub, watched: Watched) -> None:
-    async with contextlib.aclosing(generate_batch(stub, long_batch(), timeout=60)) as items:
-        async for item in items:
-            assert item.index == 0 and item.ok
-            break
-    await wait_for(lambda: len(watched.ended) == 3)
-    assert watched.ended == {"r1": "cancelled", "r2": "cancelled", "r3": "cancelled"}
+    with StepGate(watched):  # the long rows cannot finish before the client leaves
+        async with contextlib.aclosing(generate_batch(stub, long_batch(), timeout=60)) as items:
+            async for item in items:
+                assert item.index == 0 and item.ok
+                break
+        await wait_for(lambda: len(watched.ended) == 3)
+        assert watched.ended == {"r1": "cancelled", "r2": "cancelled", "r3": "cancelled"}
     after = await stub.Generate(tokens([5, 6], "watched", max_tokens=3))  # the batcher still serves
     assert len(after.completions[0].token_ids) == 3
 
 
 async def test_deadline_cancels_the_batch(stub: pb_grpc.InferenceServiceStub, watched: Watched) -> None:
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await generate_batch_ordered(stub, long_batch(), timeout=0.3)
-    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    await wait_for(lambda: len(watched.ended) == 3)
-    assert watched.ended == {"r1": "cancelled", "r2": "cancelled", "r3": "cancelled"}
+    """The held rows cannot finish, so the deadline passes with them in the backend whatever the machine's
+    speed. 3 s: ample for the server to hand four requests to their backends (milliseconds); checked."""
+    with StepGate(watched):
+        call = asyncio.ensure_future(generate_batch_ordered(stub, long_batch(), timeout=3.0))
+        await wait_for(lambda: len(watched.started) == 3 or call.done())
+        assert watched.started == {"r1", "r2", "r3"}, "every request reached its backend before the deadline"
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call
+        assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        await wait_for(lambda: len(watched.ended) == 3)
+        assert watched.ended == {"r1": "cancelled", "r2": "cancelled", "r3": "cancelled"}
 
 
 @pytest.fixture
