@@ -133,6 +133,30 @@ TARGETS = (
         ),
     ),
     Target(
+        "rollout driver",
+        "services/rollout/wolfpack_rollout/driver.py",
+        (
+            "services/rollout/tests/test_failures.py",
+            "services/rollout/tests/test_driver.py",
+            "services/rollout/tests/test_backpressure.py",
+        ),
+    ),
+    Target(
+        "rollout trajectory",
+        "services/rollout/wolfpack_rollout/trajectory.py",
+        ("services/rollout/tests/test_trajectory.py",),
+    ),
+    Target(
+        "rollout prompts",
+        "services/rollout/wolfpack_rollout/prompts.py",
+        ("services/rollout/tests/test_prompts.py",),
+    ),
+    Target(
+        "rollout summary",
+        "services/rollout/wolfpack_rollout/summary.py",
+        ("services/rollout/tests/test_trajectory.py",),
+    ),
+    Target(
         "trainer batch",
         "services/trainer/wolfpack_trainer/batch.py",
         ("services/trainer/tests/test_batch.py",),
