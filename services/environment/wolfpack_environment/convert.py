@@ -69,11 +69,13 @@ def created_pb(ep: Episode) -> pb.CreateEpisodeResponse:
     return resp
 
 
-def episode_state_pb(ep: Episode, seat: int, full: bool) -> pb.GetEpisodeResponse:
-    """What ``GetEpisode`` answers: every seat's public state, roles and the event log when ``full``
-    (admin, or the game is over), else only ``seat``'s own role."""
+def episode_state_pb(ep: Episode, seat: int | None) -> pb.GetEpisodeResponse:
+    """What ``GetEpisode`` answers: every seat's public state; every role and the event log in the full
+    view (``seat`` None: the admin token's; anyone's once the episode is over), else only ``seat``'s
+    own role."""
     env = ep.env
-    obs = env.observe(0 if full else seat)  # phase and round are public: any seat's view has them
+    full = seat is None or ep.done
+    obs = env.observe(0 if seat is None else seat)  # phase and round are public: any seat's view has them
     resp = pb.GetEpisodeResponse(
         episode_id=ep.episode_id, seed=ep.seed, phase=obs.phase, round=obs.round, done=ep.done,
         winner=env.winner() if env.done else "",

@@ -76,11 +76,10 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
 
     async def GetEpisode(self, request: pb.GetEpisodeRequest, context: Any) -> pb.GetEpisodeResponse:
         ep = self.manager.get(request.episode_id)
-        admin = self.manager.is_admin(ep, request.token)
-        if admin:  # spectating a running episode is privileged
+        if self.manager.is_admin(ep, request.token):  # the full view: of a running episode, privileged
             self.manager.check_full_view(ep, auth.authorized(self.credential, context))
-        seat = -1 if admin else self.manager.seat_of(ep, request.token)
-        return episode_state_pb(ep, seat, full=admin or ep.done)
+            return episode_state_pb(ep, None)
+        return episode_state_pb(ep, self.manager.seat_of(ep, request.token))
 
     async def CloseEpisode(self, request: pb.CloseEpisodeRequest, context: Any) -> pb.CloseEpisodeResponse:
         privileged = auth.authorized(self.credential, context)
