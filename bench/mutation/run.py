@@ -113,12 +113,16 @@ TARGETS = (
     Target(
         "reward shaping",
         "services/reward/wolfpack_reward/shaping.py",
-        ("services/reward/tests/test_shaping.py", "services/reward/tests/test_specs.py"),
+        (
+            "services/reward/tests/test_shaping.py",
+            "services/reward/tests/test_shaping_work.py",
+            "services/reward/tests/test_specs.py",
+        ),
     ),
     Target(
         "reward credit",
         "services/reward/wolfpack_reward/credit.py",
-        ("services/reward/tests/test_specs.py",),
+        ("services/reward/tests/test_credit.py", "services/reward/tests/test_specs.py"),
     ),
     Target(
         "rpc",
