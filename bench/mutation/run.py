@@ -209,6 +209,7 @@ TARGETS = (
         "environment sessions",
         "services/environment/wolfpack_environment/sessions.py",
         (
+            "services/environment/tests/test_sessions.py",
             "services/environment/tests/test_server.py",
             "tests/boundary/test_limits.py",
             "tests/boundary/test_hidden_information.py",
