@@ -59,7 +59,7 @@ TARGETS = (
     Target(
         "werewolf rules",
         "libs/wolfpack_games/werewolf/engine.py",
-        ("libs/tests/games/werewolf/test_rules.py",),
+        ("libs/tests/games/werewolf/test_rules.py", "libs/tests/games/werewolf/test_rules_mutants.py"),
     ),
     Target(
         "scenario verifiers",
