@@ -3,13 +3,16 @@
 The backend is driven directly (no gRPC) so a test can decide exactly when a request arrives relative to
 the running batch: a long request is streamed, and the others are sent after it has produced some tokens,
 i.e. while its batch is decoding. A forward pre-hook on the real model records the shape of every forward
-pass (prefill: ``[rows, prompt width]``; decode step: ``[rows, 1]``), which shows who shared a step."""
+pass (prefill: ``[rows, prompt width]``; decode step: ``[rows, 1]``), which shows who shared a step;
+where the step a request joins at matters, a ``Stepper`` hook lets the decode thread run only the passes the
+test allows, so the schedule is fixed by the test rather than by the machine's speed."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import random
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,6 +79,55 @@ class Shapes:
         self._handle.remove()
 
 
+class Stepper:
+    """Lets the decode thread run only the forward passes (prefills and decode steps) the test allows: who
+    joins at which step is then decided by the test, not by how fast the thread runs against the event
+    loop on a loaded machine. ``allow(n)`` grants ``n`` more passes; ``wait_held(k)`` waits until the k-th
+    pass has arrived (and, with no permit left, is held there); ``run_free()`` lifts the limit. A pass waits
+    at most ``HOLD_S`` for its permit, so a failing test cannot hang the thread."""
+
+    HOLD_S = 120.0  # far beyond any test here; only bounds a failed test's leftover thread
+
+    def __init__(self, model: Any) -> None:
+        self.arrived = 0
+        self._permits = threading.Semaphore(0)
+        self._free = threading.Event()
+        self._handle = model.register_forward_pre_hook(self._wait)
+
+    def _wait(self, *_: Any) -> None:
+        self.arrived += 1
+        if not self._free.is_set() and not self._permits.acquire(timeout=self.HOLD_S):
+            raise RuntimeError("Stepper: no pass allowed")
+
+    def allow(self, n: int) -> None:
+        self._permits.release(n)
+
+    async def wait_held(self, k: int) -> None:
+        """Bounded poll (passes take milliseconds; the bound only turns a hang into a failure)."""
+        for _ in range(6000):
+            if self.arrived >= k:
+                assert self.arrived == k, f"pass {self.arrived} ran, but only {k - 1} were allowed"
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"pass {k} never arrived ({self.arrived})")
+
+    def run_free(self) -> None:
+        self._free.set()
+        self._permits.release()  # wakes the pass that is held, if any
+
+    def remove(self) -> None:
+        self.run_free()
+        self._handle.remove()
+
+
+async def submitted(*coros: Any) -> list[asyncio.Future[Any]]:
+    """Start ``coros`` as tasks and let each run to its first suspension: a ``generate`` call has then put
+    its job in the batcher's inbox (submission is synchronous in its first step; tasks run in FIFO order)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    await asyncio.sleep(0)
+    return tasks
+
+
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tiny_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random Llama (SmolLM2's architecture: no q/k/v bias, untied head) with the tiny model's tokenizer."""
@@ -114,13 +166,21 @@ async def drain(stream: Any) -> list[int]:
     return [t async for chunk in stream for t in chunk.token_ids]
 
 
+async def drain_n(stream: Any, chunks: int) -> list[int]:
+    return [t for _ in range(chunks) for t in (await stream.__anext__()).token_ids]
+
+
 async def test_request_arriving_mid_batch_finishes_first(backend: TransformersBackend) -> None:
     """A short request sent while a long one decodes joins its batch and completes first, with the same
-    tokens and logprobs as when run alone; the long one is not disturbed either."""
+    tokens and logprobs as when run alone; the long one is not disturbed either. The long request is held
+    at its 6th pass while the short one is sent, so it surely is mid-batch then."""
     long, short = req(ids(20, 1), 200), req(ids(9, 2), 6)
     alone_long, alone_short = await backend.generate(long), await backend.generate(short)
     order: list[str] = []
+    stepper = Stepper(backend.torch_model)
+    stepper.allow(5)  # the prefill and 4 steps: 5 tokens
     stream = await start_stream(backend, long, 5)
+    await stepper.wait_held(6)
 
     async def finish_long() -> list[int]:
         rest = await drain(stream)
@@ -132,7 +192,11 @@ async def test_request_arriving_mid_batch_finishes_first(backend: TransformersBa
         order.append("short")
         return result
 
-    rest, got_short = await asyncio.gather(finish_long(), finish_short())
+    both = asyncio.gather(finish_long(), finish_short())
+    await asyncio.sleep(0)  # finish_short's generate has submitted its job
+    stepper.run_free()
+    rest, got_short = await both
+    stepper.remove()
     assert order == ["short", "long"]
     assert_same(got_short, alone_short)
     assert len(rest) == 200 - 5 and rest == alone_long.completions[0].token_ids[5:]
@@ -153,24 +217,39 @@ async def test_joined_rows_equal_alone(arch: str, tiny_dir: Path, tiny_llama_dir
         req(ids(30, 6), 20, temperature=1.0, top_k=20, seed=11, n=2),
     ]
     alone = [await backend.generate(r) for r in [first, *later]]
-    shapes = Shapes(model)
+    shapes, stepper = Shapes(model), Stepper(model)
+    stepper.allow(3)  # the prefill and 2 steps: 3 tokens of the first request; pass 4 (a step) is held
     stream = await start_stream(backend, first, 3)
-    joined = asyncio.gather(*[backend.generate(r) for r in later[:2]])
-    await asyncio.sleep(0.02)
-    third = asyncio.ensure_future(backend.generate(later[2]))
+    await stepper.wait_held(4)
+    joined = await submitted(*[backend.generate(r) for r in later[:2]])
+    stepper.allow(3)  # pass 4, the newcomers' prefill (5) and a step of all three rows (6); 7 is held
+    await stepper.wait_held(7)
+    third = await submitted(backend.generate(later[2]))
+    stepper.run_free()
     rest = await drain(stream)
-    results = [*await joined, await third]
+    results = [*await asyncio.gather(*joined, *third)]
     shapes.remove()
+    stepper.remove()
     await backend.close()
     assert alone[0].completions[0].token_ids[3:] == rest
     for got, ref in zip(results, alone[1:], strict=True):
         assert_same(got, ref)
         assert_teacher_forced(model, got)
     assert len({tuple(c.token_ids) for c in results[2].completions}) == 2  # n = 2 are distinct draws
-    prefills = [i for i, (_, width) in enumerate(shapes.calls) if width > 1]
-    assert prefills[0] == 0 and len(prefills) >= 3, shapes.calls
-    assert prefills[-1] < 150, shapes.calls  # all joined while the first request decoded its 200 tokens
-    assert max(shapes.steps()) >= 3, shapes.calls
+    # (rows, width) of the first passes, from the schedule above: each newcomer prefill (the two together,
+    # then the third: one prompt row, sampled twice) is followed by a step over the running rows plus its
+    # own, i.e. they joined while the first request decoded; it has 200 - 5 tokens still to go.
+    assert shapes.calls[:9] == [
+        (1, 12),
+        (1, 1),
+        (1, 1),
+        (1, 1),  # the first request: prefill, 3 steps
+        (2, 90),
+        (3, 1),
+        (3, 1),  # later[0:2] joined: prefill padded to 90, then 1 + 2 rows
+        (1, 30),
+        (5, 1),  # later[2] (n=2) joined: 3 + 2 rows
+    ], shapes.calls[:9]
 
 
 async def test_very_different_lengths_leave_a_narrow_cache(tiny_dir: Path) -> None:
@@ -200,22 +279,29 @@ async def test_cancelled_rows_leave_the_batch(backend: TransformersBackend) -> N
     decoded within a step or two; the request still running is unaffected."""
     keep, dropped = req(ids(15, 9), 150), req(ids(25, 10), 400)
     alone = await backend.generate(keep)
-    shapes = Shapes(backend.torch_model)
+    shapes, stepper = Shapes(backend.torch_model), Stepper(backend.torch_model)
+    stepper.allow(2)  # keep's prefill and 1 step: 2 tokens; pass 3 (a step) is held
     stream = await start_stream(backend, keep, 2)
-    task = asyncio.ensure_future(backend.generate(dropped))
-    other = await start_stream(backend, req(ids(7, 11), 400), 3)
-    assert max(shapes.steps()) == 3
+    await stepper.wait_held(3)
+    other = backend.stream(req(ids(7, 11), 400))
+    (task, other_first) = await submitted(backend.generate(dropped), other.__anext__())
+    stepper.allow(4)  # pass 3, the newcomers' prefill (4), 2 steps of 3 rows (5, 6); 7 is held
+    await stepper.wait_held(7)
+    assert len((await other_first).token_ids) == 1 and len(await drain_n(other, 2)) == 2  # its 3 tokens
+    assert shapes.calls[3:7] == [(2, 25), (3, 1), (3, 1), (3, 1)]
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
     await other.aclose()
-    cancelled_at = len(shapes.calls)
+    cancelled_at = len(shapes.calls)  # 7: the held pass, with both rows in it, is in flight
+    stepper.run_free()
     rest = await drain(stream)
     shapes.remove()
+    stepper.remove()
     assert alone.completions[0].token_ids[2:] == rest
-    after = [rows for rows, width in shapes.calls[cancelled_at:] if width == 1]
-    assert sum(1 for rows in after if rows > 1) <= 1 and after[-1] == 1  # at most the step in flight
-    assert len(after) < 150  # the cancelled rows, wanting 400 tokens, were not decoded to the end
+    # keep has 6 tokens once pass 7 is done (prefill, passes 2, 3, 5, 6, 7); the cancelled rows leave at the
+    # next step, so its remaining 144 tokens are decoded alone; were they kept, they would add rows.
+    assert shapes.calls[cancelled_at:] == [(1, 1)] * (150 - 6)
 
 
 async def test_max_batch_is_respected(tiny_dir: Path) -> None:
