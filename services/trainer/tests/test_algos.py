@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -108,3 +109,115 @@ def test_truncated_is_weights_and_mismatch() -> None:
     assert torch.allclose(w, torch.tensor([[1.5, 1.0, 0.0]]))
     m = algos.logprob_mismatch(old, rollout, mask)
     assert m["mismatch/abs_logprob_diff"] == pytest.approx(torch.log(torch.tensor(2.0)).item() / 2, abs=1e-6)
+
+
+# --- added for mutation testing (bench/results/2026-11-26-mutation-trainer.md) ------------------------------
+
+
+def test_sample_count_must_match_the_batch(trajectory_factory: Callable[..., Any]) -> None:
+    samples, batch = _group(trajectory_factory, [1.0, 0.0])
+    with pytest.raises(ValueError, match="1 samples for a batch of 2"):
+        compute_advantages(batch, samples[:1], AlgoConfig())
+    with pytest.raises(ValueError, match="3 samples for a batch of 2"):
+        compute_advantages(batch, [*samples, samples[0]], AlgoConfig())
+
+
+def test_an_estimator_name_registers_once() -> None:
+    before = dict(algos.ESTIMATORS)
+    with pytest.raises(ValueError, match="already registered"):
+        algos.register_estimator("grpo")(algos.rloo)
+    assert before == algos.ESTIMATORS
+
+
+def test_outcome_estimators_return_seat_returns_and_count_groups(
+    trajectory_factory: Callable[..., Any],
+) -> None:
+    trajs = [
+        trajectory_factory("a0", [(0, [1], [2, 3], 0.0, "x"), (0, [1], [2], 1.0, "y")], group="A"),
+        trajectory_factory("a1", [(0, [1], [2], 0.0, "x")], group="A"),
+        trajectory_factory("b0", [(0, [1], [2], 3.0, "x")], group="B"),
+    ]
+    samples = build_samples(trajs, BatchConfig())
+    batch = collate(samples)
+    for name in ("grpo", "rloo"):
+        out = compute_advantages(batch, samples, AlgoConfig(estimator=name))
+        # each sample's return is its seat's episode return on every valid token, 0 on padding
+        assert out.returns.tolist() == [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0], [3.0, 0.0]]
+        assert out.metrics == {f"adv/{name}_groups": 2.0, "adv/episodes": 3.0}
+        assert torch.all(out.advantages[batch.response_mask == 0] == 0)
+
+
+def test_reinforce_pp_discounts_with_gamma(trajectory_factory: Callable[..., Any]) -> None:
+    samples, batch = _group(trajectory_factory, [1.0, -2.0])
+    out = compute_advantages(batch, samples, AlgoConfig(estimator="reinforce_pp", gamma=0.5))
+    # the reward sits on the last of two tokens: returns [0.5 r, r]
+    assert torch.allclose(out.returns, torch.tensor([[0.5, 1.0], [-1.0, -2.0]]))
+    # whitening is an increasing affine map over the valid tokens: same order, mean 0
+    order = out.returns.flatten().argsort()
+    assert torch.equal(out.advantages.flatten().argsort(), order)
+    assert abs(float(out.advantages.mean())) < 1e-5
+
+
+def test_gae_with_default_config_is_the_undiscounted_return_minus_value(
+    trajectory_factory: Callable[..., Any],
+) -> None:
+    samples, batch = _group(trajectory_factory, [1.0])
+    batch.values = torch.tensor([[0.5, 0.25]])
+    out = compute_advantages(batch, samples, AlgoConfig(estimator="gae"))  # gamma = lam = 1
+    # rewards [0, 1]: returns [1, 1]; raw advantages return - value = [0.5, 0.75], then whitened
+    assert torch.allclose(out.returns, torch.tensor([[1.0, 1.0]]))
+    raw = torch.tensor([0.5, 0.75])
+    assert torch.allclose(out.advantages[0], (raw - raw.mean()) / raw.std(), atol=1e-4)
+
+
+def test_policy_loss_scales_each_token_by_its_is_weight() -> None:
+    old = torch.zeros(1, 2)
+    new = torch.log(torch.tensor([[1.5, 0.9]]))
+    ones = torch.ones(1, 2)
+    # token 0: -1.2 (clipped) x weight 2; token 1: -0.9 x weight 0 -> token-mean -1.2
+    loss, _ = algos.policy_loss(old, new, ones, ones, LossConfig(), is_weights=torch.tensor([[2.0, 0.0]]))
+    assert loss.item() == pytest.approx(-1.2, abs=1e-5)
+    # "seq-mean-token-sum": the row's token losses summed (-1.2 - 0.9), then the mean over rows
+    loss, _ = algos.policy_loss(old, new, ones, ones, LossConfig(loss_agg_mode="seq-mean-token-sum"))
+    assert loss.item() == pytest.approx(-2.1, abs=1e-5)
+
+
+def test_kl_value_and_agg_losses_by_hand() -> None:
+    logp = torch.tensor([[-1.0, -2.0, -3.0]])
+    ref = torch.tensor([[-1.5, -1.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    # k1 "kl": logp - ref = [0.5, -1.0] on the valid tokens, token-mean -0.25
+    assert algos.kl_loss(logp, ref, mask, LossConfig(kl_type="kl")).item() == pytest.approx(-0.25)
+    # k2 "mse": 0.5 * diff^2 = [0.125, 0.5], mean 0.3125
+    assert algos.kl_loss(logp, ref, mask, LossConfig(kl_type="mse")).item() == pytest.approx(0.3125)
+    assert algos.agg_loss(logp, mask, "token-mean").item() == pytest.approx(-1.5)
+    # value loss: old values 0, returns 1, predictions [0.5, 0.1] with clip 0.2:
+    # token 0: unclipped (0.5 - 1)^2 = 0.25, clipped (0.2 - 1)^2 = 0.64 -> max 0.64 (clipped)
+    # token 1: (0.1 - 1)^2 = 0.81 both ways; loss 0.5 * mean(0.64, 0.81) = 0.3625, clip fraction 1/2
+    vf, frac = algos.value_loss(
+        torch.tensor([[0.5, 0.1, 9.0]]),
+        torch.ones(1, 3),
+        torch.zeros(1, 3),
+        mask,
+        LossConfig(cliprange_value=0.2),
+    )
+    assert vf.item() == pytest.approx(0.3625) and frac == pytest.approx(0.5)
+
+
+def test_logprob_mismatch_metrics_by_hand() -> None:
+    old = torch.tensor([[-1.0, -2.0, -5.0]])
+    rollout = torch.tensor([[-1.5, -1.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    m = algos.logprob_mismatch(old, rollout, mask)
+    # diff = [0.5, -1.0] on valid tokens; k3 = e^d - 1 - d
+    k3 = (math.exp(0.5) - 1.5 + math.exp(-1.0) - 0.0) / 2
+    assert m["mismatch/abs_logprob_diff"] == pytest.approx(0.75)
+    assert m["mismatch/max_abs_logprob_diff"] == pytest.approx(1.0)
+    assert m["mismatch/k3_kl"] == pytest.approx(k3, rel=1e-6)
+    # nothing valid: every metric 0 (no division by zero)
+    none = algos.logprob_mismatch(old, rollout, torch.zeros(1, 3))
+    assert none == {
+        "mismatch/abs_logprob_diff": 0.0,
+        "mismatch/max_abs_logprob_diff": 0.0,
+        "mismatch/k3_kl": 0.0,
+    }
