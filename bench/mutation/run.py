@@ -198,12 +198,12 @@ TARGETS = (
     Target(
         "curriculum store",
         "services/curriculum/wolfpack_curriculum/store.py",
-        ("services/curriculum/tests/test_server.py",),
+        ("services/curriculum/tests/test_store.py", "services/curriculum/tests/test_server.py"),
     ),
     Target(
         "curriculum consumer",
         "services/curriculum/wolfpack_curriculum/consumer.py",
-        ("services/curriculum/tests/test_server.py",),
+        ("services/curriculum/tests/test_consumer.py", "services/curriculum/tests/test_server.py"),
     ),
     Target(
         "environment sessions",

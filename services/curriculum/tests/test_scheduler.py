@@ -87,3 +87,41 @@ def test_replay_draws_by_weight_and_keys_round_trip() -> None:
     assert draws["b#1"] > 850
     assert pick_replay({}, rng) is None
     assert seed_of(task_key("werewolf_v1/6p", 17)) == 17
+
+
+def test_task_mode_opponent_ids_name_who_was_played() -> None:
+    """One kind for every non-trainee seat: the opponent id says which (``self:``, ``external:``)."""
+    self_play = Bucket(
+        game_id="werewolf_v1", variant="6p", seats=SeatPlan(trainee_seats=[0], mix={"self": 1.0})
+    )
+    _, trainees, kind, opp = seat_plan(self_play, 6, CFG, EMPTY, random.Random(0))
+    assert (kind, opp, trainees) == (pb.OPPONENT_KIND_SELF, "self:learner", list(range(6)))
+    plan = SeatPlan(trainee_seats=[0], mix={"external": 1.0}, external_policy="strong")
+    external = Bucket(game_id="werewolf_v1", variant="6p", seats=plan)
+    seats, trainees, kind, opp = seat_plan(external, 6, CFG, EMPTY, random.Random(0))
+    assert (kind, opp, trainees) == (pb.OPPONENT_KIND_EXTERNAL, "external:strong", [0])
+    assert [s.policy.policy_id for s in seats] == ["learner"] + ["strong"] * 5
+    # no external_policy: the external seats fall back to the trainee policy id
+    bare = Bucket(
+        game_id="werewolf_v1", variant="6p", seats=SeatPlan(trainee_seats=[0], mix={"external": 1.0})
+    )
+    _, _, _, opp = seat_plan(bare, 6, CFG, EMPTY, random.Random(0))
+    assert opp == "external:learner"
+
+
+def test_league_mix_draws_any_registered_opponent_and_checkpoint_mix_only_checkpoints() -> None:
+    """``league`` may pick a scripted opponent of the league (its seats get its bot); ``checkpoint`` may not."""
+    bot = pb.Opponent(opponent_id="scripted:random", kind=pb.OPPONENT_KIND_SCRIPTED, bot="random")
+    league = LeagueView(Entry("trainee", 1000), [(Entry("scripted:random", 1000), bot)])
+    for mix in ({"league": 1.0}, {"checkpoint": 1.0}):
+        bucket = Bucket(
+            game_id="werewolf_v1", variant="6p", seats=SeatPlan(trainee_seats=[0], mix=mix, bot="heuristic")
+        )
+        seats, trainees, kind, opp = seat_plan(bucket, 6, CFG, league, random.Random(0))
+        if "league" in mix:
+            assert (kind, opp, trainees) == (pb.OPPONENT_KIND_SCRIPTED, "scripted:random", [0])
+            assert all(
+                s.controller == common_pb2.SEAT_CONTROLLER_SCRIPTED and s.bot == "random" for s in seats[1:]
+            )
+        else:  # no checkpoint in the league: self-play
+            assert (kind, opp, trainees) == (pb.OPPONENT_KIND_SELF, "self:learner", list(range(6)))
