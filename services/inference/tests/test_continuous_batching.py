@@ -331,18 +331,26 @@ async def test_newer_version_waits_for_the_running_batch(
     old_req, new_req = req(ids(10, 12), 40), req(ids(14, 13), 10)
     alone_old = await backend.generate(old_req)
     old_model = backend.torch_model
+    stepper = Stepper(old_model)
+    stepper.allow(2)  # prefill and 1 step: 2 tokens; pass 3 is held while the new version arrives
     stream = await start_stream(backend, old_req, 2)
+    await stepper.wait_held(3)
     await backend.load(1, str(tiny_v2_dir))
     events: list[str] = []
     hooks = [
         old_model.register_forward_pre_hook(lambda *_: events.append("v0")),
         backend.torch_model.register_forward_pre_hook(lambda *_: events.append("v1")),
     ]
-    got_new, rest = await asyncio.gather(backend.generate(new_req), drain(stream))
+    (new_call,) = await submitted(backend.generate(new_req))
+    stepper.run_free()
+    got_new, rest = await asyncio.gather(new_call, drain(stream))
+    stepper.remove()
     for h in hooks:
         h.remove()
     assert got_new.version == 1 and rest == alone_old.completions[0].token_ids[2:]
-    assert events.index("v1") > len(events) - 1 - events[::-1].index("v0")  # every v0 pass came first
+    # the old batch's 37 steps after the held one (40 tokens: prefill, passes 2 and 3, then 37) all ran
+    # after the new request arrived, and before any pass of the new version
+    assert events == ["v0"] * 37 + ["v1"] * events.count("v1") and events.count("v1") >= 1
     assert_same(got_new, await backend.generate(new_req))
 
 
@@ -365,11 +373,16 @@ async def test_a_failing_batch_fails_only_its_requests(backend: TransformersBack
     assert err.value.code == ErrorCode.INTERNAL and "sabotaged" in str(err.value)
     assert await drain(stream) == alone.completions[0].token_ids[2:]
 
+    stepper = Stepper(backend.torch_model)
+    stepper.allow(1)  # the prefill: 1 token; its first step is held until the steps fail
     doomed = await start_stream(backend, req(ids(8, 16), 50), 1)
+    await stepper.wait_held(2)
     fail_steps = True
+    stepper.run_free()
     with pytest.raises(InferenceError):
         await drain(doomed)
     fail_steps = False
+    stepper.remove()
     handle.remove()
     after = await backend.generate(running)
     assert_same(after, alone)
