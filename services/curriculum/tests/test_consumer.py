@@ -52,6 +52,10 @@ async def parts(redis_url: str) -> AsyncIterator[tuple[aioredis.Redis, Curriculu
     await client.aclose()
 
 
+def producer(client: aioredis.Redis, stream: str) -> ProtoStreamProducer[Trajectory]:
+    return ProtoStreamProducer(client, stream, id_of=lambda t: t.trajectory_id)
+
+
 def scored(seed: int) -> Trajectory:
     traj = Trajectory(trajectory_id=uuid.uuid4().hex, task_id=f"{BUCKET}#{seed}/g", seed=seed)
     traj.metadata.update({"bucket": BUCKET, "opponent_id": "self:learner"})
@@ -80,9 +84,7 @@ async def test_an_idle_stream_does_not_end_the_loop(
             await asyncio.sleep(0.01)
 
     await asyncio.wait_for(idle(), 30)  # generous bound for two empty 20 ms reads
-    await ProtoStreamProducer(client, stream, id_of=lambda t: t.trajectory_id).append_many(
-        [scored(1), scored(2)]
-    )
+    await producer(client, stream).append_many([scored(1), scored(2)])
     await asyncio.wait_for(recorded(store, 2, reader), 30)
     stop.set()
     assert await asyncio.wait_for(reader, 30) == 2
@@ -102,7 +104,7 @@ async def test_a_failed_read_is_logged_and_retried_after_a_pause(
         await asyncio.sleep(0)
 
     monkeypatch.setattr(consumer_module, "asyncio", types.SimpleNamespace(sleep=sleep))
-    await ProtoStreamProducer(client, stream, id_of=lambda t: t.trajectory_id).append_many([scored(1)])
+    await producer(client, stream).append_many([scored(1)])
     watched = WatchedConsumer(client, stream, "curriculum", "c1", Trajectory, block_ms=20, fail=2)
     stop = asyncio.Event()
     with caplog.at_level(logging.ERROR, logger=consumer_module.__name__):

@@ -113,12 +113,11 @@ def test_league_mix_draws_any_registered_opponent_and_checkpoint_mix_only_checkp
     """``league`` may pick a scripted opponent of the league (its seats get its bot); ``checkpoint`` may not."""
     bot = pb.Opponent(opponent_id="scripted:random", kind=pb.OPPONENT_KIND_SCRIPTED, bot="random")
     league = LeagueView(Entry("trainee", 1000), [(Entry("scripted:random", 1000), bot)])
-    for mix in ({"league": 1.0}, {"checkpoint": 1.0}):
-        bucket = Bucket(
-            game_id="werewolf_v1", variant="6p", seats=SeatPlan(trainee_seats=[0], mix=mix, bot="heuristic")
-        )
+    for kind_name in ("league", "checkpoint"):
+        plan = SeatPlan.model_validate({"trainee_seats": [0], "mix": {kind_name: 1.0}, "bot": "heuristic"})
+        bucket = Bucket(game_id="werewolf_v1", variant="6p", seats=plan)
         seats, trainees, kind, opp = seat_plan(bucket, 6, CFG, league, random.Random(0))
-        if "league" in mix:
+        if kind_name == "league":
             assert (kind, opp, trainees) == (pb.OPPONENT_KIND_SCRIPTED, "scripted:random", [0])
             assert all(
                 s.controller == common_pb2.SEAT_CONTROLLER_SCRIPTED and s.bot == "random" for s in seats[1:]
