@@ -255,12 +255,17 @@ TARGETS = (
     Target(
         "stream",
         "libs/wolfpack/stream.py",
-        ("libs/tests/test_stream.py", "libs/tests/test_stream_guarantees.py"),
+        (
+            "libs/tests/test_stream.py",
+            "libs/tests/test_stream_guarantees.py",
+            "libs/tests/test_stream_edges.py",
+        ),
     ),
     Target(
         "telemetry",
         "libs/wolfpack/telemetry.py",
         (
+            "libs/tests/test_telemetry.py",
             "tests/boundary/test_otel_exporter.py",
             "libs/tests/test_rpc.py::test_light_interceptors_carry_trace_context_without_an_sdk",
             "libs/tests/test_rpc.py::test_light_interceptors_carry_trace_context_into_short_server_streams",
@@ -270,6 +275,7 @@ TARGETS = (
         "auth",
         "libs/wolfpack/auth.py",
         (
+            "libs/tests/test_auth.py",
             "tests/security/test_environment.py::test_spectating_and_closing_a_running_episode_need_the_credential",
             "tests/security/test_environment.py::test_clients_configured_with_the_secret_attach_it",
             "tests/security/test_environment.py::test_gateway_forwards_only_the_callers_credential",
