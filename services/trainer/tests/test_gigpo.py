@@ -132,3 +132,16 @@ def test_gigpo_with_default_config_matches_a_second_implementation(
     assert out.advantages[:, 0].tolist() == pytest.approx(want, abs=1e-5)
     assert out.metrics["gigpo/anchor_groups"] == 1.0
     assert out.metrics["gigpo/anchored_fraction"] == pytest.approx(3 / 5)
+
+
+def test_an_unshared_state_seen_first_does_not_stop_the_grouping(
+    trajectory_factory: Callable[..., Any],
+) -> None:
+    # the first sample's state "X" is seen once; the shared state "S" comes after it
+    a = trajectory_factory("a", [(0, [1], [2], 0.0, "X"), (0, [1], [2], 1.0, "S")])
+    b = trajectory_factory("b", [(0, [1], [2], 0.0, "S")])
+    samples = build_samples([a, b], BatchConfig(layout="turn"))
+    adv, metrics = step_advantages(samples, gamma=1.0, norm_by_std=False)
+    # "S": returns a = 1, b = 0, mean 0.5
+    assert adv == [0.0, 0.5, -0.5]
+    assert metrics["gigpo/anchor_groups"] == 1.0
