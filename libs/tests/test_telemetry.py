@@ -57,9 +57,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def fresh_sdk(clean_env: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     """No provider installed yet (as in a fresh process); afterwards, the process's globals as before."""
     saved = (trace._TRACER_PROVIDER_SET_ONCE, trace._TRACER_PROVIDER)
-    saved_module = (telemetry._configured_for, list(telemetry._attached))
+    saved_attached = list(telemetry._attached)
     trace._TRACER_PROVIDER_SET_ONCE, trace._TRACER_PROVIDER = Once(), None
-    telemetry._configured_for = None
     telemetry._attached.clear()
     try:
         yield clean_env
@@ -68,8 +67,7 @@ def fresh_sdk(clean_env: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
         if isinstance(installed, TracerProvider):
             installed.shutdown()
         trace._TRACER_PROVIDER_SET_ONCE, trace._TRACER_PROVIDER = saved
-        telemetry._configured_for = saved_module[0]
-        telemetry._attached[:] = saved_module[1]
+        telemetry._attached[:] = saved_attached
 
 
 # --------------------------------------------------------------------------- exporter choice (OTEL_*)
@@ -174,6 +172,26 @@ def test_a_second_setup_adds_a_new_exporter_once_and_keeps_the_provider(
     assert [s.name for s in second.get_finished_spans()] == ["s"]
 
 
+def test_a_provider_installed_by_someone_else_is_kept_and_gets_the_exporter(
+    fresh_sdk: pytest.MonkeyPatch,
+) -> None:
+    """An SDK provider installed before us (``opentelemetry-instrument``, or an embedding application) stays
+    the one spans go to: an explicit exporter is attached to it, and the env choice adds no second copy of
+    what it already exports. (It used to build a second provider that could not be installed, so the
+    exporter given received nothing.)"""
+    theirs = TracerProvider()
+    trace.set_tracer_provider(theirs)
+    fresh_sdk.setenv("OTEL_TRACES_EXPORTER", "console")
+    assert telemetry.setup_telemetry("svc") is theirs
+    assert theirs._active_span_processor._span_processors == ()
+    exporter = InMemorySpanExporter()
+    assert telemetry.setup_telemetry("svc", exporter=exporter) is theirs
+    assert telemetry.setup_telemetry("svc", exporter=exporter) is theirs
+    with telemetry.tracer("t").start_as_current_span("seen"):
+        pass
+    assert [s.name for s in exporter.get_finished_spans()] == ["seen"]
+
+
 # --------------------------------------------------------------------------- W3C strings and messages
 
 
@@ -263,11 +281,12 @@ class Seen:
     """Generic byte handlers of every call kind recording the trace id (and tracestate) current inside."""
 
     def __init__(self) -> None:
-        self.by_method: dict[str, list[tuple[int, str, str]]] = {}
+        self.by_method: dict[str, list[tuple[int, str, tuple[str, str]]]] = {}
 
     def note(self, method: str, context: Any) -> None:
         span = trace.get_current_span().get_span_context()
-        header = dict(context.invocation_metadata() or ()).get("traceparent", "")
+        metadata = dict(context.invocation_metadata() or ())
+        header = (metadata.get("traceparent", ""), metadata.get("x-other", ""))
         self.by_method.setdefault(method, []).append(
             (span.trace_id, span.trace_state.get("vendor") or "", header)
         )
@@ -409,8 +428,9 @@ async def test_the_light_client_interceptors_send_the_current_context_on_unary_a
     for method, notes in seen.by_method.items():
         headers = [header for _, _, header in notes]
         half = len(headers) // 2
-        assert headers[:half] == [""] * half, method
-        assert headers[half:] == [TRACEPARENT if method in sent else ""] * half, method
+        assert headers[:half] == [("", "")] * half, method
+        # the caller's own metadata travels beside the trace context
+        assert headers[half:] == [(TRACEPARENT if method in sent else "", "kept")] * half, method
 
 
 async def test_with_the_sdk_calls_get_spans_except_long_streams_and_health(

@@ -23,18 +23,20 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
-_configured_for: str | None = None
 _attached: list[SpanExporter] = []
 
 
 def setup_telemetry(service: str, exporter: SpanExporter | None = None) -> TracerProvider | None:
     """Install a tracer provider for ``service`` (once per process). ``exporter`` overrides the env choice
-    (tests pass an in-memory exporter). Returns the provider, or None when nothing exports spans."""
-    global _configured_for
+    (tests pass an in-memory exporter). Returns the provider, or None when nothing exports spans.
+
+    A provider already installed (by an earlier call, or by someone else such as ``opentelemetry-instrument``)
+    is kept, since OpenTelemetry allows only one: an explicit ``exporter`` is attached to it (once), and the
+    env choice adds nothing (that provider exports already)."""
     if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return None
     current = trace.get_tracer_provider()
-    if _configured_for is not None and isinstance(current, TracerProvider):
+    if isinstance(current, TracerProvider):
         if exporter is not None and all(e is not exporter for e in _attached):
             current.add_span_processor(_processor(exporter))
             _attached.append(exporter)
@@ -49,7 +51,6 @@ def setup_telemetry(service: str, exporter: SpanExporter | None = None) -> Trace
     provider.add_span_processor(_processor(chosen))
     _attached.append(chosen)
     trace.set_tracer_provider(provider)
-    _configured_for = service
     return provider
 
 
