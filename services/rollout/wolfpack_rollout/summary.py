@@ -108,6 +108,8 @@ def summarize(
         s.truncated_responses = counters.truncated_responses
         s.compressed_prompts = counters.compressed_prompts
         s.backpressure_wait_s = counters.backpressure_wait_s
-    else:
-        s.generated_tokens = sum(len(t.response_token_ids) for tr in trajectories for t in tr.turns)
+    else:  # what the trajectories themselves tell (compressed prompts are not recorded per turn)
+        policy_turns = [t for tr in trajectories for t in tr.turns if t.response_token_ids]
+        s.generated_tokens = sum(len(t.response_token_ids) for t in policy_turns)
+        s.truncated_responses = sum(t.finish_reason == common_pb2.FINISH_REASON_LENGTH for t in policy_turns)
     return s
