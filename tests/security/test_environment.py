@@ -131,7 +131,7 @@ async def test_a_nan_deadline_cannot_switch_off_other_episodes_timeouts(env: Env
     assert await code_of(nan) == grpc.StatusCode.INVALID_ARGUMENT
     short = await env.client.stub.CreateEpisode(create_req(turn_timeout_s=0.2, external=(0, 1, 2, 3, 4, 5)))
     ep = env.manager.get(short.episode_id)
-    deadline = time.monotonic() + 10  # bounded wait: 50x the turn timeout
+    deadline = time.monotonic() + 60  # bounded wait (300x the turn timeout): only a hung sweeper reaches it
     while ep.timeouts == 0 and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert ep.timeouts > 0
@@ -140,8 +140,22 @@ async def test_a_nan_deadline_cannot_switch_off_other_episodes_timeouts(env: Env
 # --------------------------------------------------------------------------- exhaustion, isolation
 
 
-async def test_abandoned_episodes_are_collected() -> None:
-    limits = Limits(max_episodes=5, abandoned_ttl_s=0.3, collect_every_s=0.05)
+async def test_abandoned_episodes_are_collected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a clock the test moves: the TTL is exact whatever the machine's load (with a real 0.3 s TTL the
+    first episodes could expire before the table was even full). The clock starts at the real time and
+    jumps 700 s, far past the 60 s TTL, because ``Episode.last_active``'s default reads the real clock."""
+    from wolfpack_environment import sessions
+
+    now = [time.monotonic()]
+
+    class Clock:  # the ``time`` module as sessions sees it, with monotonic() moved only by the test
+        monotonic = staticmethod(lambda: now[0])
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+    monkeypatch.setattr(sessions, "time", Clock())
+    limits = Limits(max_episodes=5, abandoned_ttl_s=60, collect_every_s=0.05)
     servicer = EnvironmentServicer(EpisodeManager(limits))
     settings = load_settings(rpc_timeout_s=10)
     server = await rpc.start_server("environment", lambda s: register(s, servicer), settings, "127.0.0.1:0")
@@ -151,7 +165,7 @@ async def test_abandoned_episodes_are_collected() -> None:
                 await client.stub.CreateEpisode(create_req(seed=seed, turn_timeout_s=800))
             full = client.stub.CreateEpisode(create_req(seed=9))
             assert await code_of(full) == grpc.StatusCode.RESOURCE_EXHAUSTED
-            await asyncio.sleep(0.5)  # past abandoned_ttl_s (documented rule: no seat touched)
+            now[0] += 700  # past abandoned_ttl_s (documented rule: no seat touched), before the 800 s turns
             await client.stub.CreateEpisode(create_req(seed=10))
             assert len(servicer.manager.episodes) == 1
     finally:
