@@ -158,7 +158,7 @@ TARGETS = (
     Target(
         "rollout summary",
         "services/rollout/wolfpack_rollout/summary.py",
-        ("services/rollout/tests/test_trajectory.py",),
+        ("services/rollout/tests/test_summary.py", "services/rollout/tests/test_trajectory.py"),
     ),
     Target(
         "trainer batch",

@@ -126,3 +126,47 @@ def test_config_validates_and_reads_mappings() -> None:
         RolloutConfig.from_mapping({"concurency": 4})
     with pytest.raises(ValueError, match="prompt_mode"):
         RolloutConfig(prompt_mode="partial")  # type: ignore[arg-type]
+
+
+def test_episode_result_reads_the_environment_account() -> None:
+    state = env_pb.GetEpisodeResponse(winner="village", done=True, events=[ev("say", "public", 1, "hi")])
+    state.seats.add(seat=0, alive=False, role="werewolf", outcome=common_pb2.OUTCOME_KIND_LOSS)
+    state.seats.add(seat=1, alive=True, role="seer", outcome=common_pb2.OUTCOME_KIND_WIN)
+    result = EpisodeResult.from_pb(state)
+    assert result.winner == "village"
+    assert result.roles == {0: "werewolf", 1: "seer"}
+    assert result.outcomes == {0: 2, 1: 1} and result.alive == {0: False, 1: True}
+    assert [e.text for e in result.events] == ["hi"]
+
+
+def test_timestamps_and_metadata() -> None:
+    timed = record(3, 1, "vote 2", started_at=1_700_000_000.5, generate_ms=12.5)
+    untimed = record(3, 2, "vote 4")  # hand-made: no timing known
+    t = task("werewolf_v1", "6p", 3)
+    t.scenario_id, t.split = "sc-7", "eval"
+    traj = build_trajectory(
+        t, trajectory_id="tr", episode_id="ep", records=[timed, untimed], worker_id="w1",
+        result=EpisodeResult(winner="wolves", roles={3: "seer"}, outcomes={3: 2}), finished_at=1_700_000_100.25,
+    )  # fmt: skip
+    first, second = traj.turns
+    assert (first.started_at.seconds, first.started_at.nanos, first.generate_ms) == (
+        1_700_000_000,
+        500_000_000,
+        12.5,
+    )
+    assert not second.HasField("started_at") and second.generate_ms == 0.0, "unknown timing stays unset"
+    # a float of seconds near 1.7e9 resolves ~0.24 µs: compare within 1 µs
+    assert traj.finished_at.seconds == 1_700_000_100 and abs(traj.finished_at.nanos - 250_000_000) < 1000
+    meta = dict(traj.metadata)
+    assert meta == {
+        "bucket": "b", "opponent_id": "scripted:heuristic", "opponent_kind": "OPPONENT_KIND_SCRIPTED",
+        "split": "eval", "worker_id": "w1", "scenario_id": "sc-7",
+    }  # fmt: skip
+    plain = build_trajectory(
+        task("werewolf_v1", "6p", 3), trajectory_id="tr", episode_id="ep", records=[untimed],
+        result=EpisodeResult(roles={3: "seer"}, outcomes={3: 2}),
+    )  # fmt: skip
+    assert dict(plain.metadata) == {
+        "bucket": "b", "opponent_id": "scripted:heuristic", "opponent_kind": "OPPONENT_KIND_SCRIPTED",
+        "split": "train",
+    }, "no worker, no scenario id: no keys for them; the split defaults to train"  # fmt: skip
