@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -108,3 +109,55 @@ def test_up_streams_prefixed_logs_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
     assert any(ln.strip().startswith("environment |") for ln in output.splitlines()), "logs are prefixed"
     assert "stopped." in output
     assert not (tmp_path / "run" / "redis" / "redis.pid").exists()
+
+
+def test_serve_on_a_taken_port_is_one_clear_line(tmp_path: Path) -> None:
+    """A real socket holds the port first: ``wolfpack serve`` exits 1 with one line naming the service and
+    the address, not a grpcio RuntimeError traceback."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = run(["serve", "reward", "--address", f"127.0.0.1:{port}"], tmp_path, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    ours = [ln for ln in result.stderr.splitlines() if ln.startswith("reward: ")]
+    assert len(ours) == 1 and ours[0].startswith(f"reward: cannot listen on 127.0.0.1:{port}: "), (
+        result.stderr
+    )
+    assert "in use" in ours[0] and "WOLFPACK_REWARD_ADDR" in ours[0]
+
+
+def test_serve_on_port_0_reports_the_bound_port(tmp_path: Path) -> None:
+    """``--address host:0 --ready-file F``: the server binds a port the kernel picks and writes it to F;
+    the port read back answers health checks (no port is guessed beforehand, so none can be taken)."""
+    import json
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WOLFPACK_")}
+    env["WOLFPACK_RUN_DIR"] = str(tmp_path / "run")
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen(
+        [*WOLFPACK, "serve", "reward", "--address", "127.0.0.1:0", "--ready-file", str(ready)],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120  # bounded wait for start-up (imports on a loaded machine)
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.05)
+        info = json.loads(ready.read_text())
+        host, _, port = info["address"].rpartition(":")
+        assert (
+            host == "127.0.0.1" and int(port) > 0 and info["service"] == "reward" and info["pid"] == proc.pid
+        )
+        from wolfpack import rpc
+
+        assert asyncio.run(rpc.check_health(info["address"], timeout_s=30)) == "SERVING"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out

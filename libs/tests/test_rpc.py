@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import grpc
 import pytest
@@ -280,3 +281,49 @@ async def test_streams_outlive_the_unary_default_deadline() -> None:
     finally:
         await server.stop(0)
         await held.stop(0)
+
+
+async def test_a_taken_port_is_a_bind_error_not_a_runtime_error() -> None:
+    """grpcio raises RuntimeError for a failed bind; start_server turns it into ``BindError`` (an OSError
+    naming the service and address), for a port held by a plain socket and for one held by another
+    server (no SO_REUSEPORT: the second server must not silently share the port)."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(rpc.BindError, match=f"rollout: cannot listen on 127.0.0.1:{port}"):
+            await rpc.start_server(
+                "rollout", registrar(SlowRollout(False)), load_settings(), f"127.0.0.1:{port}"
+            )
+    first = await start(hold=False)
+    try:
+        with pytest.raises(rpc.BindError, match=f":{first.port}"):
+            await rpc.start_server(
+                "rollout", registrar(SlowRollout(False)), load_settings(), f"127.0.0.1:{first.port}"
+            )
+        assert await rpc.check_health(f"127.0.0.1:{first.port}") == "SERVING"
+    finally:
+        await first.stop(0)
+
+
+async def test_a_server_on_port_0_reports_the_port_it_bound(tmp_path: Path) -> None:
+    """``announce_bound_address``: the next server started writes its bound address (the kernel's pick for
+    port 0) as JSON, once; callers read the port back instead of guessing a free one beforehand."""
+    import json
+    import os
+
+    ready = tmp_path / "ready" / "rollout.json"
+    rpc.announce_bound_address(ready)
+    first = await start(hold=False)
+    second = await start(hold=False)  # not announced: the request was for one server
+    try:
+        assert json.loads(ready.read_text()) == {
+            "service": "rollout", "address": f"127.0.0.1:{first.port}", "pid": os.getpid(),
+        }  # fmt: skip
+        assert first.port != 0 and second.port != first.port
+        assert await rpc.check_health(json.loads(ready.read_text())["address"]) == "SERVING"
+    finally:
+        await first.stop(0)
+        await second.stop(0)

@@ -20,9 +20,11 @@ import gc
 import inspect
 import json
 import logging
+import os
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -41,6 +43,34 @@ Registrar = Callable[[grpc.aio.Server], Awaitable[Sequence[str]] | Sequence[str]
 def _size_options(settings: Settings) -> list[tuple[str, int]]:
     size = settings.grpc_max_message_mb * 1024 * 1024
     return [("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size)]
+
+
+class BindError(OSError):
+    """A server could not listen on its address: the port is taken, or the host is not this machine's."""
+
+
+_ready_file: Path | None = None
+
+
+def announce_bound_address(path: Path | None) -> None:
+    """Have the next server this process starts write ``{"service", "address", "pid"}`` (JSON, replaced
+    atomically) to ``path`` once it is bound and started. Why: with ``host:0`` the kernel picks the port
+    at bind time, so the server itself is the only one that knows it; a caller that picked a "free" port
+    beforehand and handed it over raced every other process for it. ``wolfpack serve --ready-file``
+    sets this; ``wolfpack up`` reads the file back."""
+    global _ready_file
+    _ready_file = path
+
+
+def _announce(service: str, address: str) -> None:
+    global _ready_file
+    path, _ready_file = _ready_file, None
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"service": service, "address": address, "pid": os.getpid()}))
+    os.replace(tmp, path)  # a reader sees no file or the whole file
 
 
 class AccessLogInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -206,7 +236,9 @@ async def start_server(
             *interceptors,
             ErrorInterceptor(),
         ],
-        options=_size_options(settings),
+        # No SO_REUSEPORT: with it (grpc's default on Linux) a second server on a taken port binds anyway
+        # and the kernel splits connections between two unrelated processes; without it the bind fails.
+        options=[*_size_options(settings), ("grpc.so_reuseport", 0)],
     )
     result = registrar(server)
     names = list(await result if asyncio.iscoroutine(result) else result)  # type: ignore[arg-type]
@@ -215,13 +247,21 @@ async def start_server(
     reflection.enable_server_reflection(
         [*names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME], server
     )
-    port = server.add_insecure_port(addr)
+    try:
+        port = server.add_insecure_port(addr)
+    except RuntimeError:  # grpcio raises RuntimeError("Failed to bind to address ...") for a failed bind
+        port = 0
     if port == 0:
-        raise OSError(f"{service}: could not bind {addr}")
+        raise BindError(
+            f"{service}: cannot listen on {addr}: the port is in use or the address is not this host's "
+            f"(set WOLFPACK_{service.upper()}_ADDR or --address to another host:port; port 0 picks a free one)"
+        )
     await server.start()
     running = Server(server, health_servicer, port, names)
     await running.set_serving(True)
-    log.info("serving", extra={"service": service, "address": f"{addr.rpartition(':')[0]}:{port}"})
+    bound = f"{addr.rpartition(':')[0]}:{port}"
+    log.info("serving", extra={"service": service, "address": bound})
+    _announce(service, bound)
     return running
 
 

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wolfpack import SERVICES, rpc
-from wolfpack.redis_server import free_port, redis_url_or_embedded
+from wolfpack.redis_server import redis_url_or_embedded
 from wolfpack.settings import Settings
 
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red")
@@ -134,23 +134,56 @@ def _child_setup(pgid: int) -> Callable[[], None]:
     return setup
 
 
+DEPENDS_ON: dict[str, tuple[str, ...]] = {"rollout": ("environment", "inference", "reward", "curriculum")}
+"""Services whose process needs other services' addresses when it starts (in its environment). With
+``base_port 0`` a service's port is known only once it has bound, so these start after those have."""
+
+
 def plan_addresses(settings: Settings) -> dict[str, str]:
+    """Where each service will listen. With ``base_port 0`` (and no ``WOLFPACK_<SERVICE>_ADDR``) that is
+    ``host:0``: the service binds a port the kernel picks and reports it back (``ready_file``); picking a
+    "free" port here and handing it over would race every other process on the machine for it."""
     if settings.base_port == 0:
-        return {
-            s: getattr(settings, f"{s}_addr") or f"{settings.host}:{free_port(settings.host)}"
-            for s in SERVICES
-        }
+        return {s: getattr(settings, f"{s}_addr") or f"{settings.host}:0" for s in SERVICES}
     return {s: settings.service_addr(s) for s in SERVICES}
 
 
+def _port_unknown(address: str) -> bool:
+    return address.rpartition(":")[2] == "0"
+
+
+def ready_file(run_dir: Path, service: str) -> Path:
+    """Where ``wolfpack serve --ready-file`` reports the address ``service`` bound."""
+    return run_dir / "ready" / f"{service}.json"
+
+
 def child_env(settings: Settings, redis_url: str, addresses: dict[str, str]) -> dict[str, str]:
+    """A service's environment: Redis, the run dir, and every address known so far (no ``host:0``)."""
     env = dict(os.environ)
     env["WOLFPACK_REDIS_URL"] = redis_url
     env["WOLFPACK_RUN_DIR"] = str(settings.run_dir.resolve())
     for s, addr in addresses.items():
-        env[f"WOLFPACK_{s.upper()}_ADDR"] = addr
+        if not _port_unknown(addr):
+            env[f"WOLFPACK_{s.upper()}_ADDR"] = addr
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+async def _wait_bound(svc: ServiceProc, path: Path, deadline: float) -> None:
+    """Wait for ``svc`` to report its bound address in ``path`` (bounded by ``deadline``; polled, as a
+    file has no event to await); set ``svc.address`` from it, or ``svc.status`` to why it never came."""
+    assert svc.proc is not None
+    while True:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            svc.address = str(json.loads(path.read_text())["address"])
+            return
+        if svc.proc.returncode is not None:
+            svc.status = f"EXITED({svc.proc.returncode})"
+            return
+        if time.monotonic() > deadline:
+            svc.status = "TIMEOUT"
+            return
+        await asyncio.sleep(0.05)
 
 
 async def _pump(svc: ServiceProc, color: str, console: Console, echo: bool) -> None:
@@ -268,40 +301,56 @@ async def _run_up(
                     launcher_pid=os.getpid())  # fmt: skip
 
     def save() -> None:  # written as each process starts: a SIGKILLed launcher's successor reaps them
-        UpState.path(run_dir).write_text(json.dumps(asdict(state), indent=2))
+        path = UpState.path(run_dir)  # replaced atomically: readers (status, rollout, train) poll it
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(asdict(state), indent=2))
+        os.replace(tmp, path)
 
     try:
         redis_url, embedded = await asyncio.to_thread(redis_url_or_embedded, settings)
         state.redis_url, state.embedded_redis = redis_url, embedded is not None
         addresses = plan_addresses(settings)
-        state.services = addresses
-        env = child_env(settings, redis_url, addresses)
-        pumps = []
-        for i, name in enumerate(SERVICES):
-            svc = ServiceProc(name, addresses[name], log_path=run_dir / "logs" / f"{name}.log")
-            svc.log_path.write_text("")  # type: ignore[union-attr]
-            svc.proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "wolfpack.cli.main",
-                "serve",
-                name,
-                "--address",
-                svc.address,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env=env,
-                preexec_fn=_child_setup(pgid),
-            )
-            pgid = pgid or svc.proc.pid  # the first service leads the stack's process group
-            state.pgid = pgid
-            state.pids[name] = svc.proc.pid
-            save()
-            procs.append(svc)
-            pumps.append(asyncio.create_task(_pump(svc, COLORS[i % len(COLORS)], console, echo=not check)))
         deadline = time.monotonic() + timeout_s
-        await asyncio.gather(*(_wait_healthy(s, deadline) for s in procs))
+        pumps = []
+        # In waves: a service starts once the addresses it needs are known (all at once with fixed ports;
+        # with port 0, ``DEPENDS_ON`` after those have bound). ``up.json`` lists bound addresses only.
+        waiting = list(SERVICES)
+        while waiting:
+            wave = [s for s in waiting if not any(_port_unknown(addresses[d]) for d in DEPENDS_ON.get(s, ()))]
+            if not wave:  # what they need never bound (its service failed): they cannot start
+                procs += [ServiceProc(s, addresses[s], status="NOT STARTED") for s in waiting]
+                break
+            env = child_env(settings, redis_url, addresses)
+            started = []
+            for name in wave:
+                i = SERVICES.index(name)
+                svc = ServiceProc(name, addresses[name], log_path=run_dir / "logs" / f"{name}.log")
+                svc.log_path.write_text("")  # type: ignore[union-attr]
+                ready = ready_file(run_dir, name)
+                ready.unlink(missing_ok=True)
+                svc.proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "wolfpack.cli.main", "serve", name,
+                    "--address", svc.address, "--ready-file", str(ready),
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT, env=env, preexec_fn=_child_setup(pgid),
+                )  # fmt: skip
+                pgid = pgid or svc.proc.pid  # the first service leads the stack's process group
+                state.pgid = pgid
+                state.pids[name] = svc.proc.pid
+                save()
+                procs.append(svc)
+                started.append((svc, ready))
+                pumps.append(
+                    asyncio.create_task(_pump(svc, COLORS[i % len(COLORS)], console, echo=not check))
+                )
+            await asyncio.gather(*(_wait_bound(svc, ready, deadline) for svc, ready in started))
+            for svc, _ in started:
+                if svc.status == "STARTING":
+                    addresses[svc.name] = state.services[svc.name] = svc.address
+            save()
+            waiting = [s for s in waiting if s not in wave]
+        procs.sort(key=lambda svc: SERVICES.index(svc.name))
+        await asyncio.gather(*(_wait_healthy(s, deadline) for s in procs if s.status == "STARTING"))
         redis_status = "PONG" if await _ping(redis_url) else "UNREACHABLE"
         rows = [
             (

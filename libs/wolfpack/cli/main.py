@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -66,7 +67,13 @@ def status() -> None:
 @app.command()
 def serve(
     service: Annotated[str, typer.Argument(help=f"One of: {', '.join(SERVICES)}.")],
-    address: Annotated[str | None, typer.Option(help="host:port to bind (default from settings).")] = None,
+    address: Annotated[
+        str | None, typer.Option(help="host:port to bind (default from settings); port 0 picks a free one.")
+    ] = None,
+    ready_file: Annotated[
+        Path | None,
+        typer.Option(help='Once bound, write {"service", "address", "pid"} as JSON here (the port 0 gave).'),
+    ] = None,
 ) -> None:
     """Run one service's gRPC server in the foreground (what each container runs)."""
     if service not in SERVICES:
@@ -79,10 +86,14 @@ def serve(
     setup_logging(service, settings.log_level, settings.log_format)
     telemetry.setup_telemetry(service)
     module = importlib.import_module(f"wolfpack_{service}.server")
+    from wolfpack import rpc
+
+    rpc.announce_bound_address(ready_file)
     try:
         asyncio.run(module.main(settings, address))
-    except OSError as exc:
-        console.print(f"[red]{service}: {exc}[/]")
+    except OSError as exc:  # a taken port (rpc.BindError), an unreadable file: one line, no traceback
+        message = str(exc) if str(exc).startswith(f"{service}:") else f"{service}: {exc}"
+        Console(stderr=True, soft_wrap=True).print(message, style="red", markup=False, highlight=False)
         raise typer.Exit(1) from None
 
 
