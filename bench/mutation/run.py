@@ -88,6 +88,7 @@ TARGETS = (
         "libs/wolfpack_games/scenarios/families/bargaining.py",
         (
             "libs/tests/games/scenarios/test_bargaining.py",
+            "libs/tests/games/scenarios/test_family_rules_mutants.py",
             "libs/tests/games/scenarios/test_common.py",
             "libs/tests/games/scenarios/test_engine_and_bots.py",
         ),
@@ -97,6 +98,7 @@ TARGETS = (
         "libs/wolfpack_games/scenarios/families/allocation.py",
         (
             "libs/tests/games/scenarios/test_verifier_tables.py",
+            "libs/tests/games/scenarios/test_family_rules_mutants.py",
             "libs/tests/games/scenarios/test_common.py",
             "libs/tests/games/scenarios/test_engine_and_bots.py",
         ),
@@ -106,6 +108,7 @@ TARGETS = (
         "libs/wolfpack_games/scenarios/families/cooperation.py",
         (
             "libs/tests/games/scenarios/test_verifier_tables.py",
+            "libs/tests/games/scenarios/test_family_rules_mutants.py",
             "libs/tests/games/scenarios/test_common.py",
             "libs/tests/games/scenarios/test_engine_and_bots.py",
         ),
