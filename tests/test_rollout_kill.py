@@ -5,6 +5,7 @@ stream holds. Real processes, real gRPC, real Redis, the tiny model."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -138,26 +139,27 @@ async def test_rollout_service_worker_plays_reports_status_and_drains_on_sigterm
     """`wolfpack serve rollout` with `episodes: -1` plays forever into the stream; GetRolloutStatus reports
     it; SIGTERM stops new tasks and lets the episodes in flight finish: the process exits cleanly and every
     appended entry is a complete trajectory."""
-    from wolfpack.redis_server import free_port
     from wolfpack.v1 import rollout_service_pb2 as ro_pb
     from wolfpack.v1 import rollout_service_pb2_grpc as ro_grpc
 
     client, stream = cluster["client"], cluster["stream"]
     config = tmp_path / "rollout.yaml"
     config.write_text("episodes: -1\nconcurrency: 4\nsampling: {max_tokens: 8}\n")
-    port = free_port()
+    ready = tmp_path / "rollout.ready.json"
     env = {**cluster["env"], "WOLFPACK_ROLLOUT_CONFIG": str(config), "WOLFPACK_GRPC_GRACE_S": "5"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "wolfpack.cli.main", "serve", "rollout", "--address", f"127.0.0.1:{port}"],
+    proc = subprocess.Popen(  # port 0: the server binds a free port itself and writes it to the ready file
+        [sys.executable, "-m", "wolfpack.cli.main", "serve", "rollout", "--address", "127.0.0.1:0",
+         "--ready-file", str(ready)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
         for _ in range(1200):  # bounded wait (120 s) for a few trajectories
-            if await client.exists(stream) and await client.xlen(stream) >= 4:
+            if await client.exists(stream) and await client.xlen(stream) >= 4 and ready.exists():
                 break
             assert proc.poll() is None, (proc.stdout.read() if proc.stdout else b"").decode()[-3000:]
             await asyncio.sleep(0.1)
-        async with rpc.channel(f"127.0.0.1:{port}", load_settings()) as ch:
+        address = json.loads(ready.read_text())["address"]
+        async with rpc.channel(address, load_settings()) as ch:
             status = await ro_grpc.RolloutServiceStub(ch).GetRolloutStatus(ro_pb.GetRolloutStatusRequest())
         assert status.episodes_finished >= 4 and status.episodes_failed == 0 and status.worker_id
         proc.send_signal(signal.SIGTERM)
