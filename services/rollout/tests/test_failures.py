@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from wolfpack import rpc
-from wolfpack.redis_server import free_port
 from wolfpack_environment.client import EnvironmentClient
 from wolfpack_rollout.driver import RolloutConfig, RolloutDriver, SamplingConfig
 
 FAST = RolloutConfig(concurrency=2, retries=2, backoff_s=0.01, sampling=SamplingConfig(max_tokens=8))
 
 
-async def test_unreachable_inference_fails_episodes_by_reason(stack: Any, tasks: dict[str, Any]) -> None:
-    dead = f"127.0.0.1:{free_port()}"  # nothing listens there: UNAVAILABLE
+@pytest.fixture
+def dead() -> Iterator[str]:
+    """An address where nothing listens (UNAVAILABLE), held for the test: a socket bound but never
+    listening refuses connections, and no other process can take its port meanwhile (as one could take a
+    port picked free and closed)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"127.0.0.1:{held.getsockname()[1]}"
+
+
+async def test_unreachable_inference_fails_episodes_by_reason(
+    stack: Any, tasks: dict[str, Any], dead: str
+) -> None:
     async with (
         EnvironmentClient(stack.environment, stack.settings) as env,
         rpc.channel(dead, stack.settings) as inference,
@@ -28,8 +42,7 @@ async def test_unreachable_inference_fails_episodes_by_reason(stack: Any, tasks:
     assert (driver.stats.episodes_failed, driver.stats.episodes_finished, driver.stats.in_flight) == (2, 0, 0)
 
 
-async def test_unreachable_reward_fails_after_playing(stack: Any, tasks: dict[str, Any]) -> None:
-    dead = f"127.0.0.1:{free_port()}"
+async def test_unreachable_reward_fails_after_playing(stack: Any, tasks: dict[str, Any], dead: str) -> None:
     async with (
         EnvironmentClient(stack.environment, stack.settings) as env,
         rpc.channel(stack.inference, stack.settings) as inference,
