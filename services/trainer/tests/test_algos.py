@@ -221,3 +221,12 @@ def test_logprob_mismatch_metrics_by_hand() -> None:
         "mismatch/max_abs_logprob_diff": 0.0,
         "mismatch/k3_kl": 0.0,
     }
+
+
+def test_a_batch_larger_than_the_small_int_cache_is_accepted(trajectory_factory: Callable[..., Any]) -> None:
+    # 300 samples: the sample/batch count check must compare numbers, not int objects
+    samples, batch = _group(trajectory_factory, [float(i % 2) for i in range(300)])
+    out = compute_advantages(batch, samples, AlgoConfig(estimator="rloo"))
+    # rewards 0, 1, 0, 1, ...: r - mean(others) = 0 - 150/299 for a zero, 1 - 149/299 for a one
+    assert out.advantages[0, 1].item() == pytest.approx(-150 / 299, abs=1e-5)
+    assert out.advantages[1, 1].item() == pytest.approx(150 / 299, abs=1e-5)
