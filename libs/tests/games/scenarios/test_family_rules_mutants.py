@@ -362,3 +362,27 @@ COOP = scenario(
 )
 def test_cooperation_answer_line(transcript: list[tuple[int, str]], expected: dict[int, int]) -> None:
     assert verify(COOP, transcript).outcomes == expected
+
+
+def test_allocation_heuristic_concedes_to_its_batna_late() -> None:
+    """The heuristic's demand falls from its target to its reservation over the first 2/3 of the game:
+    a proposal worth 30 to Bo (target 60, reservation 20) is refused at turn 1 and accepted at turn 10."""
+    fam = get_family("allocation")
+    offer = (0, "ALLOCATION: {desk: Bo, lamp: Ann, rug: Cy}")  # Bo gets the desk: 30
+    early = _tracker_after(ALLOC3, [offer])
+    assert not fam.heuristic(early, 1, random.Random(0)).endswith(
+        "ACCEPT"
+    )  # demand round(60 - 40*1.5/14) = 56
+    chat = [(t % 3, "hi") for t in range(9)]
+    late = _tracker_after(ALLOC3, [*chat, offer])  # Bo acts at turn 10: 1.5 * 10/14 > 1, demand = 20
+    assert late.turns == 10 and late.acting() == [1]
+    assert fam.heuristic(late, 1, random.Random(0)).endswith("ACCEPT")
+
+
+def test_cooperation_status_line_reports_the_answers() -> None:
+    t = _tracker_after(COOP, [])
+    assert t.status() == "Nobody has answered yet."
+    t = _tracker_after(COOP, [(0, "ANSWER: Tuesday 2pm")])
+    assert t.status() == "Current answers: Ann Tuesday 2pm"
+    t = _tracker_after(COOP, [(0, "ANSWER: Tuesday 2pm"), (1, "ANSWER: Monday 9am")])
+    assert t.status() == "Current answers: Ann Tuesday 2pm, Bo Monday 9am"
