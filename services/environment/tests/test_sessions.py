@@ -180,6 +180,7 @@ async def test_the_act_bucket_holds_at_most_burst_and_refills_at_the_rate(
             return exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         raise AssertionError("turn 10000 was accepted")
 
+    assert not await refused()  # the seat's bucket exists from its first act on
     clock.advance(1_000.0)  # a long idle time must not bank 1000 acts
     assert [await refused() for _ in range(4)] == [False, False, False, True]
     clock.advance(0.5)
@@ -267,6 +268,27 @@ async def test_options_bounds_count_size_and_depth(stack: Any) -> None:
     assert "longer than 16384" in await details({"max_days": long_text + " "})
     assert "out of range" in await details({"max_days": "[" * 20 + "1" + "]" * 20})  # 1 at depth 20
     assert "nested too deeply" in await details({"max_days": "[" * 21 + "1" + "]" * 21})
+
+
+def _aliased_list(extra: int) -> str:
+    """YAML for a list of 99 aliases of one 99-zero list plus ``extra`` zeros: 1 + 99 x 100 + extra
+    nodes once the aliases are expanded, in under 1 KiB of text."""
+    zeros = ", ".join(["0"] * 99)
+    return f"[&a [{zeros}], {', '.join(['*a'] * 98)}, {', '.join(['0'] * extra)}]"
+
+
+async def test_option_values_are_walked_up_to_10000_nodes(stack: Any) -> None:
+    """The walk that looks for NaN is bounded at 10000 nodes (aliases count once per use). The option's
+    name is unknown to the game, whose refusal names the option but does not quote the value."""
+    _manager, client = stack
+
+    async def details(text: str) -> str:
+        code, msg = await code_of(client.stub.CreateEpisode(create_req(options={"big": text})))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        return msg
+
+    assert "unknown werewolf option 'big'" in await details(_aliased_list(99))  # 10000: reaches the game
+    assert "too large or nested too deeply" in await details(_aliased_list(100))  # 10001
 
 
 def test_the_python_api_seed_defaults_to_zero() -> None:
