@@ -147,12 +147,12 @@ async def test_outcomes_from_the_stream_through_its_own_group(redis_client: aior
     )
     stop = asyncio.Event()
     reader = asyncio.create_task(consume(store, consumer, stop))
-    for _ in range(200):  # bounded wait for the consumer to record three entries
+    for _ in range(3000):  # bounded wait (60 s; milliseconds normally) for the consumer to record three
         if (await store.stats()).stream_outcomes == 3:
             break
         await asyncio.sleep(0.02)
     stop.set()
-    assert await asyncio.wait_for(reader, 5) == 3
+    assert await asyncio.wait_for(reader, 30) == 3
     stats = await store.stats()
     assert (stats.outcomes, stats.stream_outcomes) == (3, 3)
     assert stats.buckets[0].failures == 2
