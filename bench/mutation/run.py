@@ -233,7 +233,11 @@ TARGETS = (
     Target(
         "environment play stream",
         "services/environment/wolfpack_environment/play_stream.py",
-        ("services/environment/tests/test_server.py", "tests/security/test_environment.py"),
+        (
+            "services/environment/tests/test_play_stream.py",
+            "services/environment/tests/test_server.py",
+            "tests/security/test_environment.py",
+        ),
     ),
     Target(
         "environment convert",
