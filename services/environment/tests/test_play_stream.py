@@ -120,8 +120,8 @@ async def test_bad_joins_fail_alone_and_the_good_one_in_the_same_message_is_play
 
 
 async def test_a_bad_act_is_its_own_result_and_resends_nothing(env_client: EnvironmentClient) -> None:
-    """A stale turn id and a foreign token fail as results (the token's seat, or none); the pending
-    decision, already sent, is not sent again; the right answer is then accepted."""
+    """A stale turn id, a foreign token and an unknown episode fail as results (the token's seat, or
+    none); the pending decision, already sent, is not sent again; the right answer is then accepted."""
     ep = await env_client.create_episode("werewolf_v1", "6p", seed=1, external_seats=(0, 3))
     other = await env_client.create_episode("werewolf_v1", "6p", seed=2, external_seats=(0,))
     stream = Stream(env_client)
@@ -135,12 +135,14 @@ async def test_a_bad_act_is_its_own_result_and_resends_nothing(env_client: Envir
             pb.SeatAct(episode_id=ep.episode_id, token=ep.seat_tokens[seat], turn_id=pending.turn_id + 100,
                        raw_text="x"),
             pb.SeatAct(episode_id=ep.episode_id, token=other.seat_tokens[0], turn_id=1, raw_text="x"),
+            pb.SeatAct(episode_id="no-such-episode", token=ep.seat_tokens[seat], turn_id=2, raw_text="x"),
         ]
     )  # fmt: skip
     reply = await stream.read()
     assert [(r.seat, r.turn_id, code_of_status(r.error)) for r in reply.results] == [
         (seat, pending.turn_id + 100, grpc.StatusCode.FAILED_PRECONDITION),
         (0, 1, grpc.StatusCode.PERMISSION_DENIED),  # the token holds no seat here: none is named
+        (0, 2, grpc.StatusCode.NOT_FOUND),  # no such episode: no seat either
     ]
     assert list(reply.decisions) == []
     act = pb.SeatAct(episode_id=ep.episode_id, token=ep.seat_tokens[seat], turn_id=pending.turn_id,
