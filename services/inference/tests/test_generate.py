@@ -130,13 +130,30 @@ async def test_list_policies(stub: pb_grpc.InferenceServiceStub) -> None:
     assert by_id["strict"].context_budget == 512
 
 
-async def test_cancelled_calls_do_not_break_the_service(stub: pb_grpc.InferenceServiceStub) -> None:
+async def test_cancelled_calls_do_not_break_the_service(
+    stub: pb_grpc.InferenceServiceStub, registry: PolicyRegistry
+) -> None:
     """A deadline hit mid-generation and a stream dropped by its client abort their rows; the batcher
-    keeps serving."""
+    keeps serving. The first call's decode steps are held until its deadline has passed, so it surely
+    hits it mid-generation, however fast the machine decodes 400 tokens."""
+    import threading
+
     import grpc
 
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await stub.Generate(chat(PROMPTS[0], "strict", max_tokens=400, temperature=0), timeout=0.05)
+    passed = threading.Event()
+
+    def hold(_module: object, _args: object, kwargs: dict[str, torch.Tensor]) -> None:
+        if kwargs["input_ids"].shape[1] == 1:  # decode steps wait (bounded) until the deadline passed
+            passed.wait(120)
+
+    model = registry.get("strict").backend.torch_model  # type: ignore[attr-defined]
+    handle = model.register_forward_pre_hook(hold, with_kwargs=True)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Generate(chat(PROMPTS[0], "strict", max_tokens=400, temperature=0), timeout=0.5)
+    finally:
+        passed.set()
+        handle.remove()
     assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     call = stub.GenerateStream(pb.GenerateStreamRequest(request=chat(PROMPTS[1], "strict", max_tokens=400)))
     first = await call.read()
