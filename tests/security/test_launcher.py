@@ -47,6 +47,11 @@ def spawned(run_dir: Path) -> bool:
     return len(state(run_dir).get("pids", {})) == len(SERVICES)
 
 
+SPAWN_S = 150.0
+"""Bound on the wait for every service to be spawned: with ``--base-port 0`` the rollout service starts
+once the services it needs have bound their ports (their imports and the tiny model, on a loaded box)."""
+
+
 def redis_pid(run_dir: Path) -> int:
     path = run_dir / "redis" / "redis.pid"
     return int(path.read_text()) if path.exists() else 0
@@ -119,7 +124,7 @@ def test_sigkill_leaves_nothing_the_next_up_does_not_reap_and_sigterm_in_start_u
 ) -> None:
     run_dir, procs = up
     first = start(run_dir, procs)
-    wait_for("the first stack's services to start", lambda: spawned(run_dir))
+    wait_for("the first stack's services to start", lambda: spawned(run_dir), SPAWN_S)
     services = list(state(run_dir)["pids"].values())
     redis = redis_pid(run_dir)
     first.send_signal(signal.SIGKILL)
@@ -128,7 +133,7 @@ def test_sigkill_leaves_nothing_the_next_up_does_not_reap_and_sigterm_in_start_u
     # Redis (its own session, stopped last on purpose) is reaped by the next up on this run dir.
     second = start(run_dir, procs)
     wait_for("the next up to reap the orphaned Redis", lambda: not alive(redis))
-    wait_for("the next stack's services to start", lambda: spawned(run_dir))
+    wait_for("the next stack's services to start", lambda: spawned(run_dir), SPAWN_S)
     services, redis = list(state(run_dir)["pids"].values()), redis_pid(run_dir)
     second.send_signal(signal.SIGTERM)  # during its start-up
     out, _ = second.communicate(timeout=60)
@@ -142,7 +147,7 @@ def test_a_signal_during_start_up_stops_everything(
 ) -> None:
     run_dir, procs = up
     launcher = start(run_dir, procs)
-    wait_for("the services to be spawned", lambda: spawned(run_dir))
+    wait_for("the services to be spawned", lambda: spawned(run_dir), SPAWN_S)
     services = list(state(run_dir)["pids"].values())
     redis = redis_pid(run_dir)
     launcher.send_signal(sig)
