@@ -14,7 +14,7 @@ from wolfpack_inference.models import tiny_model
 from wolfpack_trainer.batch import Sample, collate
 from wolfpack_trainer.learners import LearnerConfig, LossConfig, get_learner
 from wolfpack_trainer.learners.base import TrainBatch
-from wolfpack_trainer.learners.cpu import CpuLearner
+from wolfpack_trainer.learners.cpu import CpuLearner, resolve_model_path
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,9 @@ def test_metrics_average_over_every_micro_step(model_dir: str) -> None:
     batch.values = learner.compute_values(batch)
     assert batch.values is not None and torch.equal(batch.values, torch.zeros(4, 3))  # zero-initialised head
     batch.returns = rows.expand(4, 3).clone()
+    batch.ref_log_prob = batch.old_log_probs  # present, but kl_coef is 0: no KL term, no KL metric
     metrics = learner.update(batch)
+    assert "actor/kl_loss" not in metrics
     # 2 epochs x 4 micro-steps of one sample each: the mean of -A over the samples
     assert metrics["actor/pg_loss"] == pytest.approx(-2.5, abs=1e-5)
     assert metrics["actor/pg_clipfrac"] == 0.0 and metrics["actor/lr"] == 0.0
@@ -269,3 +271,10 @@ def test_generation_model_is_eval_and_no_grad(model_dir: str) -> None:
     with learner.generation_model() as model:
         assert not model.training and not torch.is_grad_enabled()
     assert torch.is_grad_enabled()
+
+
+def test_model_specs_resolve_through_the_inference_package(model_dir: str) -> None:
+    # "tiny" is built (here: found, already built) in the cache directory; other specs pass through
+    assert resolve_model_path("tiny", str(Path(model_dir).parent)) == model_dir
+    assert resolve_model_path("org/some-model", "/nonexistent") == "org/some-model"
+    assert resolve_model_path(model_dir, "/nonexistent") == model_dir
