@@ -143,6 +143,7 @@ TARGETS = (
         "rollout driver",
         "services/rollout/wolfpack_rollout/driver.py",
         (
+            "services/rollout/tests/test_driver_faults.py",
             "services/rollout/tests/test_failures.py",
             "services/rollout/tests/test_driver.py",
             "services/rollout/tests/test_backpressure.py",

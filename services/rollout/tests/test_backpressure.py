@@ -66,4 +66,11 @@ async def test_backpressure_slows_rollout_and_loses_nothing(
         await driver.close()
     await cur_server.stop(0)
     assert summary.failed == 0 and summary.episodes == 8
+    # each refused append waited backpressure_retry_s (asyncio.sleep never returns early) and was counted
+    waits = driver.stats.backpressure_waits
+    assert (
+        summary.backpressure_wait_s
+        == driver.stats.backpressure_wait_s
+        >= 0.9 * waits * config.backpressure_retry_s
+    )
     assert sorted(received) == sorted(t.trajectory_id for t in driver.trajectories), "each exactly once"

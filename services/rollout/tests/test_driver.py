@@ -103,9 +103,10 @@ async def test_turn_cap_truncates_and_keeps_the_episode(stack: Any, tasks: dict[
     assert played[1].group_id == played[2].group_id and played[1].trajectory_id != played[2].trajectory_id
     for traj in played:
         policy = [t for t in traj.turns if t.response_token_ids]
-        assert 1 <= len(policy) <= 2
+        assert 1 <= len(policy) <= config.max_turns
         if traj.metadata.get("truncated"):
             assert traj.metadata["truncated"] == "turn_cap"
+            assert len(policy) == config.max_turns, "every decision up to the cap is played, none past it"
             if traj.game.game_id == "werewolf_v1":  # scenario outcomes are re-verified from the transcript
                 assert all(o.outcome == common_pb2.OUTCOME_KIND_ABORTED for o in traj.outcomes)
     assert driver.stats.truncated_episodes == sum(1 for t in played if t.metadata.get("truncated"))
