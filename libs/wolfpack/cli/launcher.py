@@ -12,6 +12,11 @@ kernel to exit when the launcher dies (``PR_SET_PDEATHSIG``), and ``up.json`` is
 process starts, so an ``up`` after a SIGKILLed one reaps whatever survived (and the embedded Redis reaps
 its own orphan from its pid file). One stack per run dir: ``up.lock`` is held (``flock``) while a stack
 runs, and a second ``up`` on the same run dir refuses with a message instead of touching it.
+
+Ports: with ``--base-port 0`` each service binds ``host:0`` itself and reports the port the kernel gave it
+(``serve --ready-file``, under ``<run_dir>/ready``); the launcher never picks a "free" port and hands it
+over, which raced every other process for it. A service that needs others' addresses at start
+(``DEPENDS_ON``) is started once they have bound; ``up.json`` lists bound addresses only.
 """
 
 from __future__ import annotations
