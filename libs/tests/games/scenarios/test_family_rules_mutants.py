@@ -141,6 +141,12 @@ def test_bargaining_rejects_unambitious_targets_and_empty_zopa(private: list[dic
 
 def test_bargaining_solution_is_win_win_when_targets_overlap() -> None:
     assert verify(BARG, get_family("bargaining").solution(BARG)).outcomes == {0: 1, 1: 1}  # 95 <= 100
+    # Lopsided targets: the ZOPA's middle (100) is above the buyer's target (85), but any price in
+    # [82, 85] lets both win, so the witness must find one.
+    lopsided = Scenario.model_validate(
+        _bargaining_with([{"reservation": 120, "target": 85}, {"reservation": 80, "target": 82}])
+    )
+    assert verify(lopsided, get_family("bargaining").solution(lopsided)).outcomes == {0: 1, 1: 1}
     for seed in SEEDS:
         sc = generate_scenario("bargaining", seed, "easy")
         assert verify(sc, get_family("bargaining").solution(sc)).outcomes == {0: 1, 1: 1}, seed
