@@ -214,6 +214,10 @@ def test_logprob_mismatch_metrics_by_hand() -> None:
     assert m["mismatch/abs_logprob_diff"] == pytest.approx(0.75)
     assert m["mismatch/max_abs_logprob_diff"] == pytest.approx(1.0)
     assert m["mismatch/k3_kl"] == pytest.approx(k3, rel=1e-6)
+    # one valid token: the means are over that one token
+    one = algos.logprob_mismatch(old, rollout, torch.tensor([[0.0, 1.0, 0.0]]))
+    assert one["mismatch/abs_logprob_diff"] == pytest.approx(1.0)
+    assert one["mismatch/k3_kl"] == pytest.approx(math.exp(-1.0), rel=1e-6)
     # nothing valid: every metric 0 (no division by zero)
     none = algos.logprob_mismatch(old, rollout, torch.zeros(1, 3))
     assert none == {
