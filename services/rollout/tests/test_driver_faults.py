@@ -6,6 +6,7 @@ cannot fit), attempt numbering of re-prompts and the counters against what infer
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -237,7 +238,6 @@ async def test_an_unexpected_error_fails_its_episode_not_the_run(stack: Any, red
     summary."""
     import redis.asyncio as aioredis
 
-    from wolfpack.redis_server import free_port
     from wolfpack.stream import ProtoStreamProducer, RetryPolicy, StreamUnavailableError
     from wolfpack.v1 import trajectory_pb2
     from wolfpack_curriculum.client import CurriculumClient
@@ -250,7 +250,9 @@ async def test_an_unexpected_error_fails_its_episode_not_the_run(stack: Any, red
         "curriculum", lambda s: register(s, CurriculumServicer(CurriculumStore(redis_client, cfg))),
         stack.settings, "127.0.0.1:0",
     )  # fmt: skip
-    gone = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}")
+    held = socket.socket()  # bound, never listening: refuses connections, and no one else takes the port
+    held.bind(("127.0.0.1", 0))
+    gone = aioredis.Redis.from_url(f"redis://127.0.0.1:{held.getsockname()[1]}")
     producer: ProtoStreamProducer[trajectory_pb2.Trajectory] = ProtoStreamProducer(
         gone, "test:gone", id_of=lambda t: t.trajectory_id, retry=RetryPolicy(timeout_s=0.2)
     )
@@ -269,6 +271,7 @@ async def test_an_unexpected_error_fails_its_episode_not_the_run(stack: Any, red
     finally:
         await cur_server.stop(0)
         await gone.aclose()
+        held.close()
     assert summary.episodes == 0 and summary.failed == driver.stats.episodes_started >= 2
     assert list(summary.failures) == [f"internal:{StreamUnavailableError.__name__}"], summary.failures
     assert driver.stats.in_flight == 0
