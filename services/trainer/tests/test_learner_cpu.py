@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from wolfpack_inference.models import tiny_model
+from wolfpack_trainer import algos
 from wolfpack_trainer.batch import Sample, collate
 from wolfpack_trainer.learners import LearnerConfig, LossConfig, get_learner
 from wolfpack_trainer.learners.base import TrainBatch
@@ -278,3 +279,29 @@ def test_model_specs_resolve_through_the_inference_package(model_dir: str) -> No
     assert resolve_model_path("tiny", str(Path(model_dir).parent)) == model_dir
     assert resolve_model_path("org/some-model", "/nonexistent") == "org/some-model"
     assert resolve_model_path(model_dir, "/nonexistent") == model_dir
+
+
+def test_kl_term_pulls_the_policy_towards_the_reference(model_dir: str) -> None:
+    # zero advantages: the only gradient is the KL term's; a reference 1 nat below the policy on every
+    # sampled token must be approached (the KL shrinks), never fled
+    cfg = LearnerConfig(model=model_dir, lr=1e-3, loss=LossConfig(kl_coef=1.0, kl_type="low_var_kl"))
+    learner = get_learner("cpu")(cfg)
+    batch = _batch()
+    batch.advantages = torch.zeros_like(batch.response_mask)
+    batch.old_log_probs = learner.compute_log_probs(batch)
+    batch.ref_log_prob = batch.old_log_probs - 1.0
+    mask = batch.response_mask
+    loss_cfg = cfg.loss
+    before = algos.kl_loss(batch.old_log_probs, batch.ref_log_prob, mask, loss_cfg).item()
+    learner.update(batch)
+    after = algos.kl_loss(learner.compute_log_probs(batch), batch.ref_log_prob, mask, loss_cfg).item()
+    assert after < before
+
+
+def test_save_pretrained_full_model_loads_by_path_with_its_tokenizer(model_dir: str, tmp_path: Path) -> None:
+    learner = CpuLearner(LearnerConfig(model=model_dir))
+    out = learner.save_pretrained(tmp_path / "hf")
+    assert AutoTokenizer.from_pretrained(out) is not None
+    loaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    for key, value in learner.model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
