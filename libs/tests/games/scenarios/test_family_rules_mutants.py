@@ -263,6 +263,33 @@ def test_allocation_generator_follows_its_difficulty_table(difficulty: str) -> N
     assert counts == set(range(lo, hi + 1))
 
 
+def _pearson(x: list[int], y: list[int]) -> float:
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    sx = sum((a - mx) ** 2 for a in x) ** 0.5
+    sy = sum((b - my) ** 2 for b in y) ** 0.5
+    return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / (sx * sy) if sx and sy else 0.0
+
+
+@pytest.mark.parametrize(
+    ("difficulty", "seeds", "low", "high"),
+    [("easy", 200, -0.2, 0.25), ("medium", 200, 0.3, 0.7), ("hard", 60, 0.85, 1.0)],
+)
+def test_allocation_conflict_is_the_correlation_of_valuations(
+    difficulty: str, seeds: int, low: float, high: float
+) -> None:
+    """The conflict knob c mixes a shared weight b with a private one o (both uniform): values are
+    proportional to c*b + (1-c)*o, so two players' values correlate with c^2 / (c^2 + (1-c)^2): 0.01 on
+    easy (c 0.1), 0.5 on medium (c 0.5), 0.97 on hard (c 0.85). The mean over many scenarios of the
+    sample correlation (3-7 items: noisy, hence wide bounds) lands around those."""
+    corr = []
+    for seed in range(seeds):
+        sc = generate_scenario("allocation", seed, difficulty)
+        items = sc.param_strs("items")
+        v0, v1 = (dict(sc.private_value(s, "values")) for s in (0, 1))  # type: ignore[arg-type]
+        corr.append(_pearson([v0[i] for i in items], [v1[i] for i in items]))
+    assert low < sum(corr) / len(corr) < high
+
+
 def test_allocation_public_text_names_who_speaks_first() -> None:
     for seed in range(20):
         sc = generate_scenario("allocation", seed, DIFFS[seed % 3])
