@@ -386,9 +386,13 @@ def test_without_an_sdk_the_light_interceptors_are_used() -> None:
     assert isinstance(stream, telemetry.ContextStreamClientInterceptor)
 
 
-async def test_the_light_server_interceptor_continues_unary_and_short_streams_only() -> None:
+async def test_the_light_server_interceptor_continues_unary_and_short_streams_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A caller's traceparent (sent by hand here) is current inside unary handlers and short server
-    streams, with its tracestate; episode-long streams and client/bidi streams run untouched."""
+    streams, with its tracestate; episode-long streams and client/bidi streams run untouched; and no call,
+    with or without a trace, leaves an error behind (such as a context detached that was never attached)."""
+    caplog.set_level(logging.WARNING)
     server, seen, target = await start(telemetry.server_interceptors())
     metadata = [("traceparent", TRACEPARENT), ("tracestate", "vendor=v1")]
     try:
@@ -410,6 +414,7 @@ async def test_the_light_server_interceptor_continues_unary_and_short_streams_on
         expected = (TRACE_ID, "v1") if method in continued else (0, "")
         assert ids[half:] == [expected] * half, method
     assert set(seen.by_method) == continued | {"Observe", "GenerateStream", "PushWeights", "PlaySeats"}
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 async def test_the_light_client_interceptors_send_the_current_context_on_unary_and_short_streams() -> None:
