@@ -419,3 +419,19 @@ def test_cooperation_status_line_reports_the_answers() -> None:
     assert t.status() == "Current answers: Ann Tuesday 2pm"
     t = _tracker_after(COOP, [(0, "ANSWER: Tuesday 2pm"), (1, "ANSWER: Monday 9am")])
     assert t.status() == "Current answers: Ann Tuesday 2pm, Bo Monday 9am"
+
+
+def test_cooperation_instructions_render_for_every_valid_scenario() -> None:
+    """A scenario passed in from outside only has to pass validation; the smallest valid one (a single
+    candidate slot nobody blocks) must still render its instructions, with a candidate slot as example."""
+    one_slot = scenario(
+        "cooperation",
+        {"slots": ["Monday 9am"], "first": 0},
+        [("Ann", "teammate", {"blocked": []}), ("Bo", "teammate", {"blocked": []})],
+        4,
+    )
+    fam = get_family("cooperation")
+    for seat in (0, 1):
+        assert "`ANSWER: Monday 9am`" in fam.instructions(one_slot, seat)
+    text = fam.instructions(COOP, 0)
+    assert any(f"`ANSWER: {slot}`" in text for slot in COOP.param_strs("slots"))
