@@ -100,10 +100,22 @@ async def report_progress(driver: RolloutDriver, concurrency: int, every_s: floa
         )  # fmt: skip
 
 
+async def reset_prefix_cache(backend: Any) -> None:
+    """Empty the engine's prefix cache before the raw replay.
+
+    Why: the replay sends prompts the rollout has just computed. With the cache warm, the engine skips
+    their prefill entirely and the raw row measures decode only, while the rollout had to prefill each
+    turn's new tokens: an unfair baseline (the first GPU rows, ratio ~0.6, were measured that way). Cold,
+    both rows pay for the same prefill, and both still reuse what an episode's earlier turns computed."""
+    engine = getattr(backend, "engine", None)
+    if engine is not None and hasattr(engine, "reset_prefix_cache"):
+        await engine.reset_prefix_cache()
+
+
 async def raw_engine(
     backend: Any, prompts: list[list[int]], concurrency: int, max_tokens: int, temperature: float
 ) -> tuple[float, int]:
-    """Replay ``prompts`` straight into the backend, ``concurrency`` at a time: (seconds, tokens)."""
+    """Replay ``prompts`` straight into the backend in order, ``concurrency`` at a time: (seconds, tokens)."""
     from wolfpack_inference.backends.base import Request, Sampling
 
     sampling = Sampling(max_tokens=max_tokens, temperature=temperature, logprobs=True)
@@ -113,13 +125,86 @@ async def raw_engine(
     async def worker() -> None:
         nonlocal tokens
         while queue:
-            prompt = queue.pop()
+            prompt = queue.pop(0)
             result = await backend.generate(Request(sampling, list(prompt)))
             tokens += sum(len(c.token_ids) for c in result.completions)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return time.perf_counter() - start, tokens
+
+
+async def play_row(
+    args: argparse.Namespace, env: Any, inference: Any, reward: Any, c: int, r: int
+) -> tuple[list[Any], float, int]:
+    """One timed rollout row in this process: (trajectories, seconds, failed episodes)."""
+    config = RolloutConfig(
+        concurrency=c, max_turns=args.max_turns, generate_timeout_s=args.generate_timeout,
+        prompt_mode=args.prompt_mode, memory_steps=args.memory_steps,
+        sampling=SamplingConfig(max_tokens=args.max_tokens, temperature=args.temperature),
+    )  # fmt: skip
+    driver = RolloutDriver(config, environment=env, inference_channel=inference, reward_channel=reward)
+    start = time.perf_counter()
+    reporter = asyncio.create_task(report_progress(driver, c, args.progress_s))
+    played = await driver.play(
+        tasks(args.game, args.variant, args.episodes, args.policy_id, args.seat, r * 100_000)
+    )
+    elapsed = time.perf_counter() - start
+    reporter.cancel()
+    await driver.close()
+    return played, elapsed, driver.stats.episodes_failed
+
+
+async def play_in_child(
+    args: argparse.Namespace, addr: dict[str, str], c: int, r: int
+) -> tuple[list[Any], float, int]:
+    """The same row with the rollout driver in its own process, as the rollout service runs beside the
+    inference service; this process keeps serving inference (and holds the engine for the raw row)."""
+    import tempfile
+
+    from wolfpack.v1 import trajectory_pb2
+
+    with tempfile.TemporaryDirectory(prefix="bench-rollout-") as tmp:
+        out = Path(tmp)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--driver-only", str(out), "--repeat-index", str(r),
+               "--environment", addr["environment"], "--inference", addr["inference"], "--reward", addr["reward"],
+               "--policy-id", args.policy_id, "--game", args.game, "--variant", args.variant,
+               "--seat", str(args.seat), "--episodes", str(args.episodes), "--concurrency", str(c),
+               "--max-tokens", str(args.max_tokens), "--max-turns", str(args.max_turns),
+               "--temperature", str(args.temperature), "--prompt-mode", args.prompt_mode,
+               "--memory-steps", str(args.memory_steps), "--progress-s", str(args.progress_s),
+               "--generate-timeout", str(args.generate_timeout)]  # fmt: skip
+        proc = await asyncio.create_subprocess_exec(*cmd)
+        if await proc.wait() != 0:
+            raise RuntimeError(f"the driver process exited with {proc.returncode}")
+        meta = json.loads((out / "row.json").read_text())
+        played = []
+        data = (out / "trajectories.bin").read_bytes()
+        pos = 0
+        while pos < len(data):
+            size = int.from_bytes(data[pos : pos + 4], "little")
+            played.append(trajectory_pb2.Trajectory.FromString(data[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        return played, float(meta["elapsed"]), int(meta["failed"])
+
+
+async def driver_only(args: argparse.Namespace) -> None:
+    """Child side of ``--driver-process``: play one row against the given services, write what it played."""
+    settings = load_settings(rpc_timeout_s=3600)
+    async with (
+        EnvironmentClient(args.environment, settings) as env,
+        rpc.channel(args.inference, settings) as inference,
+        rpc.channel(args.reward, settings) as reward,
+    ):
+        played, elapsed, failed = await play_row(
+            args, env, inference, reward, args.concurrency[0], args.repeat_index
+        )
+    out = Path(args.driver_only)
+    with (out / "trajectories.bin").open("wb") as f:
+        for traj in played:
+            blob = traj.SerializeToString()
+            f.write(len(blob).to_bytes(4, "little") + blob)
+    (out / "row.json").write_text(json.dumps({"elapsed": elapsed, "failed": failed}))
 
 
 async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -187,30 +272,23 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         for c in args.concurrency:
             samples: list[dict[str, float]] = []
             for r in range(args.repeats):
-                config = RolloutConfig(
-                    concurrency=c, max_turns=args.max_turns, generate_timeout_s=args.generate_timeout,
-                    prompt_mode=args.prompt_mode, memory_steps=args.memory_steps,
-                    sampling=SamplingConfig(max_tokens=args.max_tokens, temperature=args.temperature),
-                )  # fmt: skip
-                driver = RolloutDriver(
-                    config, environment=env, inference_channel=inference, reward_channel=reward
-                )
-                start = time.perf_counter()
-                reporter = asyncio.create_task(report_progress(driver, c, args.progress_s))
-                played = await driver.play(
-                    tasks(args.game, args.variant, args.episodes, policy_id, args.seat, r * 100_000)
-                )
-                elapsed = time.perf_counter() - start
-                reporter.cancel()
-                await driver.close()
+                if args.driver_process:
+                    played, elapsed, failed = await play_in_child(args, addr, c, r)
+                else:
+                    played, elapsed, failed = await play_row(args, env, inference, reward, c, r)
                 tokens = sum(len(t.response_token_ids) for tr in played for t in tr.turns)
                 turns = sum(1 for tr in played for t in tr.turns if t.response_token_ids)
                 sample = {"episodes_per_min": 60 * len(played) / elapsed, "rollout_tok_s": tokens / elapsed,
-                          "turns_per_s": turns / elapsed, "failed": float(driver.stats.episodes_failed)}  # fmt: skip
+                          "turns_per_s": turns / elapsed, "failed": float(failed)}  # fmt: skip
                 if backend is not None:
-                    prompts = [
-                        list(t.prompt_token_ids) for tr in played for t in tr.turns if t.response_token_ids
-                    ]
+                    # the rollout's generations in the order it issued them, so prefix reuse is alike
+                    issued = sorted(
+                        (t.started_at.ToNanoseconds(), list(t.prompt_token_ids))
+                        for tr in played for t in tr.turns if t.response_token_ids
+                    )  # fmt: skip
+                    prompts = [p for _, p in issued]
+                    if args.raw_cache == "cold":
+                        await reset_prefix_cache(backend)
                     raw_s, raw_tokens = await raw_engine(
                         backend, prompts, c, args.max_tokens, args.temperature
                     )
@@ -258,6 +336,10 @@ def main() -> None:
     ap.add_argument(
         "--generate-timeout", type=float, default=120.0, help="deadline of one GenerateBatch call"
     )
+    ap.add_argument(
+        "--raw-cache", default="cold", choices=["cold", "warm"],
+        help="cold: empty the engine's prefix cache before the raw replay (fair); warm: keep it",
+    )  # fmt: skip
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--context-budget", type=int, default=0, help="prompt budget (0: the model's positions)")
@@ -270,7 +352,16 @@ def main() -> None:
     ap.add_argument("--reward", default="", help="use this reward service")
     ap.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "wolfpack" / "inference"))
     ap.add_argument("--json", default="", help="also write the rows to this JSON file")
+    ap.add_argument(
+        "--driver-process", action="store_true",
+        help="run the rollout driver in its own process (as the rollout service is), not beside inference",
+    )  # fmt: skip
+    ap.add_argument("--driver-only", default="", help=argparse.SUPPRESS)  # the child of --driver-process
+    ap.add_argument("--repeat-index", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.driver_only:
+        asyncio.run(driver_only(args))
+        return
     print(f"rollout bench: backend={args.backend} model={args.model} game={args.game}/{args.variant} "
           f"max_tokens={args.max_tokens} ignore_eos={args.ignore_eos} prompt_mode={args.prompt_mode}")  # fmt: skip
     print(f"{'concurrency':>11}  {'episodes':>8}  {'episodes/min':>10}  {'turns/s':>8}  {'rollout tok/s':>11}  "

@@ -205,6 +205,29 @@ async def test_stream_matches_unary(engine: Any, prompt: list[int]) -> None:
     assert [t for c in chunks for t in c.token_ids] == final.completions[0].token_ids
 
 
+async def test_final_text_is_the_engines_text_and_stop_strings_still_stop(
+    engine: Any, model_dir: Path, prompt: list[int]
+) -> None:
+    """A final-only request skips vLLM's per-token detokenizer and decodes once: the text must be what the
+    engine's own detokenizer produces for the same tokens (the stream path keeps it), and a request with
+    stop strings must still be matched on text inside the engine."""
+    from transformers import AutoTokenizer
+
+    chunks = [c async for c in engine.stream(Request(GREEDY, prompt))]
+    final = (await gen(engine, GREEDY, prompt)).completions[0]
+    streamed_text = "".join(c.text for c in chunks)
+    assert final.text and final.text == streamed_text
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    assert final.text == tok.decode(final.token_ids, skip_special_tokens=True)
+    # stop on the text of the 3rd..4th generated tokens: the completion must end before the full 24 tokens
+    stop = tok.decode(final.token_ids[2:4], skip_special_tokens=True)
+    assert stop, "the random model's 3rd and 4th tokens decode to nothing: pick another window"
+    stopping = Sampling(max_tokens=24, temperature=0.0, stop=(stop,))
+    stopped = (await gen(engine, stopping, prompt)).completions[0]
+    assert stop not in stopped.text
+    assert len(stopped.token_ids) < len(final.token_ids)
+
+
 async def test_full_weight_update_from_a_checkpoint_then_pushed_tensors(
     engine: Any, model_dir: Path, work: Path, prompt: list[int]
 ) -> None:
