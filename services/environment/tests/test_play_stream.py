@@ -153,6 +153,38 @@ async def test_a_bad_act_is_its_own_result_and_resends_nothing(env_client: Envir
     stream.call.cancel()
 
 
+async def test_a_retried_act_is_a_duplicate_and_resends_nothing(env_client: EnvironmentClient) -> None:
+    """Bargaining, both seats external: the seller (seat 1) speaks first, then the buyer, then the seller
+    again. A retry of the seller's first act, sent while its second decision is pending (and already
+    delivered), is answered as a duplicate of what was applied, and the pending decision is not sent again."""
+    ep = await env_client.create_episode("bargaining_v1", "easy", seed=3, external_seats=(0, 1))
+    stream = Stream(env_client)
+    await stream.send(join=[pb.SeatRef(episode_id=ep.episode_id, token=t) for t in ep.seat_tokens.values()])
+
+    def act(seat: int, turn_id: int, text: str) -> pb.SeatAct:
+        return pb.SeatAct(
+            episode_id=ep.episode_id, token=ep.seat_tokens[seat], turn_id=turn_id, raw_text=text
+        )
+
+    [(seat, turn)] = [(o.seat, o.turn_id) for o in (await stream.read()).decisions if o.your_turn]
+    assert (seat, turn) == (1, 1)
+    first = act(1, 1, "Hello. FINAL_BID: 900")
+    await stream.send(acts=[first])
+    reply = await stream.read()
+    assert [(r.seat, r.accepted) for r in reply.results] == [(1, True)]
+    assert [(o.seat, o.turn_id) for o in reply.decisions] == [(0, 1)]
+    await stream.send(acts=[act(0, 1, "Too much. FINAL_BID: 500")])
+    reply = await stream.read()
+    assert [(r.seat, r.accepted) for r in reply.results] == [(0, True)]
+    assert [(o.seat, o.turn_id) for o in reply.decisions] == [(1, 2)]
+    await stream.send(acts=[first])  # the retry
+    reply = await stream.read()
+    [retry] = reply.results
+    assert (retry.seat, retry.turn_id, retry.accepted, retry.duplicate) == (1, 1, True, True)
+    assert list(reply.decisions) == []  # seat 1's turn 2 was delivered already
+    stream.call.cancel()
+
+
 async def test_the_stream_ends_when_the_client_is_done_and_detaches_from_its_episodes(
     env_client: EnvironmentClient, servicer: EnvironmentServicer
 ) -> None:
