@@ -234,3 +234,16 @@ def test_a_batch_larger_than_the_small_int_cache_is_accepted(trajectory_factory:
     # rewards 0, 1, 0, 1, ...: r - mean(others) = 0 - 150/299 for a zero, 1 - 149/299 for a one
     assert out.advantages[0, 1].item() == pytest.approx(-150 / 299, abs=1e-5)
     assert out.advantages[1, 1].item() == pytest.approx(150 / 299, abs=1e-5)
+
+
+def test_extreme_but_finite_mismatches_follow_the_formulas() -> None:
+    # 19.5 nats either way is inside the +-20 numerical guard: the documented formulas hold exactly there
+    old = torch.tensor([[-0.5, -20.0]])
+    rollout = torch.tensor([[-20.0, -0.5]])
+    # k3 of a +19.5 log-ratio: e^19.5 - 1 - 19.5 (not saturated)
+    m = algos.logprob_mismatch(old, rollout, torch.tensor([[1.0, 0.0]]))
+    assert m["mismatch/k3_kl"] == pytest.approx(math.exp(19.5) - 20.5, rel=1e-5)
+    # truncated IS weight of a -19.5 log-ratio: min(e^-19.5, cap) = e^-19.5
+    w = algos.truncated_is_weights(old, rollout, torch.ones(1, 2), cap=2.0)
+    assert w[0, 1].item() == pytest.approx(math.exp(-19.5), rel=1e-5)
+    assert w[0, 0].item() == 2.0
