@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from wolfpack import rpc
-from wolfpack.v1 import common_pb2
+from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import inference_service_pb2 as inf_pb
 from wolfpack.v1 import reward_service_pb2 as rew_pb
 from wolfpack.v1 import reward_service_pb2_grpc as rew_grpc
@@ -114,12 +114,14 @@ async def test_non_transient_failures_are_named_after_the_service_and_status(sta
     (reason,) = driver.stats.failures
     assert reason.startswith("inference_") and reason != "inference_unavailable", reason
 
+    probe = trajectory_pb2.Trajectory(trajectory_id="probe")  # what Score answers for this spec
+    probe.game.game_id = "bargaining_v1"
     async with rpc.channel(stack.reward, stack.settings) as ch:
         with pytest.raises(grpc.aio.AioRpcError) as direct:
             await rew_grpc.RewardServiceStub(ch).Score(
-                rew_pb.ScoreRequest(trajectory=driver.trajectories[0] if driver.trajectories else None,
-                                    spec="no_such_spec")
-            )  # fmt: skip
+                rew_pb.ScoreRequest(trajectory=probe, spec="no_such_spec")
+            )
+    assert "no_such_spec" in (direct.value.details() or ""), "refused for its spec"
     bad_spec = RolloutConfig(**fast, reward_spec="no_such_spec", sampling=SamplingConfig(max_tokens=8))  # type: ignore[arg-type]
     driver = await _play(stack, bad_spec, [bargaining_task(63)])
     assert driver.stats.failures == {f"reward_{direct.value.code().name.lower()}": 1}
@@ -239,7 +241,6 @@ async def test_an_unexpected_error_fails_its_episode_not_the_run(stack: Any, red
     import redis.asyncio as aioredis
 
     from wolfpack.stream import ProtoStreamProducer, RetryPolicy, StreamUnavailableError
-    from wolfpack.v1 import trajectory_pb2
     from wolfpack_curriculum.client import CurriculumClient
     from wolfpack_curriculum.config import CurriculumConfig
     from wolfpack_curriculum.server import CurriculumServicer, register
