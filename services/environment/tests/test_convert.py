@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
 from wolfpack.v1 import common_pb2
@@ -107,3 +108,25 @@ async def test_a_create_items_trace_context_applies_to_its_own_episode_only(
 
     assert trace_of(ids["traced"]) == trace_id
     assert trace_of(ids["plain"]) != trace_id
+
+
+@pytest.mark.parametrize("game_id", ["allocation_v1", "trust_v1", "werewolf_v1"])
+async def test_a_stored_scenario_opens_only_its_own_familys_game(
+    env_client: EnvironmentClient, scenario_store: str, game_id: str
+) -> None:
+    """A bargaining scenario asked for with another game is refused by the service, naming both (games
+    whose ids sort before and after ``bargaining_v1``), not handed to that game."""
+    from wolfpack_games.scenarios import generate_scenario, open_store
+
+    scenario = generate_scenario("bargaining", seed=5, difficulty="easy")
+    db = open_store(scenario_store)
+    db.insert(scenario)
+    db.close()
+    req = episode_request(game_id, seed=1)
+    req.scenario_id = scenario.id
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await env_client.stub.CreateEpisode(req)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"is a bargaining scenario, not {game_id}" in (err.value.details() or "")
+    req.game.game_id = "bargaining_v1"
+    assert (await env_client.stub.CreateEpisode(req)).episode_id
