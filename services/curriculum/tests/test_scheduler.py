@@ -124,3 +124,19 @@ def test_league_mix_draws_any_registered_opponent_and_checkpoint_mix_only_checkp
             )
         else:  # no checkpoint in the league: self-play
             assert (kind, opp, trainees) == (pb.OPPONENT_KIND_SELF, "self:learner", list(range(6)))
+
+
+def test_per_seat_league_picks_bind_each_seat_and_the_mix_id_counts_them() -> None:
+    """Per seat: each non-trainee seat draws its own opponent; the id counts seats per kind."""
+    plan = SeatPlan.model_validate({"trainee_seats": [0], "mix": {"checkpoint": 1.0}, "mix_per": "seat"})
+    bucket = Bucket(game_id="werewolf_v1", variant="6p", seats=plan)
+    ckpt = pb.Opponent(opponent_id="checkpoint:learner@2", kind=pb.OPPONENT_KIND_CHECKPOINT)
+    ckpt.policy.policy_id = "learner-v2"
+    league = LeagueView(Entry("trainee", 1000), [(Entry("checkpoint:learner@2", 1000), ckpt)])
+    seats, trainees, kind, opp = seat_plan(bucket, 6, CFG, league, random.Random(0))
+    assert (kind, opp, trainees) == (pb.OPPONENT_KIND_CHECKPOINT, "mix:checkpoint=5", [0])
+    assert [s.policy.policy_id for s in seats] == ["learner"] + ["learner-v2"] * 5
+    # an empty league: every such seat is self-play, so a trainee seat
+    seats, trainees, kind, opp = seat_plan(bucket, 6, CFG, EMPTY, random.Random(0))
+    assert (kind, opp, trainees) == (pb.OPPONENT_KIND_SELF, "mix:self=5", list(range(6)))
+    assert {s.policy.policy_id for s in seats} == {"learner"}

@@ -18,17 +18,27 @@ from wolfpack_curriculum.store import CurriculumStore
 BUCKET = "werewolf_v1/6p"
 
 
-@pytest.fixture
-async def store(redis_url: str) -> AsyncIterator[CurriculumStore]:
-    client = aioredis.Redis.from_url(redis_url)
+def new_store(client: aioredis.Redis, **overrides: object) -> CurriculumStore:
     cfg = CurriculumConfig.model_validate(
         {
             "key_prefix": f"test:store:{uuid.uuid4().hex}", "group_size": 2, "replay_ratio": 0.0,
             "buckets": [{"game_id": "werewolf_v1", "variant": "6p", "seats": {"trainee_seats": [3]}}],
+            **overrides,
         }
     )  # fmt: skip
-    yield CurriculumStore(client, cfg)
+    return CurriculumStore(client, cfg)
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
     await client.aclose()
+
+
+@pytest.fixture
+def store(client: aioredis.Redis) -> CurriculumStore:
+    return new_store(client)
 
 
 def outcome(
@@ -106,3 +116,29 @@ async def test_a_first_loss_to_a_scripted_bot_rates_both_sides(store: Curriculum
     assert (proto.kind, proto.bot) == (pb.OPPONENT_KIND_SCRIPTED, "heuristic")
     await store.record([outcome(1, True, opponent="self:learner")])  # self-play: no rating change
     assert (await store.league())[0] == trainee
+
+
+async def test_a_count_of_zero_is_rejected(store: CurriculumStore) -> None:
+    for count in (0, -1):
+        with pytest.raises(ValueError, match="count"):
+            await store.next_tasks(count, "train")
+
+
+async def test_replay_draws_a_seed_that_has_a_weight_else_a_fresh_one(client: aioredis.Redis) -> None:
+    store = new_store(client, replay_ratio=1.0)
+    # nothing weighted yet: even at replay_ratio 1 the seed is fresh (0)
+    assert {t.seed for t in await store.next_tasks(2, "train")} == {0}
+    await store.record([outcome(7, False, "red wolf")])  # the only weighted task: seed 7
+    assert {t.seed for t in await store.next_tasks(6, "train")} == {7}
+    # eval never replays
+    assert {t.seed for t in await store.next_tasks(2, "eval")} == {store.cfg.eval_seed_offset}
+
+
+async def test_the_success_rate_is_over_the_last_recent_window_outcomes(client: aioredis.Redis) -> None:
+    store = new_store(client, recent_window=3)
+    for seed, success in enumerate([True, True, False, False]):
+        await store.record([outcome(seed, success)])
+    # the window keeps the last 3 of [1, 1, 0, 0]: [1, 0, 0] -> 1/3
+    [bucket] = (await store.stats()).buckets
+    assert bucket.success_rate == pytest.approx(1 / 3)
+    assert (bucket.finished, bucket.failures) == (4, 2)
