@@ -301,6 +301,9 @@ def test_kl_term_pulls_the_policy_towards_the_reference(model_dir: str) -> None:
 def test_save_pretrained_full_model_loads_by_path_with_its_tokenizer(model_dir: str, tmp_path: Path) -> None:
     learner = CpuLearner(LearnerConfig(model=model_dir))
     out = learner.save_pretrained(tmp_path / "hf")
+    # the tokenizer files are in the directory itself (loading alone is not a check: in this environment
+    # AutoTokenizer also succeeded on a directory saved without them)
+    assert (out / "tokenizer_config.json").is_file()
     assert AutoTokenizer.from_pretrained(out) is not None
     loaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     for key, value in learner.model.state_dict().items():
