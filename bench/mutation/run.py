@@ -259,6 +259,7 @@ TARGETS = (
         "environment gateway",
         "services/environment/wolfpack_environment/gateway.py",
         (
+            "services/environment/tests/test_gateway_bounds.py",
             "services/environment/tests/test_gateway.py",
             "tests/boundary/test_hidden_information.py",
             "tests/security/test_leak.py",
