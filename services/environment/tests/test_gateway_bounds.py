@@ -91,7 +91,7 @@ async def test_the_applied_action_carries_its_target_or_null(http: aiohttp.Clien
             if legal["targets"]:
                 action["target"] = legal["targets"][0]
             status, result = await call(http, "POST", f"{episode}/step",
-                                        json={"token": token, "turn_id": obs["turn_id"], "action": action})  # fmt: skip
+                                        json={"token": token, "turn_id": obs["turn_id"], "action": action, "wait_s": 0.01})  # fmt: skip
             assert status == 200 and result["accepted"], (seat, result)
             assert result["action"]["target"] == action.get("target"), result["action"]  # a number, or null
             seen["with" if "target" in action else "without"] += 1
