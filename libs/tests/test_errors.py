@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from wolfpack import rpc
-from wolfpack.errors import ServiceError, code_of, to_status
+from wolfpack.errors import MAX_MESSAGE_CHARS, ServiceError, code_of, to_status
 from wolfpack.settings import load_settings
 from wolfpack.v1 import inference_service_pb2 as inf_pb
 from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
@@ -34,6 +34,10 @@ class Broken(pb_grpc.RewardServiceServicer, inf_grpc.InferenceServiceServicer):
     async def GenerateBatch(self, request: inf_pb.GenerateBatchRequest, context: Any) -> AsyncIterator[Any]:
         yield inf_pb.GenerateBatchResponse()
         raise ServiceError("too late", grpc.StatusCode.FAILED_PRECONDITION)
+
+    async def Generate(self, request: inf_pb.GenerateRequest, context: Any) -> Any:
+        # a message quoting a huge hostile input, as multi-byte text (percent-encoded x3 on the wire)
+        raise ServiceError("bad option value: " + "\u72fc" * 20_000, grpc.StatusCode.INVALID_ARGUMENT)
 
     async def PushWeights(self, request_iterator: AsyncIterator[Any], context: Any) -> Any:
         async for _ in request_iterator:
@@ -81,6 +85,24 @@ async def test_a_bug_is_internal_without_its_message(target: str, caplog: pytest
     assert err.value.code() == grpc.StatusCode.INTERNAL
     assert "secret" not in (err.value.details() or "") and "RuntimeError" in (err.value.details() or "")
     assert any("secret /etc/path" in str(r.exc_info) for r in caplog.records if r.exc_info)  # logged
+
+
+async def test_a_huge_message_keeps_its_status(target: str) -> None:
+    """Uncut, this message would be ~180 KB in the status trailer and the client would see
+    RESOURCE_EXHAUSTED (a retryable-looking code) instead of INVALID_ARGUMENT."""
+    async with rpc.channel(target, load_settings(rpc_timeout_s=20)) as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await inf_grpc.InferenceServiceStub(ch).Generate(inf_pb.GenerateRequest(), timeout=20)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = err.value.details() or ""
+    assert details.startswith("bad option value: \u72fc") and details.endswith("[cut: 20018 characters]")
+    assert len(details) == MAX_MESSAGE_CHARS
+
+
+def test_short_messages_are_not_cut() -> None:
+    exact = "x" * MAX_MESSAGE_CHARS
+    assert to_status(ServiceError(exact)).message == exact
+    assert to_status(ServiceError(exact + "y")).message.endswith(f"[cut: {MAX_MESSAGE_CHARS + 1} characters]")
 
 
 def test_batch_items_get_the_same_code_and_message() -> None:

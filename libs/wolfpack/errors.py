@@ -44,14 +44,27 @@ def status_code(exc: BaseException) -> grpc.StatusCode:
     return exc.status if isinstance(exc, ServiceError) else grpc.StatusCode.INTERNAL
 
 
+MAX_MESSAGE_CHARS = 512
+"""Longest message sent to a caller. Why a cap: a message may quote the caller's own input (a bad option
+value, an unparsable action), and gRPC carries it percent-encoded in a trailer; a message over the
+client's metadata limit (8 KiB by default) turns the call into RESOURCE_EXHAUSTED, which reads as
+retryable, instead of the real status. 512 characters stay under it even as 4-byte UTF-8, encoded."""
+
+
 def public_message(exc: BaseException) -> str:
-    """What the caller is told: a ``ServiceError``'s message; for anything else only that it was an
-    internal error (the traceback goes to the server log, not over the wire)."""
-    return (
-        str(exc)
-        if isinstance(exc, ServiceError)
-        else f"internal error ({type(exc).__name__}); see the server log"
-    )
+    """What the caller is told: a ``ServiceError``'s message (cut to ``MAX_MESSAGE_CHARS``); for anything
+    else only that it was an internal error (the traceback goes to the server log, not over the wire)."""
+    if not isinstance(exc, ServiceError):
+        return f"internal error ({type(exc).__name__}); see the server log"
+    return clip(str(exc))
+
+
+def clip(message: str) -> str:
+    """``message`` cut to ``MAX_MESSAGE_CHARS``, saying how long it was (for every status sent)."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    note = f"... [cut: {len(message)} characters]"
+    return message[: MAX_MESSAGE_CHARS - len(note)] + note
 
 
 def make_status(code: grpc.StatusCode, message: str) -> status_pb2.Status:

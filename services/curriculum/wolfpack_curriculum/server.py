@@ -15,6 +15,7 @@ import grpc
 import redis.asyncio as aioredis
 
 from wolfpack import rpc
+from wolfpack.errors import clip
 from wolfpack.settings import Settings
 from wolfpack.stream import ProtoStreamConsumer
 from wolfpack.v1 import curriculum_service_pb2 as pb
@@ -35,7 +36,7 @@ class CurriculumServicer(pb_grpc.CurriculumServiceServicer):
         try:
             return pb.NextTasksResponse(tasks=await self.store.next_tasks(request.count, request.split))
         except (ValueError, KeyError) as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(str(exc)))
             raise
 
     async def ReportOutcomes(
@@ -44,7 +45,7 @@ class CurriculumServicer(pb_grpc.CurriculumServiceServicer):
         try:
             return pb.ReportOutcomesResponse(recorded=await self.store.record(request.outcomes))
         except ValueError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(str(exc)))
             raise
 
     async def GetStats(self, request: pb.GetStatsRequest, context: Any) -> pb.GetStatsResponse:
@@ -56,7 +57,7 @@ class CurriculumServicer(pb_grpc.CurriculumServiceServicer):
         try:
             stored, created = await self.store.register(request.opponent)
         except ValueError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(str(exc)))
             raise
         return pb.RegisterOpponentResponse(opponent=stored, created=created)
 

@@ -15,7 +15,7 @@ import grpc
 from opentelemetry import trace
 
 from wolfpack import rpc, telemetry
-from wolfpack.errors import to_status
+from wolfpack.errors import clip, to_status
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
@@ -49,7 +49,7 @@ tick: gRPC's default message limit, well below the configured one (64 MiB), so a
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: InferenceError) -> NoReturn:
     """What ``rpc.ErrorInterceptor`` does with a raised ``InferenceError`` (its ``status``), kept for the
     handlers that still catch."""
-    await context.abort(exc.status, str(exc))
+    await context.abort(exc.status, clip(str(exc)))
     raise AssertionError("unreachable")
 
 
