@@ -299,6 +299,14 @@ TARGETS = (
             "tests/security/test_environment.py::test_non_loopback_bind_without_a_secret_refuses_to_start",
         ),
     ),
+    Target(
+        "scenario engine",
+        "libs/wolfpack_games/scenarios/engine.py",
+        (
+            "libs/tests/games/scenarios/test_engine_and_bots.py",
+            "libs/tests/games/scenarios/test_engine_mutants.py",
+        ),
+    ),
 )
 
 # One replacement per binary operator (the other ten add time, not information); none for ``|`` (annotations).
