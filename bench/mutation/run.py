@@ -307,6 +307,56 @@ TARGETS = (
             "libs/tests/games/scenarios/test_engine_mutants.py",
         ),
     ),
+    Target(
+        "scenario ultimatum",
+        "libs/wolfpack_games/scenarios/families/ultimatum.py",
+        (
+            "libs/tests/games/scenarios/test_verifier_tables.py",
+            "libs/tests/games/scenarios/test_families_more_mutants.py",
+            "libs/tests/games/scenarios/test_common.py",
+            "libs/tests/games/scenarios/test_engine_and_bots.py",
+        ),
+    ),
+    Target(
+        "scenario trust",
+        "libs/wolfpack_games/scenarios/families/trust.py",
+        (
+            "libs/tests/games/scenarios/test_verifier_tables.py",
+            "libs/tests/games/scenarios/test_families_more_mutants.py",
+            "libs/tests/games/scenarios/test_common.py",
+            "libs/tests/games/scenarios/test_engine_and_bots.py",
+        ),
+    ),
+    Target(
+        "scenario prisoners dilemma",
+        "libs/wolfpack_games/scenarios/families/prisoners_dilemma.py",
+        (
+            "libs/tests/games/scenarios/test_verifier_tables.py",
+            "libs/tests/games/scenarios/test_families_more_mutants.py",
+            "libs/tests/games/scenarios/test_common.py",
+            "libs/tests/games/scenarios/test_engine_and_bots.py",
+        ),
+    ),
+    Target(
+        "scenario public goods",
+        "libs/wolfpack_games/scenarios/families/public_goods.py",
+        (
+            "libs/tests/games/scenarios/test_verifier_tables.py",
+            "libs/tests/games/scenarios/test_families_more_mutants.py",
+            "libs/tests/games/scenarios/test_common.py",
+            "libs/tests/games/scenarios/test_engine_and_bots.py",
+        ),
+    ),
+    Target(
+        "scenario coalition",
+        "libs/wolfpack_games/scenarios/families/coalition.py",
+        (
+            "libs/tests/games/scenarios/test_verifier_tables.py",
+            "libs/tests/games/scenarios/test_families_more_mutants.py",
+            "libs/tests/games/scenarios/test_common.py",
+            "libs/tests/games/scenarios/test_engine_and_bots.py",
+        ),
+    ),
 )
 
 # One replacement per binary operator (the other ten add time, not information); none for ``|`` (annotations).
