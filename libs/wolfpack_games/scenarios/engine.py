@@ -116,8 +116,12 @@ class ScenarioGame(GameEnv):
         }
         return obs, infos
 
-    def _event(self, kind: str, channel: str, actor: int = -1, text: str = "") -> None:
-        turns = self._tracker.turns if self._tracker is not None else 0
+    def _event(
+        self, kind: str, channel: str, actor: int = -1, text: str = "", turns: int | None = None
+    ) -> None:
+        """``turns``: messages recorded before the one this event reports (default: all recorded so far)."""
+        if turns is None:
+            turns = self._tracker.turns if self._tracker is not None else 0
         n = max(1, len(self.possible_agents))
         self.events.append(
             Event(
@@ -222,15 +226,17 @@ class ScenarioGame(GameEnv):
         self._reprompts[seat] = 0
         self._feedback.pop(seat, None)
         self.transcript.append((seat, text))
+        # the round a message belongs to is the one in which it was played, before record() counts it
+        before = self.tracker.turns
         notes = self.tracker.record(seat, msg)
         kind = "final" if msg.keyword else "say"
         if msg.keyword in self.family.sealed:
-            self._event(kind, "public", actor=seat, text=redact(msg.visible, msg.keyword))
-            self._event(kind, f"seat:{seat}", actor=seat, text=msg.visible)
+            self._event(kind, "public", actor=seat, text=redact(msg.visible, msg.keyword), turns=before)
+            self._event(kind, f"seat:{seat}", actor=seat, text=msg.visible, turns=before)
         else:
-            self._event(kind, "public", actor=seat, text=msg.visible)
+            self._event(kind, "public", actor=seat, text=msg.visible, turns=before)
         for note in notes:
-            self._event("note", "public", text=note)
+            self._event("note", "public", text=note, turns=before)
 
     def _result(self, infos: dict[int, dict[str, Any]]) -> StepResult:
         done = self.done
