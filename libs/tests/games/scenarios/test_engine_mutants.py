@@ -311,3 +311,43 @@ def test_simultaneous_round_applies_a_later_seat_when_an_earlier_one_is_silent()
     env.reset(seed=0)
     env.step({1: "MOVE: C"})
     assert env.transcript == [(1, "MOVE: C")] and env.acting_seats() == [0]
+
+
+def test_observation_round_is_a_whole_number_mid_round() -> None:
+    env = _game()
+    env.step({0: "a"})  # one of two messages of round 1
+    assert env.observe(1).round == 1 and type(env.observe(1).round) is int
+
+
+def test_invalid_and_outcome_events_carry_the_current_round() -> None:
+    env = _game(max_reprompts=3)
+    env.step({0: "a"})
+    env.step({1: "b"})
+    env.step({0: "OFFER: 999"})  # invalid, in round 2 (two messages already played by two seats)
+    invalid = [e for e in env.events if e.kind == "invalid"]
+    assert [(e.round, e.actor, e.channel) for e in invalid] == [(2, 0, "seat:0")]
+    env.step({0: "OFFER: 40"})
+    env.step({1: "ACCEPT"})  # four messages: the game is over after round 2
+    outcome = [e for e in env.events if e.kind == "outcome"]
+    assert len(outcome) == 1 and outcome[0].round >= 2  # not before the round of the last message
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_reset_generates_the_scenario_of_its_seed(seed: int) -> None:
+    from wolfpack_games.scenarios import generate_scenario
+
+    env = game_class("trust")("hard")
+    env.reset(seed=seed)
+    assert env.active_scenario == generate_scenario("trust", seed, "hard")
+    other = game_class("trust")("hard")
+    other.reset(seed=seed)
+    assert other.active_scenario == env.active_scenario
+
+
+def test_different_seeds_give_different_scenarios() -> None:
+    ids = set()
+    for seed in range(1, 6):
+        env = game_class("trust")("hard")
+        env.reset(seed=seed)
+        ids.add(env.active_scenario.id)
+    assert len(ids) > 1
