@@ -154,11 +154,12 @@ def test_ultimatum_check_accepts_the_bounds(target: int, threshold: int) -> None
         (100, 30, 50),  # the target leaves 70, but the bot offers at most half the pot
         (100, 100, 1),  # wants everything: offers the minimum positive amount
         (101, 40, 50),  # half of an odd pot rounds down
+        (1, 1, 0),  # a pot of 1: a positive offer would give the whole pot away, so it offers 0
     ],
 )
 def test_ultimatum_proposer_heuristic_by_hand(pot: int, target: int, offer: int) -> None:
     fam = get_family("ultimatum")
-    sc = _ult(pot, target, 10)
+    sc = _ult(pot, target, min(10, pot))
     tracker = fam.tracker(sc)
     msg = fam.parse(sc, fam.heuristic(tracker, 0, random.Random(0)))
     assert (msg.keyword, msg.value) == ("OFFER", offer)
@@ -284,3 +285,22 @@ def test_trust_verdict_payoffs_by_hand() -> None:
     assert "investor payoff 18" in result.reason and "trustee payoff 12" in result.reason
     late = verify(_trust(), [(0, "SEND: 10")])
     assert "never decided" in late.reason and late.outcomes[1] == -1
+
+
+def test_ultimatum_instructions_per_role() -> None:
+    fam, sc = get_family("ultimatum"), _ult()
+    proposer, responder = fam.instructions(sc, 0), fam.instructions(sc, 1)
+    assert "OFFER" in proposer and "ACCEPT" not in proposer
+    assert "ACCEPT" in responder and "REJECT" in responder and "OFFER:" not in responder
+
+
+def test_ultimatum_random_proposer_usually_offers() -> None:
+    """A random proposer facing no offer makes one more often than not (the bots test needs offers)."""
+    fam, sc = get_family("ultimatum"), _ult()
+    rng = random.Random(0)
+    tracker = tracker_after(sc, [])
+    offers = sum(fam.parse(sc, fam.random_move(tracker, 0, rng)).keyword == "OFFER" for _ in range(400))
+    assert offers > 200
+    answered = tracker_after(sc, [(0, "OFFER: 40")])
+    decisions = sum(bool(fam.parse(sc, fam.random_move(answered, 1, rng)).keyword) for _ in range(400))
+    assert decisions > 200
