@@ -304,3 +304,223 @@ def test_ultimatum_random_proposer_usually_offers() -> None:
     answered = tracker_after(sc, [(0, "OFFER: 40")])
     decisions = sum(bool(fam.parse(sc, fam.random_move(answered, 1, rng)).keyword) for _ in range(400))
     assert decisions > 200
+
+
+# ------------------------------------------------------------------------------------ prisoner's dilemma
+# Design: rounds per difficulty; one of five public matrices (T, R, P, S) listed by hand below; each target
+# sits this share of the way from mutual defection (P per round) to mutual cooperation (R per round),
+# at least one point above P*rounds and at most R*rounds.
+PD_ROUNDS = {"easy": (2, 3), "medium": (4, 5), "hard": (6, 8)}
+PD_TARGET = {"easy": (0.2, 0.5), "medium": (0.5, 0.8), "hard": (0.85, 1.0)}
+PD_MATRICES = {(5, 3, 1, 0), (6, 4, 1, 0), (7, 5, 2, 0), (4, 3, 1, 0), (10, 6, 2, 1)}
+
+
+@pytest.mark.parametrize("difficulty", DIFFS)
+def test_pd_generator_follows_its_difficulty_table(difficulty: str) -> None:
+    lo, hi = PD_TARGET[difficulty]
+    seen_rounds = set()
+    for seed in range(120):
+        sc = generate_scenario("prisoners_dilemma", seed, difficulty)
+        rounds = sc.param_int("rounds")
+        seen_rounds.add(rounds)
+        t, r, p, s = (sc.param_int(k) for k in ("T", "R", "P", "S"))
+        assert (t, r, p, s) in PD_MATRICES
+        assert PD_ROUNDS[difficulty][0] <= rounds <= PD_ROUNDS[difficulty][1]
+        assert sc.max_turns == 2 * rounds and f"rounds-{rounds}" in sc.tags
+        for seat in (0, 1):
+            target = sc.private_int(seat, "target")
+            assert p * rounds + 1 <= target <= r * rounds
+            if p * rounds + 1 < target < r * rounds:  # not clamped
+                share = (target / rounds - p) / (r - p)
+                slack = 0.5 / (rounds * (r - p))
+                assert lo - slack <= share <= hi + slack, (seed, rounds, target)
+    assert seen_rounds == set(range(PD_ROUNDS[difficulty][0], PD_ROUNDS[difficulty][1] + 1))
+
+
+def _pd(
+    matrix: tuple[int, int, int, int] = (5, 3, 1, 0), rounds: int = 3, targets: tuple[int, int] = (8, 8)
+) -> Scenario:
+    t, r, p, s = matrix
+    return scenario(
+        "prisoners_dilemma",
+        {"rounds": rounds, "T": t, "R": r, "P": p, "S": s},
+        [("Ari", "player", {"target": targets[0]}), ("Bo", "player", {"target": targets[1]})],
+        2 * rounds,
+    )
+
+
+@pytest.mark.parametrize(
+    "sc_args",
+    [
+        {"matrix": (3, 3, 1, 0)},  # T = R
+        {"matrix": (5, 3, 3, 0)},  # R = P
+        {"matrix": (5, 3, 1, 1)},  # P = S
+        {"matrix": (7, 3, 1, 0)},  # 2R = 6 < T + S = 7
+        {"matrix": (6, 3, 1, 0)},  # 2R = T + S
+        {"targets": (10, 8)},  # 10 > R * rounds = 9
+        {"targets": (8, 10)},
+    ],
+)
+def test_pd_check_rejects(sc_args: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        get_family("prisoners_dilemma").check(_pd(**sc_args))
+
+
+def test_pd_check_rejects_a_turn_limit_other_than_two_per_round() -> None:
+    sc = _pd().model_copy(update={"max_turns": 7})
+    with pytest.raises(ValueError):
+        get_family("prisoners_dilemma").check(sc)
+
+
+def test_pd_check_accepts_a_target_of_full_cooperation() -> None:
+    get_family("prisoners_dilemma").check(_pd(targets=(9, 9)))
+
+
+def test_pd_rounds_payoffs_notes_and_status_by_hand() -> None:
+    # matrix T=5 R=3 P=1 S=0; round 1: Ari C, Bo D -> Ari +0, Bo +5; round 2: both D -> +1 each
+    fam, sc = get_family("prisoners_dilemma"), _pd()
+    t = fam.tracker(sc)
+    assert t.acting() == [0, 1] and t.status() == "Round 1 of 3."
+    assert t.record(0, fam.parse(sc, "MOVE: C")) == []
+    assert t.acting() == [1]
+    assert t.record(1, fam.parse(sc, "MOVE: D")) == ["Round 1: Ari cooperated (+0), Bo defected (+5)."]
+    assert t.status() == "Round 2 of 3." and t.acting() == [0, 1]
+    t.record(1, fam.parse(sc, "MOVE: D"))
+    assert t.acting() == [0]
+    assert t.record(0, fam.parse(sc, "MOVE: D")) == ["Round 2: Ari defected (+1), Bo defected (+1)."]
+    assert not t.done
+    t.record(0, fam.parse(sc, "MOVE: C"))
+    t.record(1, fam.parse(sc, "MOVE: C"))  # round 3: +3 each -> Ari 4, Bo 9
+    assert t.done and t.status() == "Round 3 of 3."
+    result = t.verdict()
+    assert result.details["totals"] == {0: 4, 1: 9}
+    assert result.details["moves"] == {"Ari": "CDC", "Bo": "DDC"}
+    # floor P*rounds = 3; Ari 4 < 8 draws, Bo 9 >= 8 wins
+    assert result.outcomes == {0: 0, 1: 1} and result.reason == "totals after 3 rounds: Ari 4, Bo 9"
+
+
+def test_pd_every_message_needs_a_move_and_the_default_is_defect() -> None:
+    fam, sc = get_family("prisoners_dilemma"), _pd()
+    t = fam.tracker(sc)
+    assert "MOVE" in t.check(0, fam.parse(sc, "let us cooperate"))
+    assert t.check(0, fam.parse(sc, "MOVE: C")) == ""
+    assert t.legal_kinds(0) == ("final",) and t.default_text(0) == "MOVE: D"
+    assert fam.parse(sc, "MOVE: cooperate").value == "C" and fam.parse(sc, "MOVE: 背叛").value == "D"
+
+
+def test_pd_heuristic_is_tit_for_tat() -> None:
+    fam, sc = get_family("prisoners_dilemma"), _pd(rounds=4, targets=(8, 8))
+    rng = random.Random(0)
+
+    def move(history: list[tuple[int, str]], seat: int) -> str:
+        return str(fam.parse(sc, fam.heuristic(tracker_after(sc, history), seat, rng)).value)
+
+    assert move([], 0) == "C" and move([], 1) == "C"
+    one = [(0, "MOVE: C"), (1, "MOVE: D")]
+    assert move(one, 0) == "D" and move(one, 1) == "C"  # each copies the other's last move
+    two = [*one, (0, "MOVE: D"), (1, "MOVE: C")]
+    assert move(two, 0) == "C" and move(two, 1) == "D"
+
+
+def test_pd_random_moves_use_both_choices() -> None:
+    fam, sc = get_family("prisoners_dilemma"), _pd()
+    rng = random.Random(0)
+    moves = {fam.parse(sc, fam.random_move(fam.tracker(sc), 0, rng)).value for _ in range(50)}
+    assert moves == {"C", "D"}
+
+
+# ---------------------------------------------------------------------------------------- public goods
+# Design: n = 3/4/5 players; endowment one of (10, 20, 50, 100); multiplier (x10) per difficulty; each
+# target sits this share of the way from the endowment to the full-cooperation payoff e*m, clamped to
+# [e + 1, floor(e*m)]; 3n messages.
+PG_M10 = {"easy": (22, 26), "medium": (18, 24), "hard": (16, 22)}
+PG_TARGET = {"easy": (0.2, 0.5), "medium": (0.5, 0.8), "hard": (0.85, 1.0)}
+
+
+@pytest.mark.parametrize("difficulty", DIFFS)
+def test_public_goods_generator_follows_its_difficulty_table(difficulty: str) -> None:
+    lo, hi = PG_TARGET[difficulty]
+    n_expected = {"easy": 3, "medium": 4, "hard": 5}[difficulty]
+    for seed in range(120):
+        sc = generate_scenario("public_goods", seed, difficulty)
+        n, e, m10 = sc.num_players, sc.param_int("endowment"), sc.param_int("multiplier_x10")
+        assert n == n_expected and e in (10, 20, 50, 100) and sc.max_turns == 3 * n
+        assert PG_M10[difficulty][0] <= m10 <= PG_M10[difficulty][1]
+        full = e * m10 / 10
+        for seat in range(n):
+            target = sc.private_int(seat, "target")
+            assert e + 1 <= target <= full
+            if e + 1 < target < int(full):
+                share = (target - e) / (full - e)
+                assert lo - 0.5 / (full - e) <= share <= hi + 0.5 / (full - e), (seed, target)
+
+
+def _pg(m10: int = 20, targets: tuple[int, ...] = (15, 15, 15), e: int = 10) -> Scenario:
+    return scenario(
+        "public_goods",
+        {"endowment": e, "multiplier_x10": m10, "first": 0},
+        [(f"P{i}", "citizen", {"target": t}) for i, t in enumerate(targets)],
+        3 * len(targets),
+    )
+
+
+@pytest.mark.parametrize(
+    "sc_args",
+    [
+        {"m10": 10},  # m = 1: contributing never pays
+        {"m10": 30},  # m = n = 3: no dilemma
+        {"targets": (9, 15, 15)},  # below the endowment
+        {"targets": (15, 15, 21)},  # above the full-cooperation payoff 10 * 2 = 20
+    ],
+)
+def test_public_goods_check_rejects(sc_args: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        get_family("public_goods").check(_pg(**sc_args))
+
+
+def test_public_goods_check_accepts_the_bounds() -> None:
+    get_family("public_goods").check(_pg(m10=11, targets=(10, 11, 11)))
+    get_family("public_goods").check(_pg(m10=29, targets=(29, 10, 10)))
+
+
+def test_public_goods_payoffs_notes_and_status_by_hand() -> None:
+    # e=10, m=2, n=3; contributions 10, 4, 0 -> pool 14, share 14*2/3 = 28/3
+    # payoffs: 0 + 28/3 = 9.33 (loss), 6 + 28/3 = 15.33 (win at 15), 10 + 28/3 = 19.33 (win)
+    fam, sc = get_family("public_goods"), _pg()
+    t = fam.tracker(sc)
+    assert t.status() == "Sealed contributions received from: nobody yet."
+    assert t.record(1, fam.parse(sc, "CONTRIBUTE: 4")) == []
+    assert t.record(0, fam.parse(sc, "CONTRIBUTE: 10")) == []
+    assert t.status() == "Sealed contributions received from: P0, P1."
+    assert "already contributed" in t.check(0, fam.parse(sc, "CONTRIBUTE: 1"))
+    assert t.check(0, fam.parse(sc, "just talking")) == ""
+    assert t.record(2, fam.parse(sc, "CONTRIBUTE: 0")) == ["All contributions revealed: P0 10, P1 4, P2 0."]
+    assert t.done
+    result = t.verdict()
+    assert result.outcomes == {0: -1, 1: 1, 2: 1}
+    assert result.details["contributions"] == {"P0": 10, "P1": 4, "P2": 0}
+    assert result.details["payoffs"] == pytest.approx({0: 28 / 3, 1: 6 + 28 / 3, 2: 10 + 28 / 3})
+
+
+def test_public_goods_missing_contributions_count_as_zero() -> None:
+    # only P0 contributes 9: share 9*2/3 = 6 -> P0 1+6 = 7 (loss), others 10+6 = 16 (win at 15)
+    result = verify(_pg(), [(0, "CONTRIBUTE: 9")])
+    assert result.outcomes == {0: -1, 1: 1, 2: 1}
+
+
+def test_public_goods_heuristic_talks_for_a_round_then_contributes_everything() -> None:
+    fam, sc = get_family("public_goods"), _pg()
+    rng = random.Random(0)
+    first_round = [(0, "hi"), (1, "hi")]
+    assert not fam.parse(sc, fam.heuristic(tracker_after(sc, first_round), 2, rng)).keyword  # 2 < n turns
+    after_round = [(0, "hi"), (1, "hi"), (2, "hi")]
+    msg = fam.parse(sc, fam.heuristic(tracker_after(sc, after_round), 0, rng))
+    assert (msg.keyword, msg.value) == ("CONTRIBUTE", 10)
+    done = [*after_round, (0, "CONTRIBUTE: 10"), (1, "hm"), (2, "hm")]
+    assert not fam.parse(sc, fam.heuristic(tracker_after(sc, done), 0, rng)).keyword
+
+
+def test_public_goods_contribution_range_and_instructions() -> None:
+    fam, sc = get_family("public_goods"), _pg()
+    assert fam.parse(sc, "CONTRIBUTE: 10").value == 10 and fam.parse(sc, "CONTRIBUTE: 11").error
+    assert "CONTRIBUTE: <0..10>" in fam.instructions(sc, 0)
