@@ -6,6 +6,7 @@ Every expectation is the family rule written out by hand (the module docstrings)
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -524,3 +525,173 @@ def test_public_goods_contribution_range_and_instructions() -> None:
     fam, sc = get_family("public_goods"), _pg()
     assert fam.parse(sc, "CONTRIBUTE: 10").value == 10 and fam.parse(sc, "CONTRIBUTE: 11").error
     assert "CONTRIBUTE: <0..10>" in fam.instructions(sc, 0)
+
+
+# ------------------------------------------------------------------------------------------- coalition
+# Hand-built 3-player table: solo values Ada 10, Bram 5, Cleo 0; pairs 50/40/30; all three 90.
+# Shapley values by hand over the six orders (marginal contributions):
+#   ABC: 10 40 40 | ACB: 10 50 30 | BAC: 45 5 40 | BCA: 60 5 25 | CAB: 40 50 0 | CBA: 60 30 0
+#   Ada 225/6 = 37.5, Bram 180/6 = 30, Cleo 135/6 = 22.5 (sum 90).
+COAL_VALUES = {
+    "Ada": 10,
+    "Bram": 5,
+    "Cleo": 0,
+    "Ada+Bram": 50,
+    "Ada+Cleo": 40,
+    "Bram+Cleo": 30,
+    "Ada+Bram+Cleo": 90,
+}
+
+
+def _coal(values: dict[str, int] | None = None, targets: tuple[int, int, int] = (40, 25, 20)) -> Scenario:
+    return scenario(
+        "coalition",
+        {"values": dict(COAL_VALUES if values is None else values), "first": 0},
+        [(n, "party", {"target": t}) for n, t in zip(("Ada", "Bram", "Cleo"), targets, strict=True)],
+        9,
+    )
+
+
+def test_coalition_shapley_by_hand() -> None:
+    from wolfpack_games.scenarios.families.coalition import shapley
+
+    assert shapley(_coal()) == pytest.approx([37.5, 30.0, 22.5])
+
+
+@pytest.mark.parametrize("family_seed", range(30))
+def test_coalition_grand_split_is_an_imputation_near_shapley(family_seed: int) -> None:
+    from wolfpack_games.scenarios.families.coalition import grand_split, shapley, value
+
+    sc = generate_scenario("coalition", family_seed, DIFFS[family_seed % 3])
+    n = sc.num_players
+    split, phi = grand_split(sc), shapley(sc)
+    assert sum(phi) == pytest.approx(value(sc, set(range(n))))  # efficiency
+    assert sum(split.values()) == value(sc, set(range(n)))
+    for s in range(n):
+        solo = value(sc, {s})
+        assert split[s] >= solo
+        if phi[s] >= solo:
+            assert abs(split[s] - phi[s]) < 1, (s, split, phi)
+
+
+@pytest.mark.parametrize("difficulty", DIFFS)
+def test_coalition_generator_follows_its_design(difficulty: str) -> None:
+    from wolfpack_games.scenarios.families.coalition import NAMES, grand_split, value
+
+    lo, hi = {"easy": (0.7, 0.9), "medium": (0.95, 1.05), "hard": (1.1, 1.3)}[difficulty]
+    bonus = 10 if difficulty == "hard" else 0
+    for seed in range(60):
+        sc = generate_scenario("coalition", seed, difficulty)
+        n = sc.num_players
+        assert n == {"easy": 3, "medium": 3, "hard": 4}[difficulty] and sc.max_turns == 4 * n
+        names = [p.name for p in sc.players]
+        assert names == sorted(names, key=NAMES.index)
+        solo = [value(sc, {s}) for s in range(n)]
+        assert all(0 <= v <= 10 for v in solo)
+        grand = value(sc, set(range(n)))
+        assert grand >= 100
+        for size in range(2, n):
+            for members in itertools.combinations(range(n), size):
+                v = value(sc, set(members))
+                base = sum(solo[s] for s in members)
+                low = base + 10 * (size - 1) + bonus
+                assert v == 99 or low <= v <= base + 25 * (size - 1) + bonus, (seed, members, v)
+                assert v <= 99
+                outside = sum(solo[s] for s in range(n) if s not in members)
+                assert grand >= v + outside  # the grand coalition beats any sub-coalition plus singletons
+        split = grand_split(sc)
+        for s in range(n):
+            target = sc.private_int(s, "target")
+            assert target >= solo[s] + 1
+            if target > solo[s] + 1:
+                assert lo * split[s] - 0.5 <= target <= hi * split[s] + 0.5, (seed, s, target, split)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {k: v for k, v in COAL_VALUES.items() if k != "Ada+Cleo"},  # a coalition missing
+        {**COAL_VALUES, "Ada+Zed": 5},  # an unknown one
+        {**COAL_VALUES, "Ada+Bram+Cleo": 14},  # grand worth less than 10 + 5 + 0
+    ],
+)
+def test_coalition_check_rejects(values: dict[str, int]) -> None:
+    with pytest.raises(ValueError):
+        get_family("coalition").check(_coal(values))
+
+
+def test_coalition_check_accepts_a_grand_value_equal_to_the_solo_sum() -> None:
+    get_family("coalition").check(_coal({**COAL_VALUES, "Ada+Bram+Cleo": 15}))
+
+
+def test_coalition_heuristic_first_proposal_by_hand() -> None:
+    # Ada at turn 0 demands her target 40 (cap 90 - 5 - 0 = 85); the other 50 go to Bram and Cleo in
+    # proportion to their grand-split shares (30 and 22 or 23): 50*30//52 = 28, 50*22//52 = 21 (same with
+    # 53), and the leftover 1 to Bram.
+    fam, sc = get_family("coalition"), _coal()
+    msg = fam.parse(sc, fam.heuristic(tracker_after(sc, []), 0, random.Random(0)))
+    assert (msg.keyword, msg.value) == ("COALITION", {0: 40, 1: 29, 2: 21})
+
+
+@pytest.mark.parametrize(
+    ("turn_chat", "bram_share", "accepts"),
+    [
+        # Bram (target 25, solo 5) at turn 1 of 9: demand round(25 - 20 * 1.5/9) = round(21.67) = 22
+        (0, 22, True),
+        (0, 21, False),
+        # at turn 7 of 9: 1.5 * 7/9 >= 1, so the demand has fallen to the solo value 5
+        (6, 5, True),
+    ],
+)
+def test_coalition_heuristic_accepts_at_its_conceding_demand(
+    turn_chat: int, bram_share: int, accepts: bool
+) -> None:
+    fam, sc = get_family("coalition"), _coal()
+    history = [(s % 3, "hi") for s in range(turn_chat)]
+    proposer = turn_chat % 3
+    assert proposer != 1
+    history.append((proposer, f"COALITION: {{Ada: {90 - bram_share - 10}, Bram: {bram_share}, Cleo: 10}}"))
+    tracker = tracker_after(sc, history)
+    assert tracker.acting() == [1]
+    keyword = fam.parse(sc, fam.heuristic(tracker, 1, random.Random(0))).keyword
+    assert (keyword == "ACCEPT") is accepts
+    if not accepts:
+        assert keyword == "COALITION"
+
+
+def test_coalition_proposer_waits_for_answers() -> None:
+    fam, sc = get_family("coalition"), _coal()
+    tracker = tracker_after(sc, [(0, "COALITION: {Ada: 40, Bram: 30, Cleo: 20}"), (1, "ACCEPT"), (2, "hm")])
+    assert not fam.parse(sc, fam.heuristic(tracker, 0, random.Random(0))).keyword
+
+
+def test_coalition_heuristic_never_loses_against_random_players() -> None:
+    """Its own share is never below its solo value, and it accepts only at or above its demand (>= solo)."""
+    for seed in range(40):
+        sc = generate_scenario("coalition", seed, DIFFS[seed % 3])
+        for me in range(sc.num_players):
+            bots = {s: "heuristic" if s == me else "random" for s in range(sc.num_players)}
+            transcript, _ = play(sc, bots, seed)
+            assert verify(sc, transcript).outcomes[me] >= 0, (seed, me)
+
+
+def test_coalition_status_and_notes_by_hand() -> None:
+    fam, sc = get_family("coalition"), _coal()
+    t = tracker_after(sc, [])
+    assert t.status() == "No coalition proposal is standing."
+    assert t.record(0, fam.parse(sc, "COALITION: {Ada: 40, Bram: 30, Cleo: 20}")) == []
+    assert t.status() == "Standing: COALITION: {Ada: 40, Bram: 30, Cleo: 20}; waiting for Bram, Cleo."
+    assert t.record(1, fam.parse(sc, "ACCEPT")) == []
+    assert t.status().endswith("waiting for Cleo.")
+    assert "you proposed it yourself" in t.check(0, fam.parse(sc, "ACCEPT"))
+    assert t.record(2, fam.parse(sc, "REJECT")) == ["Cleo rejected; no proposal is standing."]
+    assert t.status() == "No coalition proposal is standing." and not t.done
+    t.record(0, fam.parse(sc, "COALITION: {Ada: 30, Bram: 20}"))
+    assert t.record(1, fam.parse(sc, "ACCEPT")) == ["Coalition formed: COALITION: {Ada: 30, Bram: 20}."]
+    result = t.verdict()
+    assert result.details == {"coalition": {"Ada": 30, "Bram": 20}, "payoffs": {0: 30, 1: 20, 2: 0}}
+    assert result.reason == "COALITION: {Ada: 30, Bram: 20}; payoffs Ada 30, Bram 20, Cleo 0"
+    alone = tracker_after(sc, [])
+    assert alone.record(0, fam.parse(sc, "COALITION: {Ada: 10}")) == ["Ada goes alone."] and alone.done
+    none = verify(sc, [])
+    assert none.reason.startswith("no coalition formed (turn limit)") and none.outcomes == {0: 0, 1: 0, 2: 0}
