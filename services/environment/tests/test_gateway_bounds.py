@@ -5,6 +5,8 @@ or null, and a too-large body is told apart from an unknown path."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 
 from wolfpack import rpc
 from wolfpack.settings import load_settings
-from wolfpack_environment.gateway import GatewayConfig, start_gateway
+from wolfpack_environment.gateway import GatewayConfig, serve_gateway, start_gateway
 from wolfpack_environment.server import EnvironmentServicer, register
 
 pytestmark = pytest.mark.timeout(120)
@@ -106,3 +108,128 @@ async def test_a_too_large_body_is_told_apart_from_an_unknown_path(http: aiohttp
     status, body = await call(http, "GET", "/v1/no-such-thing")
     assert status == 404 and body["error"]["code"] == "NOT_FOUND"
     assert "too large" not in body["error"]["message"]
+
+
+# --------------------------------------------------------------------------- documented defaults
+
+
+def test_documented_defaults_port_8080_and_wait_cap_60() -> None:
+    # gateway_protocol.md: "--port (default 8080)", "--max-wait-s (default 60)", "wait_s ... capped at 60".
+    for func in (start_gateway, serve_gateway):
+        assert inspect.signature(func).parameters["port"].default == 8080, func
+    assert GatewayConfig(env_target="127.0.0.1:1").max_wait_s == 60
+
+
+# --------------------------------------------------------------------------- header field size
+
+
+async def raw_request(port: int, head: bytes) -> bytes:
+    """One raw HTTP/1.1 request (``Connection: close``); the whole answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(head)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), 20)  # bounded: the gateway answers and closes
+    finally:
+        writer.close()
+
+
+async def test_a_header_field_of_8190_bytes_passes_and_8191_is_refused(http: aiohttp.ClientSession) -> None:
+    # gateway_protocol.md: a header value is at most 8190 bytes.
+    port = http._base_url.port  # type: ignore[union-attr]
+    assert port
+    for size, ok in ((8190, True), (8191, False)):
+        head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Pad: " + b"a" * size + b"\r\n\r\n"
+        answer = await raw_request(port, head)
+        status = answer.split(b" ", 2)[1] if answer.startswith(b"HTTP/1.") else answer[:80]
+        assert status == (b"200" if ok else b"400"), (size, answer[:80])
+
+
+# --------------------------------------------------------------------------- WebSocket frames
+
+
+async def test_a_binary_websocket_frame_gets_an_invalid_argument_message(http: aiohttp.ClientSession) -> None:
+    # gateway_protocol.md: messages are JSON text frames. Every receive is bounded and the client
+    # closes the socket (bounded close) before the fixture stops the gateway.
+    ep = await created(http, [3])
+    eid = ep["episode_id"]
+    timeouts = aiohttp.ClientWSTimeout(ws_receive=20, ws_close=10)
+    async with http.ws_connect(
+        f"/v1/episodes/{eid}/ws", params={"token": ep["tokens"][3]}, timeout=timeouts
+    ) as ws:
+        first = await ws.receive_json(timeout=20)
+        assert first["type"] == "observation", first
+        await ws.send_bytes(b'{"type": "ping"}')
+        for _ in range(50):  # bounded: observations may come first; the error follows the frame
+            msg = await ws.receive_json(timeout=20)
+            if msg["type"] != "observation":
+                break
+        assert msg["type"] == "error" and msg["code"] == "INVALID_ARGUMENT", msg
+        await ws.send_json({"type": "ping"})  # the socket stays usable
+        for _ in range(50):
+            msg = await ws.receive_json(timeout=20)
+            if msg["type"] != "observation":
+                break
+        assert msg["type"] == "pong", msg
+        await ws.close()  # bounded by ws_close: the handler ends, cancelling its Observe stream
+    assert ws.closed
+
+
+async def test_the_websocket_path_without_an_upgrade_is_a_json_400(http: aiohttp.ClientSession) -> None:
+    # gateway_protocol.md: every error body is {"error": {"code", "message"}}; a plain GET of the
+    # WebSocket path (valid token, no Upgrade header) is refused by the handshake with a 400.
+    ep = await created(http, [3])
+    async with http.get(f"/v1/episodes/{ep['episode_id']}/ws", params={"token": ep["tokens"][3]}) as resp:
+        assert resp.status == 400
+        assert resp.content_type == "application/json", await resp.text()
+        body = await resp.json()
+    assert set(body) == {"error"} and body["error"]["code"] and body["error"]["message"], body
+
+
+# --------------------------------------------------------------------------- connection cap
+
+
+async def until(cond: Any, what: str) -> None:
+    for _ in range(2000):  # bounded (20 s): the server reaches the state as soon as it reads the bytes
+        if cond():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_past_the_cap_every_idle_connection_over_it_is_closed(servicer: EnvironmentServicer) -> None:
+    # gateway_protocol.md: past max connections the oldest idle ones are closed. With a cap of 1, two
+    # connections that were busy when they came (nothing could be dropped) and are idle now are both
+    # over the cap when a third arrives: both are closed, not just one.
+    settings = load_settings(rpc_timeout_s=20)
+    server = await rpc.start_server("environment", lambda s: register(s, servicer), settings, "127.0.0.1:0")
+    target = f"127.0.0.1:{server.port}"
+    cfg = GatewayConfig(env_target=target, max_body_bytes=MAX_BODY, max_connections=1, header_timeout_s=600)
+    gateway = await start_gateway("127.0.0.1", 0, target, settings=settings, config=cfg)
+    conns = gateway.runner.server._connections  # type: ignore[union-attr]
+    streams = []
+    try:
+        head = b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{"
+        for n in (1, 2):  # each one's handler waits for the rest of its body: a request in progress
+            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+            streams.append((reader, writer))
+            writer.write(head)
+            await writer.drain()
+            await until(lambda n=n: len(conns) == n and all(h._request_in_progress for h in conns), "busy")
+        for reader, writer in streams:
+            writer.write(b"}")  # "{}": a create without a game, answered 400; the connection stays open
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+            assert answer.startswith(b"HTTP/1.1 400"), answer
+            length = int(answer.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await asyncio.wait_for(reader.readexactly(length), 20)
+        await until(lambda: len(conns) == 2 and not any(h._request_in_progress for h in conns), "idle")
+        streams.append(await asyncio.open_connection("127.0.0.1", gateway.port))
+        for reader, _ in streams[:2]:  # closed by the gateway: EOF (bounded; the header timeout is 600 s)
+            assert await asyncio.wait_for(reader.read(), 20) == b""
+    finally:
+        for _, writer in streams:
+            writer.close()
+        await gateway.stop()
+        servicer.manager.close_all()
+        await server.stop(0)
