@@ -86,6 +86,14 @@ def test_generated_scenarios_are_valid_and_solvable(family: str) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_public_text_names_every_player(family: str) -> None:
+    for seed in range(20):
+        sc = generate_scenario(family, seed, DIFFS[seed % 3])
+        for p in sc.players:
+            assert p.name in sc.public, (seed, p.name)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_random_moves_are_legal_and_cover_every_kind(family: str) -> None:
     kinds: set[str] = set()
     for seed in range(40):
@@ -358,6 +366,7 @@ def _pd(
         {"matrix": (5, 3, 1, 1)},  # P = S
         {"matrix": (7, 3, 1, 0)},  # 2R = 6 < T + S = 7
         {"matrix": (6, 3, 1, 0)},  # 2R = T + S
+        {"matrix": (6, 4, 5, 0)},  # R < P (T > R, P > S and 2R > T + S all hold)
         {"targets": (10, 8)},  # 10 > R * rounds = 9
         {"targets": (8, 10)},
     ],
@@ -417,6 +426,9 @@ def test_pd_heuristic_is_tit_for_tat() -> None:
         return str(fam.parse(sc, fam.heuristic(tracker_after(sc, history), seat, rng)).value)
 
     assert move([], 0) == "C" and move([], 1) == "C"
+    # its chat line never claims to cooperate while it defects
+    text = fam.heuristic(tracker_after(sc, [(0, "MOVE: C"), (1, "MOVE: D")]), 0, rng)
+    assert "MOVE: D" in text and "Cooperat" not in text
     one = [(0, "MOVE: C"), (1, "MOVE: D")]
     assert move(one, 0) == "D" and move(one, 1) == "C"  # each copies the other's last move
     two = [*one, (0, "MOVE: D"), (1, "MOVE: C")]
