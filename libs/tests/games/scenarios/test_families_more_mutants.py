@@ -712,3 +712,15 @@ def test_coalition_status_and_notes_by_hand() -> None:
     assert alone.record(0, fam.parse(sc, "COALITION: {Ada: 10}")) == ["Ada goes alone."] and alone.done
     none = verify(sc, [])
     assert none.reason.startswith("no coalition formed (turn limit)") and none.outcomes == {0: 0, 1: 0, 2: 0}
+
+
+def test_trust_witness_is_win_win_when_the_slack_allows() -> None:
+    """Docstring: with slack k*e - targets >= 0, full trust and a fair return make both win."""
+    seen = 0
+    for seed in range(90):
+        sc = generate_scenario("trust", seed, DIFFS[seed % 3])
+        e, k = sc.param_int("endowment"), sc.param_int("multiplier")
+        if k * e - sc.private_int(0, "target") - sc.private_int(1, "target") >= 0:
+            seen += 1
+            assert verify(sc, get_family("trust").solution(sc)).outcomes == {0: 1, 1: 1}, seed
+    assert seen > 0
