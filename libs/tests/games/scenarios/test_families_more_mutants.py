@@ -606,7 +606,12 @@ def test_coalition_generator_follows_its_design(difficulty: str) -> None:
         solo = [value(sc, {s}) for s in range(n)]
         assert all(0 <= v <= 10 for v in solo)
         grand = value(sc, set(range(n)))
-        assert grand >= 100
+        best_partition = max(
+            value(sc, set(members)) + sum(solo[s] for s in range(n) if s not in members)
+            for size in range(1, n)
+            for members in itertools.combinations(range(n), size)
+        )
+        assert grand == max(100, best_partition)  # 100, raised only to beat every sub-coalition + singletons
         for size in range(2, n):
             for members in itertools.combinations(range(n), size):
                 v = value(sc, set(members))
@@ -724,3 +729,17 @@ def test_trust_witness_is_win_win_when_the_slack_allows() -> None:
             seen += 1
             assert verify(sc, get_family("trust").solution(sc)).outcomes == {0: 1, 1: 1}, seed
     assert seen > 0
+
+
+def test_coalition_shares_must_sum_exactly_to_the_value() -> None:
+    fam, sc = get_family("coalition"), _coal()
+    assert "worth exactly 90" in fam.parse(sc, "COALITION: {Ada: 40, Bram: 30, Cleo: 10}").error  # 80 < 90
+    assert "worth exactly 50" in fam.parse(sc, "COALITION: {Ada: 30, Bram: 30}").error  # 60 > 50
+    assert fam.parse(sc, "COALITION: {Ada: 30, Bram: 20}").value == {0: 30, 1: 20}
+
+
+def test_coalition_repeating_a_member_with_the_same_share_is_not_a_contradiction() -> None:
+    fam = get_family("coalition")
+    sc = _coal({**COAL_VALUES, "Ada+Bram": 400, "Ada+Bram+Cleo": 500})
+    assert fam.parse(sc, "COALITION: {Ada: 300, Ada: 300, Bram: 100}").value == {0: 300, 1: 100}
+    assert "contradictory" in fam.parse(sc, "COALITION: {Ada: 300, Ada: 299, Bram: 100}").error
