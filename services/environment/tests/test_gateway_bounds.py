@@ -233,3 +233,33 @@ async def test_past_the_cap_every_idle_connection_over_it_is_closed(servicer: En
         await gateway.stop()
         servicer.manager.close_all()
         await server.stop(0)
+
+
+async def test_past_the_cap_only_the_oldest_idle_connection_is_closed(servicer: EnvironmentServicer) -> None:
+    # gateway_protocol.md: past max connections the oldest idle one is closed, one per connection over.
+    # Cap 2, idle A and B, then C: A is closed and B still answers a request (both go in the same
+    # connection_made call, so once A's EOF is read, B would already be closed if it were dropped too).
+    settings = load_settings(rpc_timeout_s=20)
+    server = await rpc.start_server("environment", lambda s: register(s, servicer), settings, "127.0.0.1:0")
+    target = f"127.0.0.1:{server.port}"
+    cfg = GatewayConfig(env_target=target, max_body_bytes=MAX_BODY, max_connections=2, header_timeout_s=600)
+    gateway = await start_gateway("127.0.0.1", 0, target, settings=settings, config=cfg)
+    conns = gateway.runner.server._connections  # type: ignore[union-attr]
+    streams = []
+    try:
+        for n in (1, 2):
+            streams.append(await asyncio.open_connection("127.0.0.1", gateway.port))
+            await until(lambda n=n: len(conns) == n, "connected")
+        streams.append(await asyncio.open_connection("127.0.0.1", gateway.port))
+        assert await asyncio.wait_for(streams[0][0].read(), 20) == b""  # A: closed
+        reader, writer = streams[1]
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 20)
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:80]  # B: still open
+    finally:
+        for _, writer in streams:
+            writer.close()
+        await gateway.stop()
+        servicer.manager.close_all()
+        await server.stop(0)
