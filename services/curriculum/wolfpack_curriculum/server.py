@@ -15,7 +15,7 @@ import grpc
 import redis.asyncio as aioredis
 
 from wolfpack import rpc
-from wolfpack.errors import clip
+from wolfpack.errors import ServiceError
 from wolfpack.settings import Settings
 from wolfpack.stream import ProtoStreamConsumer
 from wolfpack.v1 import curriculum_service_pb2 as pb
@@ -36,8 +36,7 @@ class CurriculumServicer(pb_grpc.CurriculumServiceServicer):
         try:
             return pb.NextTasksResponse(tasks=await self.store.next_tasks(request.count, request.split))
         except (ValueError, KeyError) as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(str(exc)))
-            raise
+            raise ServiceError(str(exc), grpc.StatusCode.INVALID_ARGUMENT) from exc  # rpc.ErrorInterceptor
 
     async def ReportOutcomes(
         self, request: pb.ReportOutcomesRequest, context: Any
@@ -45,8 +44,7 @@ class CurriculumServicer(pb_grpc.CurriculumServiceServicer):
         try:
             return pb.ReportOutcomesResponse(recorded=await self.store.record(request.outcomes))
         except ValueError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(str(exc)))
-            raise
+            raise ServiceError(str(exc), grpc.StatusCode.INVALID_ARGUMENT) from exc  # rpc.ErrorInterceptor
 
     async def GetStats(self, request: pb.GetStatsRequest, context: Any) -> pb.GetStatsResponse:
         return await self.store.stats()
@@ -57,8 +55,7 @@ class CurriculumServicer(pb_grpc.CurriculumServiceServicer):
         try:
             stored, created = await self.store.register(request.opponent)
         except ValueError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, clip(str(exc)))
-            raise
+            raise ServiceError(str(exc), grpc.StatusCode.INVALID_ARGUMENT) from exc  # rpc.ErrorInterceptor
         return pb.RegisterOpponentResponse(opponent=stored, created=created)
 
     async def ListOpponents(self, request: pb.ListOpponentsRequest, context: Any) -> pb.ListOpponentsResponse:

@@ -9,13 +9,13 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 from opentelemetry import trace
 
 from wolfpack import rpc, telemetry
-from wolfpack.errors import clip, to_status
+from wolfpack.errors import to_status
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
@@ -44,13 +44,6 @@ call cannot queue unbounded work (split larger batches into several calls)."""
 _MESSAGE_BYTES = 4 << 20
 """A GenerateBatchResponse is sent once its results reach this size, even when more finished in the same
 tick: gRPC's default message limit, well below the configured one (64 MiB), so any client can read it."""
-
-
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: InferenceError) -> NoReturn:
-    """What ``rpc.ErrorInterceptor`` does with a raised ``InferenceError`` (its ``status``), kept for the
-    handlers that still catch."""
-    await context.abort(exc.status, clip(str(exc)))
-    raise AssertionError("unreachable")
 
 
 def policy_info(p: Policy) -> pb.PolicyInfo:
@@ -139,14 +132,11 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         return _tracer.start_span(f"{op} {policy.policy_id}", context=parent, attributes=attrs)
 
     async def Generate(self, request: pb.GenerateRequest, context: Any) -> pb.GenerateResponse:
-        try:
-            policy, prep = await self._prepare_off_loop(request)
-            with self._span(policy, request) as span:
-                result: Result = await policy.backend.generate(prep.request)
-                if span is not None:
-                    span.set_attributes(_usage_attributes(result))
-        except InferenceError as exc:
-            await _abort(context, exc)
+        policy, prep = await self._prepare_off_loop(request)
+        with self._span(policy, request) as span:
+            result: Result = await policy.backend.generate(prep.request)
+            if span is not None:
+                span.set_attributes(_usage_attributes(result))
         resp = pb.GenerateResponse()
         _fill_response(resp, request, policy, prep, result)
         return resp
@@ -163,10 +153,10 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         cancels the backend calls still running, which abort their rows (as a cancelled Generate does)."""
         items = request.requests
         if not items or len(items) > MAX_BATCH_ITEMS:
-            await _abort(context, InferenceError(
+            raise InferenceError(
                 ErrorCode.INVALID_ARGUMENT,
                 f"GenerateBatch takes 1 to {MAX_BATCH_ITEMS} requests, got {len(items)}",
-            ))  # fmt: skip
+            )
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         running: dict[asyncio.Task[Result], tuple[int, Policy, Prepared, Any]] = {}
@@ -244,51 +234,42 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
     async def GenerateStream(
         self, request: pb.GenerateStreamRequest, context: Any
     ) -> AsyncIterator[pb.GenerateStreamResponse]:
-        try:
-            policy, prep = await self._prepare_off_loop(request.request)
-            with self._span(policy, request.request):
-                first = True
-                async for ch in policy.backend.stream(prep.request):
-                    msg = pb.GenerateStreamResponse(
-                        token_ids=ch.token_ids, logprobs=ch.logprobs, text=ch.text,
-                        finish_reason=_FINISH[ch.finish] if ch.finish else common_pb2.FINISH_REASON_UNSPECIFIED,
-                        policy=common_pb2.PolicyRef(policy_id=policy.policy_id, version=ch.version),
-                    )  # fmt: skip
-                    if first:
-                        msg.prompt_token_ids.extend(prep.request.prompt_ids)
-                        first = False
-                    yield msg
-        except InferenceError as exc:
-            await _abort(context, exc)
+        policy, prep = await self._prepare_off_loop(request.request)
+        with self._span(policy, request.request):
+            first = True
+            async for ch in policy.backend.stream(prep.request):
+                msg = pb.GenerateStreamResponse(
+                    token_ids=ch.token_ids, logprobs=ch.logprobs, text=ch.text,
+                    finish_reason=_FINISH[ch.finish] if ch.finish else common_pb2.FINISH_REASON_UNSPECIFIED,
+                    policy=common_pb2.PolicyRef(policy_id=policy.policy_id, version=ch.version),
+                )  # fmt: skip
+                if first:
+                    msg.prompt_token_ids.extend(prep.request.prompt_ids)
+                    first = False
+                yield msg
 
     async def ListPolicies(self, request: pb.ListPoliciesRequest, context: Any) -> pb.ListPoliciesResponse:
         return pb.ListPoliciesResponse(policies=[policy_info(p) for p in self.registry.list()])
 
     async def LoadPolicy(self, request: pb.LoadPolicyRequest, context: Any) -> pb.LoadPolicyResponse:
-        try:
-            p = await self.registry.load(
-                request.policy_id, request.version, request.model_path, request.adapter_path
-            )
-        except InferenceError as exc:
-            await _abort(context, exc)
+        p = await self.registry.load(
+            request.policy_id, request.version, request.model_path, request.adapter_path
+        )
         return pb.LoadPolicyResponse(policy=policy_info(p))
 
     async def PushWeights(
         self, request_iterator: AsyncIterator[pb.PushWeightsRequest], context: Any
     ) -> pb.PushWeightsResponse:
         assembler, head = TensorAssembler(), None
-        try:
-            async for chunk in request_iterator:
-                head = head or chunk
-                assembler.add(chunk.name, chunk.dtype, chunk.shape, chunk.data, chunk.offset)
-            if head is None:
-                raise InferenceError(ErrorCode.INVALID_ARGUMENT, "no chunks received")
-            tensors = await asyncio.to_thread(assembler.tensors)
-            p = await self.registry.push(
-                head.policy_id, head.version, tensors, head.is_adapter, head.adapter_config_json
-            )
-        except InferenceError as exc:
-            await _abort(context, exc)
+        async for chunk in request_iterator:
+            head = head or chunk
+            assembler.add(chunk.name, chunk.dtype, chunk.shape, chunk.data, chunk.offset)
+        if head is None:
+            raise InferenceError(ErrorCode.INVALID_ARGUMENT, "no chunks received")
+        tensors = await asyncio.to_thread(assembler.tensors)
+        p = await self.registry.push(
+            head.policy_id, head.version, tensors, head.is_adapter, head.adapter_config_json
+        )
         return pb.PushWeightsResponse(policy=policy_info(p), tensors=len(tensors))
 
 

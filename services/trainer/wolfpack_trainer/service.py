@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from wolfpack.errors import clip
+from wolfpack.errors import ServiceError
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import trainer_service_pb2 as pb
 from wolfpack.v1 import trainer_service_pb2_grpc as pb_grpc
@@ -65,10 +65,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
             )
         run_dir = self._find_run(request.run)
         if run_dir is None:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND, clip(f"no training run {request.run or '(any)'} found")
-            )
-            raise AssertionError("unreachable")
+            raise ServiceError(f"no training run {request.run or '(any)'} found", grpc.StatusCode.NOT_FOUND)
         pointer = run_dir / "checkpoints" / "LATEST"
         state = RunState(
             **json.loads((run_dir / "checkpoints" / pointer.read_text() / "state.json").read_text())
