@@ -32,6 +32,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from wolfpack import auth, errors, telemetry
+from wolfpack.files import write_text_atomic
 from wolfpack.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,10 +68,7 @@ def _announce(service: str, address: str) -> None:
     path, _ready_file = _ready_file, None
     if path is None:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"service": service, "address": address, "pid": os.getpid()}))
-    os.replace(tmp, path)  # a reader sees no file or the whole file
+    write_text_atomic(path, json.dumps({"service": service, "address": address, "pid": os.getpid()}))
 
 
 class AccessLogInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]

@@ -39,6 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wolfpack import SERVICES, rpc
+from wolfpack.files import write_text_atomic
 from wolfpack.redis_server import redis_url_or_embedded
 from wolfpack.settings import Settings
 
@@ -306,10 +307,8 @@ async def _run_up(
                     launcher_pid=os.getpid())  # fmt: skip
 
     def save() -> None:  # written as each process starts: a SIGKILLed launcher's successor reaps them
-        path = UpState.path(run_dir)  # replaced atomically: readers (status, rollout, train) poll it
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(asdict(state), indent=2))
-        os.replace(tmp, path)
+        # replaced atomically: readers (status, rollout, train) poll it
+        write_text_atomic(UpState.path(run_dir), json.dumps(asdict(state), indent=2))
 
     try:
         redis_url, embedded = await asyncio.to_thread(redis_url_or_embedded, settings)

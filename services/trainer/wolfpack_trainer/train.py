@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import shutil
 import time
@@ -30,6 +29,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import torch
 
+from wolfpack.files import write_text_atomic
 from wolfpack.stream import Delivery, ProtoStreamConsumer, ProtoStreamProducer
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_trainer import algos
@@ -464,9 +464,7 @@ class Trainer:
         final = root / name
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        pointer = root / "LATEST.tmp"
-        pointer.write_text(name)
-        os.replace(pointer, root / "LATEST")
+        write_text_atomic(root / "LATEST", name)
         for old in sorted(root.glob("update_*"))[:-2]:  # keep the last two
             shutil.rmtree(old, ignore_errors=True)
         return final
