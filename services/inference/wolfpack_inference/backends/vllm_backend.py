@@ -260,11 +260,10 @@ class VLLMBackend(Backend):
         if final is None:
             raise InferenceError(ErrorCode.INTERNAL, "vllm returned no output")
         completions = []
+        decode_here = self._tokenizer is not None and not self._detokenize_in_engine(request.sampling, False)
         for o in sorted(final.outputs, key=lambda o: o.index):
             ids = list(o.token_ids)
-            text = o.text or ""
-            if not text and ids and self._tokenizer is not None and not request.sampling.stop:
-                text = self._tokenizer.decode(ids, skip_special_tokens=True)  # see _detokenize_in_engine
+            text = self._tokenizer.decode(ids, skip_special_tokens=True) if decode_here else (o.text or "")
             completions.append(
                 Completion(
                     token_ids=ids,
