@@ -33,7 +33,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 typecheck: setup
-	$(BIN)/mypy libs/wolfpack libs/wolfpack_games services/environment/wolfpack_environment services/reward/wolfpack_reward \
+	$(BIN)/mypy libs/wolfpack libs/wolfpack_games libs/wolfpack_rewards services/environment/wolfpack_environment services/reward/wolfpack_reward \
 		services/inference/wolfpack_inference services/curriculum/wolfpack_curriculum \
 		services/rollout/wolfpack_rollout services/trainer/wolfpack_trainer
 

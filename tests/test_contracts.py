@@ -107,7 +107,7 @@ def test_every_pluggable_part_uses_the_one_registry_shape() -> None:
     from wolfpack_games.base import GAMES
     from wolfpack_games.scenarios.families import FAMILIES
     from wolfpack_inference.backends import BACKENDS
-    from wolfpack_reward.specs import SPECS
+    from wolfpack_rewards.specs import SPECS
 
     assert "werewolf_v1" in GAMES and "bargaining" in FAMILIES
     assert {"transformers", "vllm", "openai"} <= set(BACKENDS) and "werewolf_outcome@1" in SPECS

@@ -71,16 +71,16 @@ TARGETS = (
     ),
     Target(
         "reward specs",
-        "services/reward/wolfpack_reward/specs.py",
-        ("services/reward/tests/test_specs.py", "services/reward/tests/test_scenarios.py"),
+        "libs/wolfpack_rewards/specs.py",
+        ("libs/tests/rewards/test_specs.py", "libs/tests/rewards/test_scenarios.py"),
     ),
     Target(
         "reward outcome",
-        "services/reward/wolfpack_reward/outcome.py",
+        "libs/wolfpack_rewards/outcome.py",
         (
-            "services/reward/tests/test_outcome.py",
-            "services/reward/tests/test_specs.py",
-            "services/reward/tests/test_scenarios.py",
+            "libs/tests/rewards/test_outcome.py",
+            "libs/tests/rewards/test_specs.py",
+            "libs/tests/rewards/test_scenarios.py",
         ),
     ),
     Target(
@@ -115,17 +115,17 @@ TARGETS = (
     ),
     Target(
         "reward shaping",
-        "services/reward/wolfpack_reward/shaping.py",
+        "libs/wolfpack_rewards/shaping.py",
         (
-            "services/reward/tests/test_shaping.py",
-            "services/reward/tests/test_shaping_work.py",
-            "services/reward/tests/test_specs.py",
+            "libs/tests/rewards/test_shaping.py",
+            "libs/tests/rewards/test_shaping_work.py",
+            "libs/tests/rewards/test_specs.py",
         ),
     ),
     Target(
         "reward credit",
-        "services/reward/wolfpack_reward/credit.py",
-        ("services/reward/tests/test_credit.py", "services/reward/tests/test_specs.py"),
+        "libs/wolfpack_rewards/credit.py",
+        ("libs/tests/rewards/test_credit.py", "libs/tests/rewards/test_specs.py"),
     ),
     Target(
         "rpc",

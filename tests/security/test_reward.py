@@ -19,7 +19,7 @@ from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import reward_service_pb2 as pb
 from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
 from wolfpack_reward.server import register
-from wolfpack_reward.shaping import MAX_PREDICTION_WORK
+from wolfpack_rewards.shaping import MAX_PREDICTION_WORK
 
 ROLES = ["werewolf", "werewolf", "seer", "witch", "villager", "villager"]
 

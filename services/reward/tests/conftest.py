@@ -1,106 +1,34 @@
-"""Hand-built trajectories (exposed as fixtures, since test modules cannot import each other under
-importlib mode) and a real reward gRPC server on a free port."""
+"""A real reward gRPC server on a free port, and the library's worked example trajectories
+(``wolfpack_rewards.examples``) as fixtures."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from wolfpack import rpc
 from wolfpack.settings import load_settings
-from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
-from wolfpack_games.scenarios import Scenario, generate_scenario
-from wolfpack_games.scenarios.wire import scenario_to_pb
+from wolfpack.v1 import trajectory_pb2
+from wolfpack_games.scenarios import Scenario
 from wolfpack_reward.server import register
-
-WIN, LOSS, DRAW = common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS, common_pb2.OUTCOME_KIND_DRAW
-
-# 6-player Werewolf: seats 0-1 wolves, 2 seer, 3 witch, 4-5 villagers.
-ROLES = ["werewolf", "wolf_king", "seer", "witch", "villager", "villager"]
-PREDICTION = "Seat 0 is a werewolf."
-NEXT_OBS = "Seat 0 is a wolf."
-
-TurnSpec = dict[str, Any]
-
-
-def make_turn(index: int, seat: int, **kw: Any) -> trajectory_pb2.Turn:
-    kw.setdefault("valid", True)
-    kw.setdefault("response_text", f"turn {index}")
-    kw.setdefault("observation_text", f"observation {index}")
-    return trajectory_pb2.Turn(index=index, seat=seat, **kw)
-
-
-def werewolf_trajectory(winner: str = "wolves") -> trajectory_pb2.Trajectory:
-    """10 turns; turn 2 (seat 2) predicts, turn 5 is seat 2's next observation; turn 6 is invalid."""
-    specs: list[tuple[int, str, TurnSpec]] = [
-        (0, "night.wolf_chat", {}),
-        (1, "night.wolf_chat", {}),
-        (2, "night.seer", {"response_text": f"<predict_next>{PREDICTION}</predict_next>\ninspect 0"}),
-        (3, "night.witch", {}),
-        (0, "day.discussion", {}),
-        (2, "day.discussion", {"observation_text": NEXT_OBS}),
-        (4, "day.discussion", {"valid": False, "defaulted": True, "invalid_reason": "empty"}),
-        (5, "day.vote", {}),
-        (1, "day.vote", {}),
-        (4, "day.vote", {}),
-    ]
-    traj = trajectory_pb2.Trajectory(
-        trajectory_id="ww-1", game=common_pb2.GameRef(game_id="werewolf_v1", variant="6p"), winner=winner
-    )
-    for i, (seat, phase, kw) in enumerate(specs):
-        traj.turns.append(make_turn(i, seat, phase=phase, **kw))
-    for seat, role in enumerate(ROLES):
-        team = "wolves" if role in ("werewolf", "wolf_king") else "village"
-        traj.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
-        traj.outcomes.add(seat=seat, role=role, team=team, outcome=WIN if team == winner else LOSS)
-    return traj
-
-
-def bargaining_scenario() -> Scenario:
-    """Buyer (seat 0, speaks first): target 654, reservation 728; seller: target 515, reservation 471."""
-    sc = generate_scenario("bargaining", 1, "easy")
-    assert sc.params["first"] == 0
-    assert [p.private for p in sc.players] == [
-        {"reservation": 728, "target": 654},
-        {"reservation": 471, "target": 515},
-    ]
-    return sc
-
-
-def scenario_trajectory(
-    scenario: Scenario, turns: Sequence[tuple[int, str, TurnSpec]], claimed: Sequence[int] | None = None
-) -> trajectory_pb2.Trajectory:
-    traj = trajectory_pb2.Trajectory(
-        trajectory_id="sc-1", game=common_pb2.GameRef(game_id="bargaining_v1", variant=scenario.difficulty)
-    )
-    traj.scenario.CopyFrom(scenario_to_pb(scenario))
-    for i, (seat, text, kw) in enumerate(turns):
-        kw = dict(kw)
-        kw.setdefault("action", common_pb2.Action(kind="say", text=text))
-        traj.turns.append(make_turn(i, seat, phase="bargaining", response_text=text, **kw))
-    for seat, p in enumerate(scenario.players):
-        o = traj.outcomes.add(seat=seat, role=p.role, team=p.role)
-        if claimed is not None:
-            o.outcome = claimed[seat]  # type: ignore[assignment]
-    return traj
+from wolfpack_rewards import examples
 
 
 @pytest.fixture
 def ww() -> Callable[..., trajectory_pb2.Trajectory]:
-    return werewolf_trajectory
+    return examples.werewolf_trajectory
 
 
 @pytest.fixture
 def bargaining() -> Scenario:
-    return bargaining_scenario()
+    return examples.bargaining_scenario()
 
 
 @pytest.fixture
 def sc_traj() -> Callable[..., trajectory_pb2.Trajectory]:
-    return scenario_trajectory
+    return examples.scenario_trajectory
 
 
 @pytest.fixture

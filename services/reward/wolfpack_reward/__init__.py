@@ -1,1 +1,1 @@
-"""Wolfpack reward service."""
+"""Wolfpack reward service: the gRPC adapter (``server``) over the reward specs of ``wolfpack_rewards``."""

@@ -22,10 +22,10 @@ from wolfpack.settings import Settings
 from wolfpack.v1 import reward_service_pb2 as pb
 from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
 from wolfpack.v1 import trajectory_pb2
-from wolfpack_reward import shaping
-from wolfpack_reward.config import SpecConfig
-from wolfpack_reward.result import ScoreError, to_response
-from wolfpack_reward.specs import SPECS, load_specs, resolve_spec
+from wolfpack_rewards import shaping
+from wolfpack_rewards.config import SpecConfig
+from wolfpack_rewards.result import ScoreError, to_response
+from wolfpack_rewards.specs import SPECS, load_specs, resolve_spec
 
 SERVICE = "reward"
 MAX_TURNS = 100_000

@@ -15,8 +15,8 @@ from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_games.scenarios import Scenario, VerificationResult, get_family, verify
 from wolfpack_games.scenarios.wire import scenario_from_pb
 from wolfpack_games.werewolf.models import TEAM_VILLAGE, TEAM_WOLVES, WOLF_ROLES
-from wolfpack_reward.config import OutcomeConfig
-from wolfpack_reward.result import ScoreError
+from wolfpack_rewards.config import OutcomeConfig
+from wolfpack_rewards.result import ScoreError
 
 WIN, LOSS, DRAW, ABORTED = (
     common_pb2.OUTCOME_KIND_WIN,

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import pytest
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
-from wolfpack_reward.outcome import transcript_of
-from wolfpack_reward.specs import get_spec
+from wolfpack_rewards.outcome import transcript_of
+from wolfpack_rewards.specs import get_spec
 
 WW = Callable[..., trajectory_pb2.Trajectory]
 # ROLES of the conftest trajectory: seats 0 and 1 are wolves, 2-5 the village.

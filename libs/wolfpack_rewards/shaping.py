@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 from difflib import SequenceMatcher
 
 from wolfpack.v1 import trajectory_pb2
-from wolfpack_reward.config import PenaltyConfig, PredictionConfig, SimilarityMetric
-from wolfpack_reward.result import ScoreError
+from wolfpack_rewards.config import PenaltyConfig, PredictionConfig, SimilarityMetric
+from wolfpack_rewards.result import ScoreError
 
 _OPEN = re.compile(r"<predict_next>", re.I)
 _CLOSE = re.compile(r"</predict_next>", re.I)

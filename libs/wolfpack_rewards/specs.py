@@ -24,14 +24,14 @@ from wolfpack.registry import Registry
 from wolfpack.v1 import trajectory_pb2
 from wolfpack_games.scenarios import available_families, get_family
 from wolfpack_games.werewolf import GAME_ID as WEREWOLF_GAME_ID
-from wolfpack_reward import credit, outcome, shaping
-from wolfpack_reward.config import (
+from wolfpack_rewards import credit, outcome, shaping
+from wolfpack_rewards.config import (
     OutcomeConfig,
     PenaltyConfig,
     PredictionConfig,
     SpecConfig,
 )
-from wolfpack_reward.result import ScoreError, ScoreResult, SeatScore, TurnScore
+from wolfpack_rewards.result import ScoreError, ScoreResult, SeatScore, TurnScore
 
 ScoreFn = Callable[[trajectory_pb2.Trajectory, SpecConfig], ScoreResult]
 

@@ -10,9 +10,9 @@ import pytest
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_games.scenarios import Scenario, generate_scenario
 from wolfpack_games.scenarios.wire import scenario_to_pb
-from wolfpack_reward.outcome import transcript_of
-from wolfpack_reward.result import ScoreError
-from wolfpack_reward.specs import get_spec
+from wolfpack_rewards.outcome import transcript_of
+from wolfpack_rewards.result import ScoreError
+from wolfpack_rewards.specs import get_spec
 
 WIN, LOSS, DRAW = common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS, common_pb2.OUTCOME_KIND_DRAW
 ScTraj = Callable[..., trajectory_pb2.Trajectory]

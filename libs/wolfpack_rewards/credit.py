@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wolfpack_reward.config import CreditMode
+from wolfpack_rewards.config import CreditMode
 
 
 def assign(positions: Sequence[int], value: float, mode: CreditMode, gamma: float = 1.0) -> dict[int, float]:

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from wolfpack.v1 import trajectory_pb2
-from wolfpack_reward.credit import assign
-from wolfpack_reward.specs import load_specs
+from wolfpack_rewards.credit import assign
+from wolfpack_rewards.specs import load_specs
 
 WW = Callable[..., trajectory_pb2.Trajectory]
 

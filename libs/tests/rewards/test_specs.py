@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
-from wolfpack_reward.config import SpecConfig
-from wolfpack_reward.result import ScoreError, ScoreResult, to_response
-from wolfpack_reward.specs import DEFAULT_SPECS, SPECS, get_spec, load_specs, resolve_spec
+from wolfpack_rewards.config import SpecConfig
+from wolfpack_rewards.result import ScoreError, ScoreResult, to_response
+from wolfpack_rewards.specs import DEFAULT_SPECS, SPECS, get_spec, load_specs, resolve_spec
 
 WW = Callable[..., trajectory_pb2.Trajectory]
 # char ratio of "Seat 0 is a werewolf." (21) vs "Seat 0 is a wolf." (17): blocks "Seat 0 is a w" (13) and
@@ -107,7 +107,7 @@ def test_credit_modes(ww: WW, mode: str, gamma: float, seat4_turns: list[float])
 
 
 def test_discounted_three_turns() -> None:
-    from wolfpack_reward.credit import assign
+    from wolfpack_rewards.credit import assign
 
     assert assign([1, 4, 7], 2.0, "discounted", 0.9) == pytest.approx({1: 2 * 0.81, 4: 1.8, 7: 2.0})
     assert assign([], 1.0, "terminal") == {}
@@ -335,7 +335,7 @@ def test_shaped_length_limits_are_the_documented_ones(
 
 
 def test_spec_versions_start_at_one() -> None:
-    from wolfpack_reward.specs import RewardSpec, add_spec
+    from wolfpack_rewards.specs import RewardSpec, add_spec
 
     with pytest.raises(ValueError, match="bad spec name/version"):
         add_spec(RewardSpec("fresh_spec", 0, "", ("werewolf_v1",), SpecConfig(), lambda t, c: None))  # type: ignore[arg-type,return-value]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from wolfpack.v1 import trajectory_pb2
-from wolfpack_reward import shaping
-from wolfpack_reward.config import PredictionConfig
-from wolfpack_reward.result import ScoreError
+from wolfpack_rewards import shaping
+from wolfpack_rewards.config import PredictionConfig
+from wolfpack_rewards.result import ScoreError
 
 PAIRS = [(0, "abc", "defgh"), (3, "x" * 10, "y" * 7)]  # lengths (3, 5) and (10, 7)
 

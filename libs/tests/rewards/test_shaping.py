@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from wolfpack.v1 import trajectory_pb2
-from wolfpack_reward import shaping
-from wolfpack_reward.config import PenaltyConfig, PredictionConfig
+from wolfpack_rewards import shaping
+from wolfpack_rewards.config import PenaltyConfig, PredictionConfig
 
 
 @pytest.mark.parametrize(
