@@ -22,10 +22,12 @@ def _rng(*parts: object) -> random.Random:
 
 
 def generate_scenario(family: str, seed: int, difficulty: Difficulty | str = "medium") -> Scenario:
-    """One scenario; the same (family, seed, difficulty) always gives the same scenario."""
-    if difficulty not in DIFFICULTIES:
-        raise ValueError(f"unknown difficulty {difficulty!r}; use one of {', '.join(DIFFICULTIES)}")
+    """One scenario; the same (family, seed, difficulty) always gives the same scenario. ``difficulty`` may
+    also be one of the family's own variants (``Family.seats`` keys beyond the three levels, e.g.
+    ultimatum's ``outside``), which the family's ``generate`` handles."""
     fam = get_family(family)
+    if difficulty not in DIFFICULTIES and difficulty not in fam.seats:
+        raise ValueError(f"unknown difficulty {difficulty!r}; use one of {', '.join(fam.seats)}")
     diff: Difficulty = difficulty  # type: ignore[assignment]
     return fam.generate(_rng(family, diff, seed), diff)
 

@@ -30,7 +30,8 @@ def test_all_families_registered_with_variants_and_bots() -> None:
     for family in FAMILY_NAMES:
         spec = next(s for s in list_games() if s.game_id == get_family(family).game_id)
         assert spec.game_id in ids
-        assert set(spec.variants) == {"easy", "medium", "hard"}
+        extra = {"outside"} if family == "ultimatum" else set()  # ultimatum's outside-option variant
+        assert set(spec.variants) == {"easy", "medium", "hard", *extra}
         assert spec.default_bot == "heuristic" and set(spec.bots) == {"heuristic", "random"}
         for variant, seats in spec.variants.items():
             env = make_game(spec.game_id, variant)

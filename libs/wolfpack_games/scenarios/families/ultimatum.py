@@ -11,6 +11,22 @@ targets conflict).
 Verdict: accepted — the proposer wins if its share reaches its target, else draws; the responder wins if
 the offer reaches its threshold, else draws. Rejected, or no decision by the turn limit — both lose
 (the pot is gone).
+
+Variant ``outside`` (the responder has an outside option; the training demo's task). In the difficulty
+variants accepting is weakly dominant — rejecting loses for both — and the heuristic proposer never
+offers below an ``easy`` threshold, so the one-word policy "always ACCEPT" wins every game and a learner
+learns nothing about the game. Here the responder's threshold is an *outside option* it takes by
+rejecting: ACCEPT gets the offer, REJECT gets the outside option (the proposer gets nothing either way
+it is rejected). The responder wins if it takes the larger of the two (both, on a tie) and loses if it
+takes the smaller; no decision by the turn limit loses for both. The proposer wins an accepted offer
+that leaves it its target, draws an accepted one that does not, and loses a rejection. The numbers are
+small (pot 10, outside option 3..7) and the proposer's target leaves an offer 1-3 below or above the
+outside option, each side with probability 1/2, so the heuristic proposer's single offer (exactly
+``pot - target`` here, no half-pot cap) falls on either side of it: every constant answer wins about
+half the games and only reading the offer *and* the outside option wins them all (the heuristic
+responder: ACCEPT iff offer >= outside option). The generated scenario is labelled ``medium`` (the
+difficulty levels stay the three of every family) and carries ``params["rule"] = "outside"``, which the
+verdict and the bots read.
 """
 
 from __future__ import annotations
@@ -29,6 +45,18 @@ SLACK: dict[Difficulty, tuple[float, float]] = {
     "medium": (0.0, 0.1),
     "hard": (-0.2, -0.05),
 }
+OUTSIDE = "outside"
+"""The outside-option variant's name (registry variant) and its ``params["rule"]`` value."""
+OUTSIDE_POT = 10
+OUTSIDE_OPTION = (3, 7)
+"""Range of the responder's outside option in the ``outside`` variant (inclusive)."""
+OUTSIDE_GAP = (1, 3)
+"""How far below or above the outside option the proposer's planned offer lies (inclusive)."""
+
+
+def outside_rule(scenario: Scenario) -> bool:
+    """True for a scenario of the ``outside`` variant (the responder may take its outside option)."""
+    return scenario.params.get("rule") == OUTSIDE
 
 
 class UltimatumTracker(Tracker):
@@ -67,6 +95,8 @@ class UltimatumTracker(Tracker):
     def verdict(self) -> VerificationResult:
         sc = self.scenario
         pot = sc.param_int("pot")
+        if outside_rule(sc):
+            return self._outside_verdict(pot)
         if not self.accepted or self.offer is None:
             why = "rejected" if self.accepted is False else "no decision before the turn limit"
             return VerificationResult(
@@ -83,6 +113,32 @@ class UltimatumTracker(Tracker):
             details={"offer": self.offer, "accepted": True},
         )
 
+    def _outside_verdict(self, pot: int) -> VerificationResult:
+        """The ``outside`` variant: the responder wins by taking the larger of offer and outside option."""
+        sc = self.scenario
+        outside = sc.private_int(RESPONDER, "threshold")
+        if self.accepted is None or self.offer is None:
+            return VerificationResult(
+                outcomes={PROPOSER: -1, RESPONDER: -1},
+                reason=f"no decision before the turn limit: the pot of {pot} is lost, both lose",
+                details={"offer": self.offer, "accepted": False},
+            )
+        if self.accepted:
+            share = pot - self.offer
+            p = 1 if share >= sc.private_int(PROPOSER, "target") else 0
+            r = 1 if self.offer >= outside else -1
+            reason = (
+                f"accepted: proposer keeps {share}, responder gets {self.offer} (outside option {outside})"
+            )
+        else:
+            p, r = -1, 1 if outside >= self.offer else -1
+            reason = f"rejected: responder takes its outside option {outside} over the offer of {self.offer}"
+        return VerificationResult(
+            outcomes={PROPOSER: p, RESPONDER: r},
+            reason=reason,
+            details={"offer": self.offer, "accepted": self.accepted, "outside": outside},
+        )
+
 
 class Ultimatum(Family):
     name = "ultimatum"
@@ -90,9 +146,11 @@ class Ultimatum(Family):
     title = "Ultimatum game"
     theory = "the ultimatum game (Güth, Schmittberger & Schwarze 1982)"
     specs = (StatementSpec.value("OFFER"), StatementSpec.flag("ACCEPT"), StatementSpec.flag("REJECT"))
-    seats: ClassVar[dict[str, int]] = {"easy": 2, "medium": 2, "hard": 2}
+    seats: ClassVar[dict[str, int]] = {"easy": 2, "medium": 2, "hard": 2, OUTSIDE: 2}
 
     def generate(self, rng: random.Random, difficulty: Difficulty) -> Scenario:
+        if str(difficulty) == OUTSIDE:
+            return self._generate_outside(rng)
         pot = rng.choice((10, 20, 50, 100, 200, 500, 1000)) * rng.randint(1, 3)
         slack = round(pot * rng.uniform(*SLACK[difficulty]))
         threshold = max(1, round(pot * rng.uniform(0.2, 0.45)))
@@ -130,7 +188,47 @@ class Ultimatum(Family):
             max_turns=max_turns,
         )
 
+    def _generate_outside(self, rng: random.Random) -> Scenario:
+        pot = OUTSIDE_POT
+        outside = rng.randint(*OUTSIDE_OPTION)
+        gap = rng.randint(*OUTSIDE_GAP)
+        offer = outside - gap if rng.random() < 0.5 else outside + gap
+        a, b = rng.sample(NAMES, 2)
+        public = (
+            f"{a} (proposer) and {b} (responder) split a pot of {pot}. {a} makes one offer; {b} accepts it, "
+            f"or rejects it and takes an outside option instead ({a} then gets nothing). At most 4 messages."
+        )
+        return Scenario(
+            family=self.name,
+            difficulty="medium",
+            template="ultimatum-outside-option",
+            tags=["ultimatum", "outside-option", "2p"],
+            public=public,
+            params={"pot": pot, "first": 0, "rule": OUTSIDE},
+            players=[
+                PlayerInfo(
+                    seat=PROPOSER,
+                    name=a,
+                    role="proposer",
+                    private={"target": pot - offer},
+                    brief=f"You win if you keep at least {pot - offer} of {pot}; less is a draw; a rejection loses.",
+                ),
+                PlayerInfo(
+                    seat=RESPONDER,
+                    name=b,
+                    role="responder",
+                    private={"threshold": outside},
+                    brief=f"Your outside option is {outside}. ACCEPT gets you the offer, REJECT gets you {outside}. "
+                    "Take the larger to win; taking the smaller loses.",
+                ),
+            ],
+            max_turns=4,
+        )
+
     def check(self, scenario: Scenario) -> None:
+        rule = scenario.params.get("rule", "")
+        if rule not in ("", OUTSIDE):
+            raise ValueError(f"unknown ultimatum rule {rule!r}; rules: {OUTSIDE!r} (or none)")
         pot = scenario.param_int("pot")
         if pot < 1 or not 0 <= scenario.private_int(PROPOSER, "target") <= pot:
             raise ValueError("0 <= proposer target <= pot")
@@ -149,10 +247,10 @@ class Ultimatum(Family):
         return "Talk freely. Once an offer is made, answer with `ACCEPT` or `REJECT` (this ends the game)."
 
     def solution(self, scenario: Scenario) -> list[tuple[int, str]]:
-        return [
-            (PROPOSER, f"OFFER: {scenario.param_int('pot') - scenario.private_int(PROPOSER, 'target')}"),
-            (RESPONDER, "ACCEPT"),
-        ]
+        offer = scenario.param_int("pot") - scenario.private_int(PROPOSER, "target")
+        if outside_rule(scenario):  # at least the outside option: the responder wins, the proposer draws
+            offer = max(offer, scenario.private_int(RESPONDER, "threshold"))
+        return [(PROPOSER, f"OFFER: {offer}"), (RESPONDER, "ACCEPT")]
 
     def heuristic(self, tracker: Tracker, seat: int, rng: random.Random) -> str:
         assert isinstance(tracker, UltimatumTracker)
@@ -161,10 +259,14 @@ class Ultimatum(Family):
         if seat == PROPOSER:
             if tracker.offer is not None:
                 return "That is my final offer."
+            if outside_rule(sc):  # exactly what leaves it its target: on either side of the outside option
+                return f"Here is my offer.\nOFFER: {pot - sc.private_int(PROPOSER, 'target')}"
             offer = min(pot - sc.private_int(PROPOSER, "target"), pot // 2)
             return f"A fair split, I think.\nOFFER: {max(offer, 1 if pot > 1 else 0)}"
         if tracker.offer is None:
             return "I am waiting for your offer."
+        if outside_rule(sc):  # take the larger of the offer and the outside option
+            return "ACCEPT" if tracker.offer >= sc.private_int(RESPONDER, "threshold") else "REJECT"
         # Rational responder: any positive offer beats losing the pot.
         return "ACCEPT" if tracker.offer > 0 else "REJECT"
 
