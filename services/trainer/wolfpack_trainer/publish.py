@@ -9,6 +9,7 @@ of which weights a version number meant.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,10 @@ class Published:
     path: str
     pushed: bool
     frozen: bool
+    save_s: float = 0.0
+    """Seconds writing the version's directory."""
+    push_s: float = 0.0
+    """Seconds from gathering the weights to inference confirming the new version (PushWeights)."""
 
 
 class Publisher:
@@ -48,17 +53,20 @@ class Publisher:
         self, policy_id: str, version: int, learner: Learner, *, freeze: bool = False
     ) -> Published:
         path = ""
+        t0 = time.monotonic()
         if self.save_dirs:
             path = str(learner.save_pretrained(self.root / policy_id / f"v{version:06d}"))
+        t1 = time.monotonic()
         pushed = False
         if self.inference_addr:
             await self._push(policy_id, version, learner)
             pushed = True
+        t2 = time.monotonic()
         frozen = False
         if freeze and self.curriculum_addr:
             await self._freeze(policy_id, version)
             frozen = True
-        return Published(policy_id, version, path, pushed, frozen)
+        return Published(policy_id, version, path, pushed, frozen, save_s=t1 - t0, push_s=t2 - t1)
 
     async def _push(self, policy_id: str, version: int, learner: Learner) -> None:
         from wolfpack import rpc

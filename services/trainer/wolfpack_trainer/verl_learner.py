@@ -39,6 +39,7 @@ from wolfpack_trainer.learners.base import (
     LearnerConfig,
     TrainBatch,
     register_learner,
+    resolve_device,
 )
 
 _METRIC_NAMES = {
@@ -182,7 +183,10 @@ class VerlFsdpLearner(Learner):
             raise ValueError("verl_fsdp trains full weights; use the cpu learner for LoRA (lora_rank > 0)")
         if config.value_head:
             raise ValueError("verl_fsdp has no value head; PPO with GAE runs verl's critic in main_ppo")
-        self.use_cuda = torch.cuda.is_available() and not config.device.startswith("cpu")
+        # ``auto`` takes CUDA where there is one; ``cuda`` without one is an error (resolve_device), never a
+        # silent CPU run. verl's CPU platform shim is installed only for an explicit or resolved ``cpu``.
+        self.device = resolve_device(config.device)
+        self.use_cuda = self.device.startswith("cuda")
         if not self.use_cuda:
             use_cpu_platform()
         for key, value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
@@ -346,6 +350,8 @@ class VerlFsdpLearner(Learner):
             if not values:
                 continue
             out[_METRIC_NAMES.get(key, key if "/" in key else f"actor/{key}")] = sum(values) / len(values)
+        if self.use_cuda:  # evidence in the metrics that the update ran on the card, and how much it took
+            out["perf/learner_max_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
         out["actor/optimizer_steps"] = float(
             len(metrics.get("grad_norm", [])) or n // mini * self.config.ppo_epochs
         )

@@ -167,10 +167,36 @@ class LearnerConfig:
     temperature: float = 1.0
     value_head: bool = False
     seed: int = 0
-    device: str = "cpu"
+    device: str = "auto"
+    """``auto`` (CUDA when present, else CPU), ``cpu`` or ``cuda[:n]``; see ``resolve_device``."""
     dtype: str = "float32"
     loss: LossConfig = field(default_factory=LossConfig)
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class DeviceUnavailableError(ValueError):
+    """A config asked for an accelerator this machine does not have."""
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when CUDA is present, else ``cpu``; an explicit ``cuda[:n]`` without CUDA (or
+    with too few devices) is an error, never a silent CPU run: a recipe sized for a GPU would otherwise
+    train for hours on the CPU and look like it works."""
+    want = (device or "auto").strip().lower()
+    if want == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cpu":
+        return "cpu"
+    if want == "cuda" or want.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError(f"device {device!r} requested but this machine has no CUDA device")
+        index = int(want.split(":", 1)[1]) if ":" in want else 0
+        if index >= torch.cuda.device_count():
+            raise DeviceUnavailableError(
+                f"device {device!r} requested but only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+        return want
+    raise DeviceUnavailableError(f"device {device!r}: expected auto, cpu or cuda[:n]")
 
 
 @dataclass(frozen=True)

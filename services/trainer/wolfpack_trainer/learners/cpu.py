@@ -30,6 +30,7 @@ from wolfpack_trainer.learners.base import (
     LearnerConfig,
     TrainBatch,
     register_learner,
+    resolve_device,
 )
 
 
@@ -77,10 +78,13 @@ class CpuLearner(Learner):
             self.value_head = nn.Linear(hidden, 1)
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
-        self.model.to(config.device)  # type: ignore[arg-type]
+        # The ``cpu`` learner stays on the CPU under ``auto`` (its sampler and batches live there); an explicit
+        # ``cuda[:n]`` moves it, and fails loudly where there is no such device.
+        self.device = "cpu" if config.device in ("", "auto") else resolve_device(config.device)
+        self.model.to(self.device)  # type: ignore[arg-type]
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.value_head is not None:
-            self.value_head.to(config.device)
+            self.value_head.to(self.device)
             params += list(self.value_head.parameters())
         self.optimizer = torch.optim.AdamW(
             params, lr=config.lr, weight_decay=config.weight_decay, betas=config.betas
@@ -97,7 +101,7 @@ class CpuLearner(Learner):
         self, model: nn.Module, batch: TrainBatch, want_values: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Response logprobs [b, R], entropy [b, R] and (optionally) values [b, R] for a micro-batch."""
-        dev = self.config.device
+        dev = self.device
         out = model(
             input_ids=batch.input_ids.to(dev),
             attention_mask=batch.attention_mask.to(dev),
