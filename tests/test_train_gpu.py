@@ -21,9 +21,17 @@ CONFIG = {
     "seed": 0,
     "game": {"id": "ultimatum_v1", "variant": "easy", "bot": "heuristic"},
     "policies": [
-        {"id": "responder", "seats": [1], "learner": "verl_fsdp", "model": "tiny", "lr": 1.0e-4,
-         "micro_batch_size": 8, "mini_batch_size": 16, "device": "cuda"},
-    ],  # fmt: skip
+        {
+            "id": "responder",
+            "seats": [1],
+            "learner": "verl_fsdp",
+            "model": "tiny",
+            "lr": 1.0e-4,
+            "micro_batch_size": 8,
+            "mini_batch_size": 16,
+            "device": "cuda",
+        },
+    ],
     "rollout": {"mode": "service", "episodes_per_update": 16, "group_size": 8, "max_tokens": 12},
     "algo": {"estimator": "grpo"},
     "loss": {"clip_ratio": 0.2, "tis_cap": 2.0},
