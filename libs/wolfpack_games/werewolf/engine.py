@@ -204,6 +204,8 @@ class WerewolfEnv(GameEnv):
         self.alive: list[bool] = [True] * n
         self._ev = []
         self._events = []
+        # The per-seat prompt state of this game (``render._GameText``), built on the first prompt.
+        self._prompts: Any = None
         self.action_log = []
         self.day = 0
         self.phase = ""
@@ -273,6 +275,7 @@ class WerewolfEnv(GameEnv):
     @events.setter
     def events(self, value: list[Event]) -> None:
         self._events = list(value)
+        self._prompts = None
         self._ev = [
             (e.index, e.kind, e.channel, e.actor, e.target, e.text, e.phase, e.round) for e in self._events
         ]
