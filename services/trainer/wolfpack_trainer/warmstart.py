@@ -78,6 +78,9 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    # On a GPU host the clone trains on the card (SmolLM2 on CPU cores takes minutes per few steps).
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
     pairs = bot_pairs(cfg, tok)
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
@@ -95,7 +98,7 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
             ids[i, : len(seq)] = torch.tensor(seq)
             att[i, : len(seq)] = 1
             labels[i, len(p) : len(seq)] = torch.tensor(r)
-        loss = model(input_ids=ids, attention_mask=att, labels=labels).loss
+        loss = model(input_ids=ids.to(device), attention_mask=att.to(device), labels=labels.to(device)).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
