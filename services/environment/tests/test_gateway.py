@@ -218,7 +218,9 @@ async def test_bad_requests_get_json_errors_with_mapped_statuses(http: aiohttp.C
     assert await error_of(http, "POST", step, 409, json=stale) == "FAILED_PRECONDITION"
     out_of_turn = {"token": tokens[idle], "turn_id": 1, "text": "vote 1"}
     assert await error_of(http, "POST", step, 409, json=out_of_turn) == "FAILED_PRECONDITION"
-    oversized = {**no_move, "text": "x" * 5_000}  # over the service's max_text_chars (conftest: 2000)
+    # A structured action's text over the service's max_text_chars (conftest: 2000); free text that long
+    # is a move the game judges (the first 2000 characters are read), not an HTTP error.
+    oversized = {**no_move, "action": {"kind": "say", "text": "x" * 5_000}}
     assert await error_of(http, "POST", step, 400, json=oversized) == "INVALID_ARGUMENT"
     huge = {**no_move, "text": "x" * (MAX_BODY + 1)}  # over the gateway's body limit
     assert await error_of(http, "POST", step, 413, json=huge) == "PAYLOAD_TOO_LARGE"

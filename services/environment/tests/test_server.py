@@ -105,8 +105,9 @@ async def test_bad_requests_get_clear_codes_and_the_game_goes_on(env_client: Env
     obs = observations[s]
     # Stale turn id.
     assert await code_of(seats[s].act(obs.turn_id + 100, "pass")) == grpc.StatusCode.FAILED_PRECONDITION
-    # Oversized text.
-    assert await code_of(seats[s].act(obs.turn_id, "x" * 5_000)) == grpc.StatusCode.INVALID_ARGUMENT
+    # A structured action's oversized text is the caller's bug (free text is a move: see below).
+    long_say = common_pb2.Action(kind="say", text="x" * 5_000)
+    assert await code_of(seats[s].act(obs.turn_id, long_say)) == grpc.StatusCode.INVALID_ARGUMENT
     # An illegal action is not an RPC error: it is rejected with a reason and the seat is re-prompted.
     bad = common_pb2.Action(kind="fly", target=0)
     resp = await seats[s].act(obs.turn_id, bad)
@@ -125,6 +126,37 @@ async def test_bad_requests_get_clear_codes_and_the_game_goes_on(env_client: Env
     close = pb.CloseEpisodeRequest(episode_id=ep.episode_id, token=ep.seat_tokens[0])
     assert await code_of(stub.CloseEpisode(close)) == grpc.StatusCode.PERMISSION_DENIED
     assert await env_client.close_episode(ep.episode_id, ep.admin_token)
+
+
+@pytest.mark.parametrize("game", ["werewolf_v1", "ultimatum_v1"])
+@pytest.mark.parametrize(
+    "answer",
+    ["", " \n\t ", "\x00\x01\x7f\ufffd\ufffd", "\u200b" * 50, "x" * 50_000, "pass " * 10_000],
+    ids=["empty", "blank", "binary", "zero-width", "huge", "huge-repeated-action"],
+)
+async def test_whatever_a_model_answers_is_a_move_the_game_judges(
+    env_client: EnvironmentClient, game: str, answer: str
+) -> None:
+    """Free text is a model's answer: empty, blank, binary or over ``max_text_chars`` (2,000 here), the
+    game judges it by its rules (rejected with a reason and re-prompted, then defaulted, or read up to the
+    limit), never an RPC error that would lose the episode."""
+    ep = await env_client.create_episode(game, seed=3, external_seats=(0,))
+    seat = env_client.seat(ep.episode_id, ep.seat_tokens[0])
+    obs = await seat.observation()
+    for _ in range(200):
+        if obs.done:
+            break
+        if not obs.your_turn:
+            obs = await seat.observation()
+            continue
+        resp = await seat.act(obs.turn_id, answer)
+        assert resp.accepted or resp.reason, "a rejected answer names its reason"
+        if not resp.accepted and not resp.defaulted:
+            assert resp.observation.your_turn and resp.observation.turn_id == obs.turn_id, "re-prompted"
+        obs = resp.observation
+    assert obs.done, "the episode reached its end"
+    final = await env_client.get_episode(ep.episode_id, ep.admin_token)
+    assert final.done and all(s.outcome != common_pb2.OUTCOME_KIND_ABORTED for s in final.seats)
 
 
 async def test_episode_limit_is_resource_exhausted(

@@ -383,9 +383,9 @@ class EpisodeManager:
         self._rate_limit(token)
         if ep.advancing:
             self._advance(ep, sliced=False)
-        text = action.text if action is not None else raw_text
-        if len(text) > self.limits.max_text_chars:
-            raise SessionError(f"text is {len(text)} characters; the limit is {self.limits.max_text_chars}")
+        limit = self.limits.max_text_chars
+        if action is not None and len(action.text) > limit:
+            raise SessionError(f"action.text is {len(action.text)} characters; the limit is {limit}")
         if ep.done:
             raise FailedPreconditionError("the episode is over")
         # ``open_turns`` holds exactly the non-scripted acting seats (kept in step by ``_open_turns``).
@@ -398,9 +398,11 @@ class EpisodeManager:
             raise FailedPreconditionError(
                 f"stale turn id {turn_id}; seat {seat}'s current turn id is {current}"
             )
-        if action is None and not raw_text.strip():
-            raise SessionError("give an action or a non-empty raw_text")
-        result = self._apply(ep, seat, action if action is not None else raw_text)
+        # Free text is a model's answer, and whatever a model answers is a move the game judges by its
+        # rules (an empty or unreadable answer is an invalid move: re-prompt, then the default), never a
+        # request error that would cost the episode. Only its first ``max_text_chars`` characters are
+        # read (bounded parse work and memory); a structured action over the limit is the caller's bug.
+        result = self._apply(ep, seat, action if action is not None else raw_text[:limit])
         if result.accepted or result.defaulted:
             ep.acted[key] = result
         return result
