@@ -128,10 +128,52 @@ def test_save_pretrained_loads_in_transformers(learner: Any, tmp_path: Path) -> 
 
 def test_unsupported_configs_fail_at_construction() -> None:
     cls = get_learner("verl_fsdp")
-    with pytest.raises(ValueError, match="LoRA"):
-        cls(LearnerConfig(lora_rank=8))
     with pytest.raises(ValueError, match="value head"):
         cls(LearnerConfig(value_head=True))
+
+
+def test_lora_trains_the_adapter_only_with_the_base_as_kl_reference(model_dir: Path, tmp_path: Path) -> None:
+    """LoRA through verl's FSDP + peft path: the reference is the base with the adapter disabled (equal to a
+    plain forward of the base before and after the update), versions leave as peft adapters that peft loads
+    onto the base and that reproduce the learner's log-probs."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    cfg = LearnerConfig(
+        model=str(model_dir), lr=5e-2, mini_batch_size=8, micro_batch_size=8, device="cpu", lora_rank=4,
+        lora_alpha=8, loss=LossConfig(kl_coef=0.1, kl_type="low_var_kl"), extra={"strategy": "fsdp2"},
+    )  # fmt: skip
+    learner = get_learner("verl_fsdp")(cfg)
+    batch = make_batch(int(learner.engine.module.config.vocab_size), seed=3)
+    base = hf_logprobs(model_dir, batch)
+    ref0 = learner.compute_ref_log_probs(batch)
+    assert ref0 is not None and (ref0 - base).abs().max().item() < 0.25
+    batch.old_log_probs = learner.compute_log_probs(batch)
+    batch.ref_log_prob = ref0
+    batch.advantages = torch.ones(B, R) * batch.response_mask
+    for _ in range(2):  # lora_B starts at zero: the first step moves only B, the second changes the output
+        metrics = learner.update(batch)
+    assert "actor/kl_loss" in metrics
+    exported = learner.export_weights()
+    assert exported.is_adapter and exported.tensors
+    assert all(".lora_A." in k or ".lora_B." in k for k in exported.tensors), list(exported.tensors)[:4]
+    assert '"r": 4' in exported.adapter_config_json
+    assert torch.equal(learner.compute_ref_log_probs(batch), ref0)  # the base did not move
+    new = learner.compute_log_probs(batch)
+    assert not torch.equal(new, batch.old_log_probs)
+    out = learner.save_pretrained(tmp_path / "adapter")
+    model: Any = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), out
+    )
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       position_ids=batch.position_ids).logits[:, P - 1 : -1].float()  # fmt: skip
+    peft_lp = (
+        torch.log_softmax(logits, -1).gather(-1, batch.responses.unsqueeze(-1)).squeeze(-1)
+        * batch.response_mask
+    )
+    assert (peft_lp - new).abs().max().item() < 0.25
+    assert (peft_lp - base).abs().max().item() > 1e-4  # the adapter is not a no-op
 
 
 def test_kl_to_a_frozen_reference(model_dir: Path) -> None:

@@ -16,8 +16,9 @@ lets CI exercise this exact code path.
 
 ``config.extra`` keys: ``strategy`` ("fsdp2" default, or "fsdp" = FSDP1), ``param_offload``,
 ``optimizer_offload``, ``gradient_checkpointing``, ``infer_micro_batch_size``, ``total_training_steps``
-(LR schedule length), ``warmup_steps``. Not supported here: LoRA (``lora_rank`` > 0) and a value head
-(PPO with GAE runs verl's critic worker in ``main_ppo``); both fail at construction with that reason.
+(LR schedule length), ``warmup_steps``. LoRA (``lora_rank`` > 0) goes through verl's own FSDP + peft path;
+its KL reference is the base with the adapter disabled, and versions leave as peft adapters. Not supported
+here: a value head (PPO with GAE runs verl's critic worker in ``main_ppo``); it fails at construction.
 """
 
 from __future__ import annotations
@@ -177,10 +178,10 @@ def _scalar(value: Any) -> float:
 class VerlFsdpLearner(Learner):
     """``Learner`` on verl's FSDP ``TrainingWorker`` (see the module docstring)."""
 
+    capabilities = frozenset({"lora"})  # no value head, no in-process sampling yet
+
     def __init__(self, config: LearnerConfig) -> None:
         super().__init__(config)
-        if config.lora_rank > 0:
-            raise ValueError("verl_fsdp trains full weights; use the cpu learner for LoRA (lora_rank > 0)")
         if config.value_head:
             raise ValueError("verl_fsdp has no value head; PPO with GAE runs verl's critic in main_ppo")
         # ``auto`` takes CUDA where there is one; ``cuda`` without one is an error (resolve_device), never a
@@ -219,13 +220,24 @@ class VerlFsdpLearner(Learner):
             path=self.model_path, load_tokenizer=False, use_remove_padding=False,
             enable_gradient_checkpointing=bool(extra.get("gradient_checkpointing", False)),
             override_config={"attn_implementation": "sdpa"},
+            # LoRA through verl's own FSDP + peft path (the engine wraps the model with get_peft_model)
+            lora_rank=config.lora_rank, lora_alpha=config.lora_alpha,
+            target_modules=list(config.lora_target_modules) or "all-linear",
         )  # fmt: skip
+
+        # FSDP2 on CPU reduces bf16 LoRA gradients into float32 adapter parameters and torch refuses the
+        # dtype mix there; on CPU a LoRA run computes in float32 instead (``extra.mixed_precision`` overrides).
+        mixed = extra.get("mixed_precision") or (
+            {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
+            if not self.use_cuda and config.lora_rank > 0
+            else None
+        )
 
         def engine(forward_only: bool) -> Any:
             return FSDPEngineConfig(
                 strategy=self.strategy, use_torch_compile=False, use_dynamic_bsz=False, use_remove_padding=False,
                 micro_batch_size_per_gpu=micro, infer_micro_batch_size_per_gpu=infer_micro,
-                param_offload=bool(extra.get("param_offload", False)),
+                param_offload=bool(extra.get("param_offload", False)), mixed_precision=mixed,
                 optimizer_offload=bool(extra.get("optimizer_offload", False)), forward_only=forward_only,
             )  # fmt: skip
 
@@ -258,7 +270,8 @@ class VerlFsdpLearner(Learner):
         self.worker.reset()  # from_pretrained + FSDP wrap + AdamW + LR scheduler
         self.worker.set_loss_fn(partial(ppo_loss, config=self.actor_config))
         self.ref_worker: Any = None
-        if loss.kl_coef > 0:  # the initial policy, frozen, for the KL term
+        self.lora = config.lora_rank > 0
+        if loss.kl_coef > 0 and not self.lora:  # the initial policy, frozen, for the KL term
             # Forward-only on a GPU (verl then offloads its params to pinned CPU memory between calls); on
             # CPU pinning needs an accelerator, so it is a regular engine whose optimizer never steps.
             frozen_engine: Any = engine(self.use_cuda)
@@ -312,11 +325,13 @@ class VerlFsdpLearner(Learner):
         tu.assign_non_tensor(td, **non_tensor)
         return td
 
-    def _infer(self, worker: Any, batch: TrainBatch) -> torch.Tensor:
+    def _infer(self, worker: Any, batch: TrainBatch, *, base_only: bool = False) -> torch.Tensor:
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
-        td = self._tensordict(batch, False, calculate_entropy=False, compute_loss=False)
+        td = self._tensordict(
+            batch, False, calculate_entropy=False, compute_loss=False, **({"no_lora_adapter": True} if base_only else {})
+        )  # fmt: skip
         out = worker.infer_batch(td)
         logp = no_padding_2_padding(tu.get(out, "log_probs"), td).float().cpu()
         return logp * (batch.response_mask > 0).float()
@@ -325,6 +340,10 @@ class VerlFsdpLearner(Learner):
         return self._infer(self.worker, batch)
 
     def compute_ref_log_probs(self, batch: TrainBatch) -> torch.Tensor | None:
+        """The KL reference: the frozen initial weights, or with LoRA the base with the adapter disabled
+        (verl's "ref in actor": no second copy of the model)."""
+        if self.lora and self.config.loss.kl_coef > 0:
+            return self._infer(self.worker, batch, base_only=True)
         return None if self.ref_worker is None else self._infer(self.ref_worker, batch)
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
@@ -401,8 +420,25 @@ class VerlFsdpLearner(Learner):
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["py_rng"])
 
+    def _peft_model(self) -> Any:
+        module = self.engine.module
+        return getattr(module, "_fsdp_wrapped_module", module)
+
+    def _adapter(self) -> tuple[dict[str, torch.Tensor], str]:
+        """The LoRA adapter as peft saves it (``lora_A``/``lora_B`` keys without the adapter name) and its
+        ``adapter_config.json`` text: the same format as the cpu learner's adapters."""
+        import json
+
+        tensors = {k.replace(".default.", "."): v for k, v in self._full_state().items() if ".lora_" in k}
+        cfg = self._peft_model().peft_config["default"].to_dict()
+        text = json.dumps(cfg, sort_keys=True, default=lambda o: sorted(o) if isinstance(o, set) else str(o))
+        return tensors, text
+
     def export_weights(self) -> ExportedWeights:
-        """Full weights under HF names (what inference's full-weight PushWeights takes)."""
+        """Full weights under HF names, or the LoRA adapter (what inference's PushWeights takes)."""
+        if self.lora:
+            tensors, text = self._adapter()
+            return ExportedWeights(tensors, True, text)
         return ExportedWeights(self._full_state(), False)
 
     def save_pretrained(self, directory: Path) -> Path:
@@ -411,6 +447,12 @@ class VerlFsdpLearner(Learner):
         from transformers import AutoConfig
 
         directory.mkdir(parents=True, exist_ok=True)
+        if self.lora:  # a peft adapter directory on top of the base (inference: model + adapter)
+            tensors, text = self._adapter()
+            save_file({k: v.contiguous() for k, v in tensors.items()}, str(directory / "adapter_model.safetensors"),
+                      metadata={"format": "pt"})  # fmt: skip
+            (directory / "adapter_config.json").write_text(text)
+            return directory
         AutoConfig.from_pretrained(self.model_path).save_pretrained(directory)
         state = {k: v.contiguous() for k, v in self._full_state().items()}
         if getattr(AutoConfig.from_pretrained(self.model_path), "tie_word_embeddings", False):
