@@ -3,12 +3,13 @@
 Why one shared secret and not per-user accounts: the privileged callers are Wolfpack's own processes (the
 trainer pushing weights, an operator loading a policy or spectating an episode), all deployed together;
 a Kubernetes Secret (``secrets.adminSecret`` in the Helm chart) puts the same value into every pod as
-``WOLFPACK_ADMIN_SECRET``. Agents and rollout workers never need it.
+``WOLFPACK_ADMIN_SECRET``. Agents never need it; rollout workers use it to report outcomes.
 
 - Server: ``CredentialInterceptor`` refuses the whole-method privileged RPCs (``PRIVILEGED_METHODS``:
-  PushWeights, LoadPolicy) before their handler runs — before a single weight chunk is read — with
-  UNAUTHENTICATED (no credential) or PERMISSION_DENIED (a wrong one). Handlers whose privilege depends on
-  the request (the environment's full view of a running episode, closing it) call ``authorized``.
+  PushWeights, LoadPolicy, the curriculum's and trainer's writes) before their handler runs — before a
+  single weight chunk is read — with UNAUTHENTICATED (no credential) or PERMISSION_DENIED (a wrong
+  one). Handlers whose privilege depends on the request (the environment's full view of a running
+  episode, closing it) call ``authorized``.
 - Client: ``client_interceptors`` attach the credential to calls of ``CLIENT_METHODS`` only, so it never
   travels on ordinary calls.
 - Off only on a loopback-only dev stack: ``check_bind`` refuses to start a server on a non-loopback
@@ -34,6 +35,11 @@ PRIVILEGED_METHODS: frozenset[str] = frozenset(
     {
         "/wolfpack.v1.InferenceService/PushWeights",
         "/wolfpack.v1.InferenceService/LoadPolicy",
+        # Writes to shared training state: outcomes move AIW weights and Elo ratings, registrations the
+        # league, checkpoints the disk (rollout and the trainer hold the secret like every pod).
+        "/wolfpack.v1.CurriculumService/ReportOutcomes",
+        "/wolfpack.v1.CurriculumService/RegisterOpponent",
+        "/wolfpack.v1.TrainerService/SaveCheckpoint",
     }
 )
 """Methods refused as a whole without the credential."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import types
 import uuid
 from collections.abc import AsyncIterator
 
@@ -103,7 +102,7 @@ async def test_a_failed_read_is_logged_and_retried_after_a_pause(
         pauses.append(seconds)
         await asyncio.sleep(0)
 
-    monkeypatch.setattr(consumer_module, "asyncio", types.SimpleNamespace(sleep=sleep))
+    monkeypatch.setattr(consumer_module, "_pause", sleep)
     await producer(client, stream).append_many([scored(1)])
     watched = WatchedConsumer(client, stream, "curriculum", "c1", Trajectory, block_ms=20, fail=2)
     stop = asyncio.Event()

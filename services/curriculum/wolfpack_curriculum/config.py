@@ -26,10 +26,18 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from wolfpack_curriculum.aiw import AIWConfig
 from wolfpack_curriculum.league import LeagueConfig
+from wolfpack_games import get_game
+
+MAX_GROUP_SIZE = 1024
+"""Largest ``group_size``: one group is built in memory per NextTasks draw (2,000,000 blocked the service
+32 s and grew it to 3 GB); GRPO groups are a handful to a few hundred episodes."""
+
+MAX_BUCKETS = 256
+MAX_NAME_CHARS = 128
 
 OpponentMixKind = Literal["self", "scripted", "external", "checkpoint", "league"]
 
@@ -68,7 +76,9 @@ class Bucket(BaseModel):
 
     game_id: str
     variant: str = ""
-    name: str = Field(default="", description="Bucket name; default `<game_id>/<variant>`.")
+    name: str = Field(
+        default="", max_length=MAX_NAME_CHARS, description="Bucket name; default `<game_id>/<variant>`."
+    )
     weight: float = Field(default=1.0, gt=0, description="Relative share of groups drawn from this bucket.")
     seats: SeatPlan = Field(default_factory=SeatPlan)
     options: dict[str, str] = Field(default_factory=dict, description="CreateEpisode options.")
@@ -76,6 +86,36 @@ class Bucket(BaseModel):
     @property
     def key(self) -> str:
         return self.name or f"{self.game_id}/{self.variant}"
+
+    @property
+    def num_seats(self) -> int:
+        spec = get_game(self.game_id)
+        return spec.variants[self.variant or spec.default_variant]
+
+    @model_validator(mode="after")
+    def _known_game(self) -> Bucket:
+        """Checked at start: an unknown game or variant used to be accepted here and fail every NextTasks."""
+        try:
+            spec = get_game(self.game_id)
+        except KeyError as exc:
+            raise ValueError(str(exc).strip("\"'")) from None
+        variant = self.variant or spec.default_variant
+        if variant not in spec.variants:
+            raise ValueError(
+                f"unknown variant {self.variant!r} of {self.game_id}; valid: {', '.join(sorted(spec.variants))}"
+            )
+        if "#" in self.key:  # task keys are `<bucket>#<seed>`: a '#' in the name would split them wrongly
+            raise ValueError(f"bucket name {self.key!r} must not contain '#'")
+        seats = self.seats.trainee_seats
+        n = spec.variants[variant]
+        if isinstance(seats, list):
+            if not seats or len(set(seats)) != len(seats) or not all(0 <= s < n for s in seats):
+                raise ValueError(
+                    f"trainee_seats {seats} of {self.key}: distinct seats in 0..{n - 1} ({n} players), at least one"
+                )
+        elif not 1 <= seats <= n:
+            raise ValueError(f"trainee_seats {seats} of {self.key}: a count from 1 to {n} ({n} players)")
+        return self
 
 
 def _default_buckets() -> list[Bucket]:
@@ -91,7 +131,7 @@ class CurriculumConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy_id: str = Field(default="default", description="The trainee policy id (inference policy id).")
-    group_size: int = Field(default=1, ge=1, description="Episodes per task and seed.")
+    group_size: int = Field(default=1, ge=1, le=MAX_GROUP_SIZE, description="Episodes per task and seed.")
     replay_ratio: float = Field(
         default=0.5, ge=0, le=1, description="Share of groups that replay a past task."
     )
@@ -102,11 +142,15 @@ class CurriculumConfig(BaseModel):
     recent_window: int = Field(
         default=100, ge=1, description="Outcomes per bucket in the success-rate window."
     )
-    buckets: list[Bucket] = Field(default_factory=_default_buckets)
+    buckets: list[Bucket] = Field(default_factory=_default_buckets, max_length=MAX_BUCKETS)
     aiw: AIWConfig = Field(default_factory=AIWConfig)
     league: LeagueConfig = Field(default_factory=LeagueConfig)
     key_prefix: str = Field(default="wolfpack:curriculum", description="Prefix of every Redis key.")
     stream_group: str = Field(default="curriculum", description="Consumer group on the trajectory stream.")
+    recorded_window: int = Field(
+        default=200_000, ge=1, le=10_000_000,
+        description="Trajectory ids remembered for idempotency (the newest; older ones are trimmed).",
+    )  # fmt: skip
 
     @field_validator("buckets")
     @classmethod

@@ -28,6 +28,10 @@ class LeagueConfig(BaseModel):
     k_factor: float = Field(default=32.0, gt=0, description="Elo K: rating change per unit of surprise.")
     initial_rating: float = Field(default=1000.0, description="Rating of a new opponent and of the trainee.")
     pfsp_power: float = Field(default=2.0, ge=0, description="PFSP hardness; 0 samples uniformly.")
+    max_opponents: int = Field(
+        default=1000, ge=1, le=100_000,
+        description="Most opponents in the league (NextTasks reads them all: its cost follows this bound).",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
