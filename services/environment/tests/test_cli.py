@@ -78,7 +78,7 @@ def test_gateway_command_has_help() -> None:
 
 
 def test_play_with_a_config_file() -> None:
-    config = Path(__file__).resolve().parents[3] / "configs" / "werewolf-9p-wolf-king.yaml"
+    config = Path(__file__).resolve().parents[3] / "configs" / "play" / "werewolf-9p-wolf-king.yaml"
     result = runner.invoke(
         app, ["play", "werewolf", "--players", "9", "--seed", "2", "--config", str(config)]
     )
