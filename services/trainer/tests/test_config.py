@@ -1,4 +1,5 @@
-"""Every training recipe in configs/ loads and validates; mistakes fail loudly with the valid names."""
+"""Every training recipe in configs/ loads and validates; mistakes fail loudly with the valid names, and
+``key=value`` overrides meet the same strict validation as the file."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wolfpack_trainer.config import ConfigError, load_config
+from wolfpack_trainer.config import ConfigError, apply_overrides, load_config
+from wolfpack_trainer.learners.base import get_learner
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
-RECIPES = sorted(p for p in CONFIGS.glob("*.yaml") if "policies" in (yaml.safe_load(p.read_text()) or {}))
+RECIPES = sorted(CONFIGS.glob("*.yaml"))
+"""Every YAML file directly in configs/ is a training config (option files live in configs/play/)."""
 
 
 def test_the_seed_recipes_are_all_there() -> None:
@@ -36,13 +39,13 @@ def test_recipe_loads(path: Path) -> None:
         cfg.learner_config(policy, "/tmp/models")
 
 
-def _write(tmp_path: Path, **patch: object) -> Path:
-    data = yaml.safe_load((CONFIGS / "demo-ultimatum.yaml").read_text())
+def _write(tmp_path: Path, base: str = "demo-ultimatum", **patch: object) -> Path:
+    data = yaml.safe_load((CONFIGS / f"{base}.yaml").read_text())
     for dotted, value in patch.items():
         node = data
         *parents, leaf = dotted.split("__")
         for key in parents:
-            node = node[key]
+            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
         node[leaf] = value
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -58,6 +61,28 @@ def _write(tmp_path: Path, **patch: object) -> Path:
         ({"game__id": "chess_v1"}, "chess_v1"),
         ({"game__bot": "genius"}, "heuristic"),
         ({"rollout__episodes_per_update": 30}, "multiple of"),
+        # learner capabilities, named by key
+        ({"policies__0__learner": "verl_fsdp", "policies__0__value_head": True}, "value_head"),
+        ({"policies__0__learner": "nope"}, "unknown learner 'nope'; learners: cpu"),
+        ({"policies__0__device": "tpu"}, "device 'tpu'"),
+        ({"algo__estimator": "gae"}, "gae needs value_head"),
+        # seats, roles, opponents
+        ({"policies__0__seats": [2]}, "seat 2 out of range"),
+        ({"policies__0__roles": ["seer"]}, "role 'seer' is not dealt"),
+        ({"rollout__opponents": [{"bot": "external:strong", "fraction": 0.2}]}, "served by inference"),
+        ({"rollout__opponents": [{"policy": "strong", "fraction": 0.2}]}, "not in opponent_policies"),
+        ({"rollout__opponents": [{"bot": "random", "policy": "x", "fraction": 0.2}]}, "exactly one"),
+        ({"opponent_policies": [{"id": "strong", "model": "tiny"}]}, "no rollout.opponents entry"),
+        (
+            {"policies__0__seats": [0, 1], "rollout__opponents": [{"bot": "random", "fraction": 0.5}]},
+            "every seat",
+        ),
+        # sections that would be unread
+        ({"game__options": {"max_reprompts": 9}}, "game.options"),
+        ({"rollout__mode": "local", "curriculum": {"aiw": {"top_k": 3}}}, "curriculum: applies only"),
+        ({"rollout__max_prompt_tokens": 64}, "max_prompt_tokens"),
+        ({"rollout__reward_spec": "nope@1"}, "unknown reward spec"),
+        ({"curriculum": {"aiw": {"top_k": 3}, "replay": 0.5}}, "replay"),
     ],
 )
 def test_mistakes_fail_with_a_readable_message(
@@ -65,3 +90,65 @@ def test_mistakes_fail_with_a_readable_message(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(_write(tmp_path, **patch))
+
+
+def test_capabilities_are_the_learner_class_s_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A learner without "lora" refuses ``lora_rank`` by name; giving its class the capability is the whole
+    change that makes the same config valid."""
+    verl = get_learner("verl_fsdp")
+    path = _write(tmp_path, policies__0__learner="verl_fsdp", policies__0__lora_rank=8, warmstart=None)
+    monkeypatch.setattr(verl, "capabilities", frozenset())
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    text = str(err.value)
+    assert "policy responder: learner 'verl_fsdp' does not support lora_rank > 0" in text
+    assert "errors.pydantic.dev" not in text and "input_value" not in text
+    monkeypatch.setattr(verl, "capabilities", frozenset({"lora"}))
+    assert load_config(path).policies[0].lora_rank == 8
+    assert "errors.pydantic.dev" not in text and "input_value" not in text
+
+
+def test_role_based_policies_check_roles_against_the_dealt_game(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="role 'guard' is not dealt in werewolf_v1/9p"):
+        load_config(_write(tmp_path, "werewolf-ppo", policies__0__roles=["villager", "guard"]))
+    with pytest.raises(ConfigError, match="role 'wolf_king' is not dealt"):
+        load_config(
+            _write(tmp_path, "werewolf-12p-zh-grpo", game__options={}, policies__0__roles=["wolf_king"])
+        )
+
+
+def test_overrides_apply_with_yaml_values() -> None:
+    path = CONFIGS / "demo-ultimatum.yaml"
+    cfg = load_config(
+        path, ["train.updates=2", "rollout.temperature=0.7", "policies.0.lr=1e-4", "algo.estimator=rloo"]
+    )
+    assert cfg.train.updates == 2
+    assert cfg.rollout.temperature == 0.7
+    assert cfg.policies[0].lr == pytest.approx(1e-4)
+    assert cfg.algo_config().estimator == "rloo"
+    base = load_config(path)
+    assert base.train.updates != 2  # the file itself is untouched
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.updatez=2", "updatez"),
+        ("trian.updates=2", "trian"),
+        ("loss.clip_ratoi=0.1", "clip_ratoi"),
+        ("train.updates", "key.path=value"),
+        ("name.x=1", "name is not a section"),
+        ("policies.7.lr=1", "policies.7 is not a section"),
+        ("train.updates=[1", "not YAML"),
+        ("train.updates=many", "updates"),
+    ],
+)
+def test_bad_overrides_are_errors(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(CONFIGS / "demo-ultimatum.yaml", [override])
+
+
+def test_apply_overrides_copies() -> None:
+    data = {"train": {"updates": 1}}
+    out = apply_overrides(data, ["train.updates=3"])
+    assert out == {"train": {"updates": 3}} and data == {"train": {"updates": 1}}

@@ -45,8 +45,9 @@ async def test_live_status_and_checkpoint(trainer: Trainer, tmp_path: Path) -> N
             assert status.algorithm == "grpo" and status.step == 0
             assert [(p.policy_id, p.version) for p in status.policies] == [("responder", 0)]
             trainer.state.step = 3  # as if three updates were committed
-            saved = await stub.SaveCheckpoint(pb.SaveCheckpointRequest(directory=str(tmp_path / "copy")))
+            saved = await stub.SaveCheckpoint(pb.SaveCheckpointRequest(directory="copy"))  # in the run dir
             assert saved.step == 3
+            assert Path(saved.path).parent == (trainer.run_dir / "copy").resolve()
             assert json.loads((Path(saved.path) / "state.json").read_text())["step"] == 3
             assert (Path(saved.path) / "learner-responder" / "learner.pt").exists()
     finally:

@@ -22,6 +22,14 @@ console = Console()
 
 def train(
     config: Annotated[Path, typer.Option("--config", "-c", help="Training config (configs/*.yaml).")],
+    overrides: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="key=value overrides of the config (train.updates=2 rollout.temperature=0.7 "
+            "policies.0.lr=1e-4), validated like the file: an unknown key is an error.",
+            show_default=False,
+        ),
+    ] = None,
     run_dir: Annotated[
         Path | None,
         typer.Option(help="Where checkpoints, metrics and plots go (default <run_dir>/train/<name>)."),
@@ -30,7 +38,14 @@ def train(
     fresh: Annotated[
         bool, typer.Option("--fresh", help="Delete the run directory first (no resume).")
     ] = False,
-    check: Annotated[bool, typer.Option("--check", help="Validate the config and exit.")] = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Build everything but the weights (learner capabilities, seats, roles, bots, opponents, "
+            "game options, the first update's and the evaluation's episodes) and exit.",
+        ),
+    ] = False,
     serve: Annotated[
         bool,
         typer.Option("--serve", help="Serve TrainerService (status, checkpoints) at WOLFPACK_TRAINER_ADDR."),
@@ -41,14 +56,13 @@ def train(
     from wolfpack_trainer.config import ConfigError, load_config
 
     try:
-        cfg = load_config(config)
+        cfg = load_config(config, overrides or ())
+        if check:
+            console.print(check_plan(cfg, config), highlight=False, soft_wrap=True)
+            return
     except ConfigError as exc:
         console.print(f"[red]{exc}[/]", markup=True, highlight=False)
         raise typer.Exit(2) from None
-    if check:
-        console.print(f"{config}: ok ({cfg.name}: {cfg.game.id}, {cfg.algo_config().estimator}, "
-                      f"{len(cfg.policies)} policies)")  # fmt: skip
-        return
     settings = settings_or_exit()
     out = run_dir or settings.run_dir / "train" / cfg.name
     if fresh:
@@ -68,6 +82,33 @@ def train(
         stack_settings = settings if local else _ensure_stack(stack, cfg, settings, out)
         driver, publisher = (None, None) if local else _service_parts(cfg, stack_settings, out, redis_url)
         _run(cfg, out, redis_url, settings.run_dir / "models", updates, address, driver, publisher)
+
+
+def check_plan(cfg: Any, path: Path) -> str:
+    """``--check`` past the config's own validation: plan the first update's and the evaluation's episodes
+    the way the run will (``plan_tasks``; service mode also the curriculum ``Task`` each one becomes, with
+    its seats bound by index and role), so what only shows when episodes are built fails here. Returns the
+    summary line; raises ``ConfigError``."""
+    from wolfpack_trainer.config import ConfigError
+    from wolfpack_trainer.train import plan_tasks, service_task
+
+    r = cfg.rollout
+    try:
+        groups = r.episodes_per_update // r.group_size
+        tasks = plan_tasks(cfg, list(range(groups)), r.group_size, "u0")
+        tasks += plan_tasks(cfg, [cfg.eval.seed_offset + i for i in range(cfg.eval.episodes)], 1, "eval", False)
+        bound = 0
+        for i, task in enumerate(tasks):
+            if r.mode == "service":
+                bound = max(bound, len(service_task(task, i).trainee_seats))
+    except Exception as exc:  # anything that fails while planning is a recipe that cannot run
+        raise ConfigError(f"{path}: planning the episodes failed: {exc}") from None
+    learners = ", ".join(sorted({p.learner for p in cfg.policies}))
+    seats = f", up to {bound} trained seats an episode" if r.mode == "service" else ""
+    return (
+        f"{path}: ok ({cfg.name}: {cfg.game.id}, {cfg.algo_config().estimator}, {len(cfg.policies)} "
+        f"policies on {learners}, rollout {r.mode}{seats}; {len(tasks)} episodes planned)"
+    )
 
 
 def _ensure_stack(stack: contextlib.ExitStack, cfg: Any, settings: Any, out: Path) -> Any:

@@ -7,6 +7,8 @@ so a recipe that cannot run fails in ``wolfpack train --check`` and in CI, not a
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,9 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from wolfpack_trainer.algos import AlgoConfig
 from wolfpack_trainer.batch import BatchConfig
 from wolfpack_trainer.learners.base import LearnerConfig, LossConfig
-
-GPU_LEARNERS = ("verl_fsdp",)
-"""Learners that register only where verl's GPU stack imports; configs may name them on any machine."""
 
 
 class _Strict(BaseModel):
@@ -51,6 +50,9 @@ class PolicySection(_Strict):
     mini_batch_size: int = 0
     micro_batch_size: int = 16
     value_head: bool = False
+    device: str = "auto"
+    """``auto``: the learner's natural device (``verl_fsdp``: CUDA when present); ``cpu``; ``cuda[:n]``
+    (an error where there is no such device, never a silent CPU run)."""
     extra: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -63,11 +65,40 @@ class WarmStartSection(_Strict):
     lr: float = 3e-3
 
 
-class OpponentMix(_Strict):
-    """Fraction of episodes whose non-trainee seats are played by ``bot`` (or an external model)."""
+class OpponentPolicy(_Strict):
+    """A policy served by inference that plays opponent seats and is never trained: a frozen checkpoint
+    directory or an HF id (``transformers``/``vllm`` backend), or a larger model behind an OpenAI-compatible
+    endpoint (``backend: openai`` with ``base_url`` and ``remote_model``). Service mode only: the job's stack
+    serves it (or the running stack gets it registered), and ``rollout.opponents`` names it by ``id``."""
 
-    bot: str
+    id: str
+    model: str = ""
+    backend: Literal["transformers", "vllm", "openai"] = "transformers"
+    base_url: str = ""
+    remote_model: str = ""
+
+    @model_validator(mode="after")
+    def _complete(self) -> OpponentPolicy:
+        if self.backend == "openai" and not (self.base_url and self.remote_model):
+            raise ValueError(f"opponent policy {self.id}: backend openai needs base_url and remote_model")
+        if self.backend != "openai" and not self.model:
+            raise ValueError(f"opponent policy {self.id}: give model (a checkpoint directory or HF id)")
+        return self
+
+
+class OpponentMix(_Strict):
+    """Fraction of episode groups whose non-trainee seats are played by scripted ``bot`` or by served
+    ``policy`` (an ``opponent_policies`` id) instead of ``game.bot``; exactly one of the two."""
+
+    bot: str = ""
+    policy: str = ""
     fraction: float = Field(gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _one(self) -> OpponentMix:
+        if bool(self.bot) == bool(self.policy):
+            raise ValueError("rollout.opponents: give exactly one of bot (scripted) or policy (served)")
+        return self
 
 
 class RolloutSection(_Strict):
@@ -109,10 +140,41 @@ class EvalSection(_Strict):
     metric: Literal["win_rate", "reward"] = "win_rate"
 
 
+class CurriculumSection(_Strict):
+    """The curriculum of a service-mode run. The job's stack runs its curriculum service with one bucket made
+    from this config (game, variant, options, bot, group size, seed, the first policy's id) plus these knobs,
+    and the trainer draws each update's task seeds from it (``NextTasks``), so ``aiw`` reweighting and
+    ``replay_ratio`` replays decide which seeds are played; seats are then bound by the trainer (``seats`` /
+    ``roles`` and ``rollout.opponents``). ``aiw`` and ``league`` take the curriculum service's own keys
+    (``services/curriculum/wolfpack_curriculum/aiw.py``, ``league.py``), checked by ``--check``."""
+
+    aiw: dict[str, Any] = Field(default_factory=dict)
+    league: dict[str, Any] = Field(default_factory=dict)
+    replay_ratio: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Share of groups that replay a past task (drawn by AIW weight); the rest are fresh seeds."""
+    recent_window: int = Field(default=100, ge=1)
+
+
 class StreamSection(_Strict):
     name: str = "wolfpack:trajectories"
     group: str = "trainer"
     claim_idle_ms: int = 2000
+
+
+class InferenceSection(_Strict):
+    """How the job's own stack serves the policies (service mode, when ``wolfpack train`` starts the stack).
+
+    ``backend`` ``auto``: vLLM where CUDA and vLLM are present, else transformers. On one GPU the learner and
+    vLLM share the card: ``gpu_memory_utilization`` is vLLM's share (weights + KV cache); the learner gets the
+    rest (for more room: ``extra: {param_offload: true, optimizer_offload: true}`` on a ``verl_fsdp`` policy).
+    """
+
+    backend: Literal["auto", "transformers", "vllm"] = "auto"
+    gpu_memory_utilization: float = Field(default=0.35, gt=0.0, lt=1.0)
+    enforce_eager: bool = True
+    """vLLM without CUDA graphs: starts in seconds instead of ~30 s; slower decode at large batch."""
+    device: str = "auto"
+    """transformers backend: ``auto``, ``cpu`` or ``cuda[:n]``."""
 
 
 class TrainConfig(_Strict):
@@ -129,45 +191,15 @@ class TrainConfig(_Strict):
     train: TrainSection = Field(default_factory=TrainSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     stream: StreamSection = Field(default_factory=StreamSection)
-    curriculum: dict[str, Any] = Field(default_factory=dict)
-    """Service mode: settings handed to the curriculum service (e.g. AIW reweighting), passed through."""
+    inference: InferenceSection = Field(default_factory=InferenceSection)
+    opponent_policies: list[OpponentPolicy] = Field(default_factory=list)
+    """Served, never-trained opponents (frozen checkpoints, larger models) that ``rollout.opponents`` names."""
+    curriculum: CurriculumSection | None = None
+    """Service mode: configures the stack's curriculum service for this run (see ``CurriculumSection``)."""
 
     @model_validator(mode="after")
     def _check_names(self) -> TrainConfig:
-        from wolfpack_games import get_game
-        from wolfpack_trainer.algos import get_estimator
-        from wolfpack_trainer.learners.base import LEARNERS, get_learner
-
-        spec = get_game(self.game.id)
-        if self.game.variant and self.game.variant not in spec.variants:
-            raise ValueError(
-                f"game {self.game.id} has no variant {self.game.variant!r}: {', '.join(spec.variants)}"
-            )
-        for bot in [self.game.bot, *(m.bot for m in self.rollout.opponents)]:
-            if bot not in spec.bots and not bot.startswith(("external:", "frozen:")):
-                raise ValueError(
-                    f"game {self.game.id} has no bot {bot!r}; bots: {', '.join(sorted(spec.bots))}"
-                )
-        if not self.policies:
-            raise ValueError("at least one policy must be trained")
-        ids = [p.id for p in self.policies]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"duplicate policy ids: {ids}")
-        for p in self.policies:
-            if p.learner not in GPU_LEARNERS:
-                get_learner(p.learner)
-            elif p.learner in LEARNERS:
-                pass
-            if not p.seats and not p.roles:
-                raise ValueError(f"policy {p.id}: give seats or roles")
-        self.algo_config()
-        get_estimator(self.algo_config().estimator)
-        self.loss_config()
-        self.batch_config()
-        if sum(m.fraction for m in self.rollout.opponents) > 1.0 + 1e-9:
-            raise ValueError("opponent mix fractions sum to more than 1")
-        if self.rollout.episodes_per_update % self.rollout.group_size:
-            raise ValueError("rollout.episodes_per_update must be a multiple of rollout.group_size")
+        check_config(self)
         return self
 
     def algo_config(self) -> AlgoConfig:
@@ -202,10 +234,206 @@ class TrainConfig(_Strict):
             micro_batch_size=policy.micro_batch_size,
             temperature=self.rollout.temperature if self.rollout.temperature > 0 else 1.0,
             value_head=policy.value_head,
+            device=policy.device,
             seed=self.seed,
             loss=self.loss_config(),
             extra=policy.extra,
         )
+
+
+CAPABILITIES: dict[str, str] = {
+    "lora": "lora_rank > 0 (LoRA adapters)",
+    "value_head": "value_head: true (a value head, for GAE)",
+    "generate": "rollout.mode local (sampling in process with the learner's own weights)",
+}
+"""What a learner may support beyond full-weight policy-gradient updates (its class's ``capabilities``),
+and the config setting that needs it. ``check_config`` refuses a setting whose capability the policy's
+learner lacks, at load time, so ``--check`` fails where construction would."""
+
+
+def learner_capabilities(name: str) -> frozenset[str]:
+    """The ``capabilities`` of the learner registered as ``name`` (its module imports without verl)."""
+    from wolfpack_trainer.learners.base import UnknownLearnerError, get_learner
+
+    try:
+        cls = get_learner(name)
+    except UnknownLearnerError as exc:
+        raise ValueError(str(exc.args[0])) from None
+    return frozenset(getattr(cls, "capabilities", frozenset()))
+
+
+def game_options(cfg: TrainConfig) -> dict[str, Any]:
+    """``game.options`` plus the language, as the engine's ``reset`` takes them (what the environment
+    service builds from a ``CreateEpisodeRequest``; "en" is every game's default and is left out)."""
+    options = dict(cfg.game.options)
+    if cfg.game.language and cfg.game.language != "en":
+        options["language"] = cfg.game.language
+    return options
+
+
+def start_game(cfg: TrainConfig, seed: int) -> Any:
+    """A started engine of the config's game, variant and options at ``seed`` (roles dealt)."""
+    from wolfpack_games import make_game
+
+    env = make_game(cfg.game.id, cfg.game.variant)
+    env.start(seed=seed, options=game_options(cfg))
+    return env
+
+
+def check_config(cfg: TrainConfig) -> None:
+    """Everything a run needs that can be known without weights: names resolve, learners support what
+    their policy asks, every seat, role, bot and opponent exists, and no section is silently unread.
+    Raises ``ValueError`` naming the key."""
+    from wolfpack_games import get_game
+    from wolfpack_trainer.algos import get_estimator
+
+    spec = get_game(cfg.game.id)
+    variant = cfg.game.variant or spec.default_variant
+    if variant not in spec.variants:
+        raise ValueError(f"game {cfg.game.id} has no variant {variant!r}: {', '.join(spec.variants)}")
+    try:
+        env = start_game(cfg, cfg.seed)
+    except Exception as exc:  # engines raise Key/Value/Type errors for bad option values
+        raise ValueError(
+            f"game.options/language: cannot start {cfg.game.id}/{variant} with {game_options(cfg)}: {exc}"
+        ) from None
+    n_seats = len(env.possible_agents)
+    dealt = sorted({env.role(s) for s in env.possible_agents})
+    bots = ", ".join(sorted(spec.bots))
+    if cfg.game.bot not in spec.bots:
+        raise ValueError(f"game.bot: {cfg.game.id} has no bot {cfg.game.bot!r}; bots: {bots}")
+    local = cfg.rollout.mode == "local"
+
+    if not cfg.policies:
+        raise ValueError("at least one policy must be trained")
+    ids = [p.id for p in cfg.policies]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"duplicate policy ids: {ids}")
+    estimator = cfg.algo_config().estimator
+    get_estimator(estimator)
+    taken: dict[int, str] = {}
+    role_of: dict[str, str] = {}
+    for p in cfg.policies:
+        caps = learner_capabilities(p.learner)
+        needs = {
+            "lora": p.lora_rank > 0,
+            "value_head": p.value_head,
+            "generate": local,
+        }
+        for cap, needed in needs.items():
+            if needed and cap not in caps:
+                have = ", ".join(sorted(caps)) or "none of " + ", ".join(CAPABILITIES)
+                raise ValueError(
+                    f"policy {p.id}: learner {p.learner!r} does not support {CAPABILITIES[cap]} "
+                    f"(it supports: {have})"
+                )
+        if p.device.strip().lower() not in ("", "auto", "cpu", "cuda") and not p.device.startswith("cuda:"):
+            raise ValueError(f"policy {p.id}: device {p.device!r}: expected auto, cpu or cuda[:n]")
+        if estimator == "gae" and not p.value_head:
+            raise ValueError(f"policy {p.id}: algo.estimator gae needs value_head: true (V(s) for GAE)")
+        if not p.seats and not p.roles:
+            raise ValueError(f"policy {p.id}: give seats or roles")
+        for seat in p.seats:
+            if not 0 <= seat < n_seats:
+                raise ValueError(
+                    f"policy {p.id}: seat {seat} out of range ({cfg.game.id}/{variant} has {n_seats})"
+                )
+            if seat in taken:
+                raise ValueError(f"policy {p.id}: seat {seat} is already policy {taken[seat]}'s")
+            taken[seat] = p.id
+        for role in p.roles:
+            if role not in dealt:
+                raise ValueError(
+                    f"policy {p.id}: role {role!r} is not dealt in {cfg.game.id}/{variant} with these "
+                    f"game.options; roles: {', '.join(dealt)}"
+                )
+            if role in role_of:
+                raise ValueError(f"policy {p.id}: role {role!r} is already policy {role_of[role]}'s")
+            role_of[role] = p.id
+    if cfg.train.share_policy and len(cfg.policies) > 1:
+        first = cfg.policies[0].model_dump(exclude={"id", "seats", "roles"})
+        for p in cfg.policies[1:]:
+            if p.model_dump(exclude={"id", "seats", "roles"}) != first:
+                raise ValueError(
+                    f"train.share_policy: policy {p.id} differs from {cfg.policies[0].id} in its learner "
+                    "settings, which one shared learner would not read; make them equal or share_policy: false"
+                )
+    cfg.loss_config()
+    cfg.batch_config()
+
+    served = {o.id: o for o in cfg.opponent_policies}
+    if len(served) != len(cfg.opponent_policies) or set(served) & set(ids):
+        raise ValueError("opponent_policies: ids must be unique and differ from the trained policies' ids")
+    used = set()
+    for mix in cfg.rollout.opponents:
+        if mix.bot and mix.bot not in spec.bots:
+            raise ValueError(
+                f"rollout.opponents: {cfg.game.id} has no bot {mix.bot!r}; bots: {bots}. A strong opponent "
+                "is a policy served by inference: declare it in opponent_policies and use {policy: <id>}"
+            )
+        if mix.policy:
+            if mix.policy not in served:
+                raise ValueError(
+                    f"rollout.opponents: policy {mix.policy!r} is not in opponent_policies "
+                    f"({', '.join(served) or 'none declared'})"
+                )
+            used.add(mix.policy)
+    if unused := sorted(set(served) - used):
+        raise ValueError(f"opponent_policies {unused}: no rollout.opponents entry plays them")
+    if served and local:
+        raise ValueError("opponent_policies are served by inference: they need rollout.mode service")
+    if sum(m.fraction for m in cfg.rollout.opponents) > 1.0 + 1e-9:
+        raise ValueError("opponent mix fractions sum to more than 1")
+    trained = set(taken) | {s for s in env.possible_agents if env.role(s) in role_of}
+    if cfg.rollout.opponents and len(trained) == n_seats:
+        raise ValueError(
+            "rollout.opponents: the trained policies take every seat, so no opponent would ever play"
+        )
+    if cfg.rollout.episodes_per_update % cfg.rollout.group_size:
+        raise ValueError("rollout.episodes_per_update must be a multiple of rollout.group_size")
+    if local:
+        unread = {
+            "rollout.prompt full_history": cfg.rollout.prompt == "full_history",
+            "curriculum": cfg.curriculum is not None,
+        }
+        for key, set_ in unread.items():
+            if set_:
+                raise ValueError(
+                    f"{key}: applies only with rollout.mode service (the rollout and curriculum services); "
+                    "local mode would ignore it"
+                )
+    elif cfg.rollout.max_prompt_tokens:
+        raise ValueError("rollout.max_prompt_tokens: applies only with rollout.mode local")
+    if cfg.rollout.reward_spec:
+        _check_reward_spec(cfg.rollout.reward_spec)
+
+    ws = cfg.warmstart
+    if ws is not None and ws.steps > 0:
+        if ws.bot not in spec.bots:
+            raise ValueError(f"warmstart.bot: {cfg.game.id} has no bot {ws.bot!r}; bots: {bots}")
+        if any(p.roles for p in cfg.policies):
+            raise ValueError(
+                "warmstart clones the bot on fixed seats: it needs seat-based policies, not roles"
+            )
+        if not local and any(p.lora_rank > 0 for p in cfg.policies):
+            raise ValueError(
+                "warmstart with LoRA needs rollout.mode local: the warm start changes the base, which a "
+                "pushed adapter cannot carry to inference"
+            )
+
+
+def _check_reward_spec(name: str) -> None:
+    """``rollout.reward_spec`` names a spec of the reward library (what the reward service scores with)."""
+    try:
+        from wolfpack_rewards.specs import get_spec
+    except ModuleNotFoundError as exc:  # a build without the reward library: the service checks it
+        if exc.name and exc.name.startswith("wolfpack_rewards"):
+            return
+        raise
+    try:
+        get_spec(name)
+    except Exception as exc:  # the registry's miss error lists the valid names
+        raise ValueError(f"rollout.reward_spec: {exc}") from None
 
 
 def _build(cls: Any, values: dict[str, Any], section: str) -> Any:
@@ -220,14 +448,63 @@ class ConfigError(Exception):
     pass
 
 
-def load_config(path: str | Path) -> TrainConfig:
-    """Read and validate a YAML config; errors name the file and the field."""
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``key.path=value`` items (``train.updates=2``, ``policies.0.lr=1e-4``) applied to a copy of the
+    config's data; values are YAML (``2`` an int, ``[a, b]`` a list, ``null``). A new key is set as given
+    and then meets the same strict validation as the file (an unknown key is an error)."""
+    out = copy.deepcopy(data)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r}: expected key.path=value")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: the value is not YAML: {exc}") from None
+        *parents, leaf = key.strip().split(".")
+        node: Any = out
+        walked: list[str] = []
+        for part in parents:
+            walked.append(part)
+            if isinstance(node, dict):
+                node = node.setdefault(part, {})
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                raise ConfigError(f"override {item!r}: {'.'.join(walked)} is not a section or list index")
+        if isinstance(node, dict):
+            node[leaf] = value
+        elif isinstance(node, list) and leaf.isdigit() and int(leaf) < len(node):
+            node[int(leaf)] = value
+        else:
+            raise ConfigError(f"override {item!r}: {'.'.join(parents) or key} is not a section or list index")
+    return out
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Read and validate a YAML config, with ``key=value`` overrides on top; errors name the file and the
+    field."""
     p = Path(path)
     try:
         data = yaml.safe_load(p.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{p}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a training config is a mapping with name, game and policies sections")
+    data = apply_overrides(data, overrides)
     try:
         return TrainConfig.model_validate(data)
-    except (ValidationError, ValueError, KeyError) as exc:
+    except ValidationError as exc:
+        raise ConfigError(f"{p}: {_readable(exc)}") from None
+    except (ValueError, KeyError) as exc:
         raise ConfigError(f"{p}: {exc}") from None
+
+
+def _readable(exc: ValidationError) -> str:
+    """pydantic's errors as ``key.path: message`` lines (no input dumps, no documentation links)."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        lines.append(f"{where}: {msg}" if where else msg)
+    return "\n".join(lines)

@@ -126,6 +126,10 @@ class Task:
     bot: str = "heuristic"
     group_id: str = ""
     group_size: int = 1
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Engine ``reset`` options (``game.options``, plus ``language`` when not "en")."""
+    opponent_policy: str = ""
+    """A served opponent policy for the other seats (service mode only; local play refuses it)."""
 
 
 @dataclass
@@ -158,8 +162,12 @@ def play(
     observation and the generation prompt): a cost knob for small CPU runs."""
     live = []
     for task in tasks:
+        if task.opponent_policy:
+            raise ValueError(
+                f"opponent policy {task.opponent_policy!r} is served by inference: service mode only"
+            )
         env = make_game(task.game_id, task.variant)
-        env.reset(seed=task.seed)
+        env.reset(seed=task.seed, options=dict(task.options))
         if task.trainee_roles:
             seats = dict(task.trainee_seats)
             for seat in env.possible_agents:
@@ -183,7 +191,10 @@ def play(
                 b.policy.version = (versions or {}).get(task.trainee_seats[seat], 0)
             else:
                 b.bot = task.bot
-        live.append(_Live(task, env, traj, random.Random(task.seed * 7919 + 1)))
+        # The bots' RNG is the environment service's (``sessions.EpisodeManager.create``: one
+        # ``random.Random(seed)`` per episode, drawn in acting-seat order), so a seed is the same game here
+        # and through the services given the same trainee moves.
+        live.append(_Live(task, env, traj, random.Random(task.seed)))
     for _ in range(max_steps):
         active = [lv for lv in live if not lv.env.done]
         if not active:

@@ -8,8 +8,10 @@ checkpoint written here never sees half an update.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +25,80 @@ from wolfpack_trainer.train import RunState, Trainer
 
 
 def _last_metrics(run_dir: Path) -> dict[str, float]:
+    """The latest value of each metric in ``metrics.jsonl``; a line or value that does not parse (a
+    half-written last line, a hand edit) is skipped: the status must answer anyway."""
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return {}
     merged: dict[str, float] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            merged.update({k: float(v) for k, v in json.loads(line).items() if k != "step"})
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line) if line.strip() else {}
+        except ValueError:
+            continue
+        for k, v in row.items() if isinstance(row, dict) else ():
+            if k != "step" and isinstance(v, int | float) and not isinstance(v, bool):
+                merged[k] = float(v)
     return merged
+
+
+def _read_run(run_dir: Path) -> RunState:
+    """The state of a run's latest checkpoint. ``LATEST`` must name a checkpoint directory beside it (one
+    path component: a pointer like ``../../x`` is refused, not followed) holding a readable
+    ``state.json``; anything else is FAILED_PRECONDITION naming the file (it used to answer INTERNAL)."""
+    ckpts = run_dir / "checkpoints"
+    try:
+        name = (ckpts / "LATEST").read_text(errors="replace").strip()
+    except OSError as exc:
+        raise _corrupt(run_dir, f"checkpoints/LATEST cannot be read ({exc.strerror})") from None
+    if not name or name in (".", "..") or Path(name).name != name or name.startswith(".") or "\0" in name:
+        raise _corrupt(run_dir, f"checkpoints/LATEST names no checkpoint directory ({name[:64]!r})")
+    state_file = ckpts / name / "state.json"
+    try:
+        data = json.loads(state_file.read_text())
+        if not isinstance(data, dict):
+            raise TypeError("not a JSON object")
+        known = {f.name for f in fields(RunState)}
+        state = RunState(**{k: v for k, v in data.items() if k in known})
+        _status(state, run_dir.name, {})  # the types must fit the response, too
+    except FileNotFoundError:
+        raise _corrupt(run_dir, f"checkpoints/LATEST names {name!r}, which has no state.json") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise _corrupt(run_dir, f"checkpoints/{name}/state.json is unreadable ({exc})") from None
+    return state
+
+
+def _corrupt(run_dir: Path, what: str) -> ServiceError:
+    return ServiceError(f"training run {run_dir.name}: {what}", grpc.StatusCode.FAILED_PRECONDITION)
+
+
+def export_dir(run_dir: Path, directory: str) -> Path:
+    """Where ``SaveCheckpoint(directory)`` may copy to: ``directory`` taken relative to the run directory
+    (an absolute path must lie inside it), symlinks resolved, outside ``checkpoints/`` (whose pruning and
+    ``LATEST`` belong to the trainer), not an existing file. Anything else is INVALID_ARGUMENT: the copy
+    used to go wherever asked (1.9 MB per call, any path the trainer could write)."""
+    root = run_dir.resolve()
+    try:
+        target = (root / directory).resolve()
+    except (OSError, ValueError) as exc:  # a NUL byte, a symlink loop
+        raise ServiceError(
+            f"directory {directory[:200]!r}: {exc}", grpc.StatusCode.INVALID_ARGUMENT
+        ) from None
+    if target != root and root not in target.parents:
+        raise ServiceError(
+            f"directory {directory[:200]!r} is outside the run directory {root}: checkpoints are only "
+            "copied inside it (give a path relative to it, e.g. 'exports/best')",
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
+    ckpts = (root / "checkpoints").resolve()
+    if target == ckpts or ckpts in target.parents:
+        raise ServiceError(
+            f"directory {directory[:200]!r} is inside checkpoints/, which the trainer prunes",
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
+    if target.exists() and not target.is_dir():
+        raise ServiceError(f"directory {directory[:200]!r} is a file", grpc.StatusCode.INVALID_ARGUMENT)
+    return target
 
 
 def _status(state: RunState, run: str, metrics: dict[str, float], **kw: Any) -> pb.GetTrainerStatusResponse:
@@ -65,12 +133,11 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
             )
         run_dir = self._find_run(request.run)
         if run_dir is None:
-            raise ServiceError(f"no training run {request.run or '(any)'} found", grpc.StatusCode.NOT_FOUND)
-        pointer = run_dir / "checkpoints" / "LATEST"
-        state = RunState(
-            **json.loads((run_dir / "checkpoints" / pointer.read_text() / "state.json").read_text())
-        )
-        return _status(state, run_dir.name, _last_metrics(run_dir))
+            raise ServiceError(
+                f"no training run {request.run[:200] or '(any)'} found", grpc.StatusCode.NOT_FOUND
+            )
+        state = await asyncio.to_thread(_read_run, run_dir)
+        return _status(state, run_dir.name, await asyncio.to_thread(_last_metrics, run_dir))
 
     def _find_run(self, name: str) -> Path | None:
         if self.runs_dir is None or not self.runs_dir.exists():
@@ -86,9 +153,18 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         if self.trainer is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no training job runs in this process")
             raise AssertionError("unreachable")
+        # The credential is checked before this handler runs (auth.PRIVILEGED_METHODS); the directory is
+        # checked before anything is written.
+        export = export_dir(self.trainer.run_dir, request.directory) if request.directory else None
         path = self.trainer.checkpoint()
-        if request.directory:
-            target = Path(request.directory) / path.name
-            shutil.copytree(path, target, dirs_exist_ok=True)
+        if export is not None:
+            target = export / path.name
+            try:
+                await asyncio.to_thread(shutil.copytree, path, target, dirs_exist_ok=True)
+            except OSError as exc:
+                raise ServiceError(
+                    f"checkpoint {path.name} written, but not copied to {request.directory[:200]!r}: {exc}",
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                ) from None
             path = target
         return pb.SaveCheckpointResponse(path=str(path), step=self.trainer.state.step)

@@ -16,6 +16,7 @@ One update (CleanRL style):
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import shutil
@@ -182,33 +183,8 @@ class Trainer:
     def tasks(
         self, seeds: Sequence[int], group_size: int, group_prefix: str, bot_mix: bool = True
     ) -> list[Task]:
-        seats = {s: p.id for p in self.cfg.policies for s in p.seats}
-        roles = {r: p.id for p in self.cfg.policies for r in p.roles}
-        out = []
-        rng = random.Random(hash((self.cfg.seed, group_prefix)))
-        for g, seed in enumerate(seeds):
-            bot = self.cfg.game.bot
-            if bot_mix:
-                draw = rng.random()
-                for mix in self.cfg.rollout.opponents:
-                    if draw < mix.fraction:
-                        bot = mix.bot
-                        break
-                    draw -= mix.fraction
-            for _ in range(group_size):
-                out.append(
-                    Task(
-                        self.cfg.game.id,
-                        self.cfg.game.variant,
-                        seed,
-                        seats,
-                        roles,
-                        bot=bot,
-                        group_id=f"{group_prefix}-{g}" if group_size > 1 else "",
-                        group_size=group_size,
-                    )
-                )
-        return out
+        """The episodes to play for ``seeds`` (``plan_tasks``)."""
+        return plan_tasks(self.cfg, seeds, group_size, group_prefix, bot_mix)
 
     def play_local(self, tasks: list[Task], temperature: float) -> list[trajectory_pb2.Trajectory]:
         sampling = common_pb2.SamplingParams(
@@ -470,31 +446,93 @@ class Trainer:
         return final
 
 
-def service_task(task: Task, index: int) -> Any:
-    """The curriculum ``Task`` the rollout driver plays for a local ``Task`` (same game, seed, seats)."""
-    from wolfpack.v1 import curriculum_service_pb2 as cur_pb
+def stable_seed(*parts: object) -> int:
+    """A 64-bit seed from ``parts`` that is the same in every process (Python's ``hash()`` of a str is
+    salted per process, so two runs of one config would draw different opponent mixes)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
 
+
+def plan_tasks(
+    cfg: TrainConfig, seeds: Sequence[int], group_size: int, group_prefix: str, bot_mix: bool = True
+) -> list[Task]:
+    """``group_size`` episodes per seed: the config's game (variant, options, language), trained seats and
+    roles, and who plays the other seats. With ``bot_mix`` each group draws from ``rollout.opponents`` (a
+    scripted bot or a served opponent policy; ``game.bot`` for the remainder) with an RNG seeded by
+    (``seed``, ``group_prefix``) alone, so one config plans the same episodes in every process."""
+    from wolfpack_trainer.config import game_options
+
+    seats = {s: p.id for p in cfg.policies for s in p.seats}
+    roles = {r: p.id for p in cfg.policies for r in p.roles}
+    options = game_options(cfg)
+    rng = random.Random(stable_seed(cfg.seed, group_prefix))
+    out = []
+    for g, seed in enumerate(seeds):
+        bot, opponent = cfg.game.bot, ""
+        if bot_mix:
+            draw = rng.random()
+            for mix in cfg.rollout.opponents:
+                if draw < mix.fraction:
+                    bot, opponent = (mix.bot or bot), mix.policy
+                    break
+                draw -= mix.fraction
+        for _ in range(group_size):
+            out.append(
+                Task(
+                    cfg.game.id,
+                    cfg.game.variant,
+                    seed,
+                    seats,
+                    roles,
+                    bot=bot,
+                    group_id=f"{group_prefix}-{g}" if group_size > 1 else "",
+                    group_size=group_size,
+                    options=options,
+                    opponent_policy=opponent,
+                )
+            )
+    return out
+
+
+def service_task(task: Task, index: int) -> Any:
+    """The curriculum ``Task`` the rollout driver plays for a local ``Task``: same game, variant, options
+    and seed; trained seats bound to their policy by index and by role (the roles the environment will deal
+    for this seed and these options, read from the same engine started the same way), every other seat
+    scripted with ``task.bot`` or bound to the served opponent policy."""
+    from wolfpack.v1 import curriculum_service_pb2 as cur_pb
+    from wolfpack_games import make_game
+
+    env = make_game(task.game_id, task.variant)
+    env.start(seed=task.seed, options=dict(task.options))
+    trainees = dict(task.trainee_seats)
+    for seat in env.possible_agents:
+        role = env.role(seat)
+        if role in task.trainee_roles:
+            trainees[seat] = task.trainee_roles[role]
+    opponent = task.opponent_policy
     out = cur_pb.Task(
         task_id=f"{task.group_id or 'task'}-{task.seed}-{index}",
         seed=task.seed,
         bucket=f"{task.game_id}/{task.variant}",
         group_id=task.group_id or f"g-{task.seed}-{index}",
         group_size=task.group_size,
-        opponent_kind=cur_pb.OPPONENT_KIND_SCRIPTED,
-        opponent_id=f"scripted:{task.bot}",
+        opponent_kind=cur_pb.OPPONENT_KIND_EXTERNAL if opponent else cur_pb.OPPONENT_KIND_SCRIPTED,
+        opponent_id=f"external:{opponent}" if opponent else f"scripted:{task.bot}",
         split="train",
+        options={k: json.dumps(v) for k, v in task.options.items()},  # YAML values (JSON is YAML)
     )
     out.game.game_id, out.game.variant = task.game_id, task.variant
-    from wolfpack_games import get_game
-
-    spec = get_game(task.game_id)
-    for seat in range(spec.variants[task.variant or spec.default_variant]):
-        if seat in task.trainee_seats:
+    for seat in env.possible_agents:
+        if seat in trainees:
             out.trainee_seats.append(seat)
             b = out.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
-            b.policy.policy_id = task.trainee_seats[seat]
+            b.policy.policy_id = trainees[seat]
+        elif opponent:
+            b = out.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
+            b.policy.policy_id = opponent
         else:
             out.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_SCRIPTED, bot=task.bot)
+    env.close()
     return out
 
 

@@ -219,6 +219,10 @@ class Learner(abc.ABC):
     """
 
     name: ClassVar[str] = ""
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    """What it supports beyond full-weight policy updates: "lora" (``lora_rank`` > 0), "value_head"
+    (GAE), "generate" (in-process sampling, ``generation_model``: local rollouts). The trainer's config
+    check refuses a setting whose capability the policy's learner lacks (``config.CAPABILITIES``)."""
 
     def __init__(self, config: LearnerConfig) -> None:
         self.config = config

@@ -48,6 +48,8 @@ def resolve_model_path(spec: str, cache_dir: str) -> str:
 class CpuLearner(Learner):
     """Full fine-tuning (``lora_rank: 0``) or LoRA; optional value head for PPO with GAE."""
 
+    capabilities = frozenset({"lora", "value_head", "generate"})
+
     def __init__(self, config: LearnerConfig) -> None:
         super().__init__(config)
         from transformers import AutoModelForCausalLM
