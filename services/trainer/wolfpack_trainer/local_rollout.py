@@ -9,8 +9,10 @@ the config says ``rollout.mode: service``; both paths feed the same ``batch.py``
 
 Prompts are step-independent: the chat template applied to the seat's current observation text (which
 in scenarios holds the conversation so far). Logprobs follow the Turn convention: log softmax(logits / T)
-at the sampled token, before any truncation. Rewards mirror the reward service's ``scenario_shaped@1``:
-the verifier's result (+1/0/-1) on each seat's last turn, minus ``invalid_penalty`` per invalid turn.
+at the sampled token, before any truncation. Rewards are the reward service's own specs, scored in
+process by the library (``wolfpack_rewards.score``; the game's default spec unless one is named), so a
+local trajectory holds exactly what the service would have written: scenario games also record the
+scripted seats' messages in play order (the spec re-verifies the transcript) and carry their scenario.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from torch import nn
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_games import GameEnv, get_game, make_game
+from wolfpack_games.scenarios import GAME_CLASSES as SCENARIO_GAMES
+from wolfpack_games.scenarios.wire import scenario_to_pb
+from wolfpack_rewards import resolve_spec, score
+from wolfpack_rewards.outcome import SeatResult, outcome_value
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,8 @@ class _Live:
     env: GameEnv
     traj: trajectory_pb2.Trajectory
     rng: random.Random
-    invalid: dict[int, int] = field(default_factory=dict)
+    attempts: dict[int, int] = field(default_factory=dict)
+    """seat → how many times its current decision was re-prompted (``Turn.attempt``)."""
 
 
 PolicyFn = Callable[[str, list[list[int]]], list[Generated]]
@@ -151,15 +158,27 @@ def play(
     tokenizer: Any,
     *,
     versions: Mapping[str, int] | None = None,
-    invalid_penalty: float = 0.1,
+    reward_spec: str = "",
+    invalid_penalty: float | None = None,
     max_steps: int = 200,
     sampling: common_pb2.SamplingParams | None = None,
     max_prompt_tokens: int = 0,
 ) -> list[trajectory_pb2.Trajectory]:
-    """Play every task to the end, batching the trainee decisions of all episodes at each step.
+    """Play every task to the end, batching the trainee decisions of all episodes at each step, and
+    score each trajectory with ``reward_spec`` (empty: the game's default, as the reward service does).
 
-    ``max_prompt_tokens`` > 0 keeps only the last that many prompt tokens (the latest part of the
-    observation and the generation prompt): a cost knob for small CPU runs."""
+    ``invalid_penalty``, when given, must equal the spec's penalty for an invalid turn: a spec's
+    ``name@version`` says how its rewards were made, so a different penalty is a different (registered)
+    spec, never a silent override. ``max_prompt_tokens`` > 0 keeps only the last that many prompt tokens
+    (the latest part of the observation and the generation prompt): a cost knob for small CPU runs."""
+    for game_id in {t.game_id for t in tasks}:
+        configured = resolve_spec(reward_spec, game_id).config.penalties.invalid
+        if invalid_penalty is not None and invalid_penalty != configured:
+            raise ValueError(
+                f"invalid_penalty {invalid_penalty} differs from reward spec "
+                f"{resolve_spec(reward_spec, game_id).key}'s {configured}; name a spec variant with that "
+                "penalty instead (reward specs are registered by name@version)"
+            )
     live = []
     for task in tasks:
         if task.opponent_policy:
@@ -181,9 +200,10 @@ def play(
             seed=task.seed,
             group_id=task.group_id,
             group_size=task.group_size,
-            reward_spec="local_scenario_shaped@1",
         )
         traj.game.game_id, traj.game.variant = task.game_id, task.variant
+        if task.game_id in SCENARIO_GAMES:  # the spec re-verifies the transcript against it
+            traj.scenario.CopyFrom(scenario_to_pb(env.active_scenario))  # type: ignore[attr-defined]
         for seat in env.possible_agents:
             b = traj.seats.add(seat=seat)
             if seat in task.trainee_seats:
@@ -215,9 +235,9 @@ def play(
             gens = policy(policy_id, [it[3] for it in items])
             for (lv, seat, obs, ids), gen in zip(items, gens, strict=True):
                 text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-                t = lv.traj.turns.add(
-                    index=len(lv.traj.turns),
+                t = trajectory_pb2.Turn(
                     seat=seat,
+                    attempt=lv.attempts.get(seat, 0),
                     observation_text=obs,
                     response_text=text,
                     finish_reason=gen.finish,  # type: ignore[arg-type]
@@ -234,50 +254,76 @@ def play(
         for lv in active:
             if not moves[id(lv)]:
                 continue
+            applied = len(lv.env.transcript) if lv.task.game_id in SCENARIO_GAMES else 0  # type: ignore[attr-defined]
             result = lv.env.step(moves[id(lv)])
             for t in added[id(lv)]:  # this step's trainee turns: valid or not, from the engine's infos
                 info = result.infos.get(t.seat, {})
                 t.valid = not info.get("invalid_reason")
                 t.invalid_reason = str(info.get("invalid_reason", ""))
                 t.defaulted = bool(info.get("defaulted", False))
+                lv.attempts[t.seat] = 0 if t.valid or t.defaulted else t.attempt + 1  # re-prompts count up
+            if lv.task.game_id in SCENARIO_GAMES:
+                messages = lv.env.transcript[applied:]  # type: ignore[attr-defined]
+                _append_turns(lv.traj, _in_play_order(added[id(lv)], messages))
+            else:
+                _append_turns(lv.traj, added[id(lv)])
     for lv in live:
-        _finish(lv, invalid_penalty)
+        _finish(lv, reward_spec)
     return [lv.traj for lv in live]
 
 
-def _finish(lv: _Live, invalid_penalty: float) -> None:
+def _in_play_order(
+    trainee: Sequence[trajectory_pb2.Turn], messages: Sequence[tuple[int, str]]
+) -> list[trajectory_pb2.Turn]:
+    """One step's turns in the order the game applied them (its transcript), as the rollout service
+    records scenario games: a trainee's turn where its message was applied (a defaulted one carries the
+    default text the engine applied as ``action.text``), a scripted seat's message as a turn without
+    tokens or policy, and the trainee turns the game did not apply (re-prompted) last."""
+    pending = {t.seat: t for t in trainee}
+    out: list[trajectory_pb2.Turn] = []
+    for seat, text in messages:
+        turn = pending.pop(seat, None)
+        if turn is None:
+            turn = trajectory_pb2.Turn(seat=seat, response_text=text, valid=True)
+        turn.action.text = text
+        out.append(turn)
+    out.extend(pending.values())
+    return out
+
+
+def _append_turns(traj: trajectory_pb2.Trajectory, turns: Sequence[trajectory_pb2.Turn]) -> None:
+    for turn in turns:
+        turn.index = len(traj.turns)
+        traj.turns.append(turn)
+
+
+_KINDS = {1: common_pb2.OUTCOME_KIND_WIN, 0: common_pb2.OUTCOME_KIND_DRAW, -1: common_pb2.OUTCOME_KIND_LOSS}
+
+
+def _finish(lv: _Live, reward_spec: str) -> None:
+    """Outcomes from the game, then the rewards of the named spec (``wolfpack_rewards.score``): the
+    trajectory comes back filled as the reward service fills it."""
     env, traj = lv.env, lv.traj
-    outcome = env.outcome() if env.done else {s: 0 for s in env.possible_agents}
-    winners = [s for s, v in outcome.items() if v > 0]
-    traj.winner = ",".join(env.role(s) for s in winners) if env.done else ""
-    last: dict[int, trajectory_pb2.Turn] = {}
-    for t in traj.turns:
-        pen = invalid_penalty if not t.valid else 0.0
-        if pen:
-            t.reward_components["invalid_penalty"] = -pen
-        t.reward = -pen
-        last[t.seat] = t
-    kinds = {
-        1: common_pb2.OUTCOME_KIND_WIN,
-        0: common_pb2.OUTCOME_KIND_DRAW,
-        -1: common_pb2.OUTCOME_KIND_LOSS,
-    }
+    outcome = env.outcome() if env.done else {}
+    traj.winner = env.winner() if env.done else ""
     for seat in env.possible_agents:
-        value = float(outcome.get(seat, 0))
-        if seat in last:
-            last[seat].reward_components["outcome"] = value
-            last[seat].reward += value
-        final = sum(t.reward for t in traj.turns if t.seat == seat) if seat in last else value
+        kind = _KINDS.get(int(outcome[seat]), common_pb2.OUTCOME_KIND_DRAW) if env.done else None
         traj.outcomes.add(
-            seat=seat,
-            role=env.role(seat),
-            team=env.team(seat),
-            outcome=kinds.get(int(value), common_pb2.OUTCOME_KIND_DRAW)
-            if env.done
-            else common_pb2.OUTCOME_KIND_ABORTED,  # type: ignore[arg-type]
-            final_reward=final,
-        )
+            seat=seat, role=env.role(seat), team=env.team(seat),
+            outcome=kind if kind is not None else common_pb2.OUTCOME_KIND_ABORTED,  # type: ignore[arg-type]
+        )  # fmt: skip
+    if not env.done:
+        traj.metadata["truncated"] = "max_steps"
     traj.metadata["local"] = "1"
     traj.policy_versions.extend(
         {(b.policy.policy_id, b.policy.version): b.policy for b in traj.seats if b.policy.policy_id}.values()
     )
+    spec = resolve_spec(reward_spec, traj.game.game_id)
+    if traj.turns:
+        traj.CopyFrom(score(traj, spec.key).trajectory)
+        return
+    # No seat acted (e.g. every trainee eliminated first): the spec's value of each seat's outcome, the
+    # terminal-only reward it gives a seat without turns (the reward service refuses turnless trajectories).
+    traj.reward_spec = spec.key
+    for o in traj.outcomes:
+        o.final_reward = outcome_value(SeatResult(o.seat, o.role, o.team, o.outcome), spec.config.outcome)
