@@ -28,6 +28,7 @@ from wolfpack_games.base import (
     ParseResult,
     StepResult,
 )
+from wolfpack_games.werewolf import render as _render
 from wolfpack_games.werewolf.models import (
     GUARD,
     HUNTER,
@@ -382,9 +383,9 @@ class WerewolfEnv(GameEnv):
         feedback: str,
         done: bool,
     ) -> str:
-        from wolfpack_games.werewolf.render import render_observation
-
-        return render_observation(self, seat, n_events, phase, day, legal, feedback, done)
+        # Looked up on the module at call time (tests swap it); not an import statement per call, which
+        # cost more than rendering an incremental prompt.
+        return _render.render_observation(self, seat, n_events, phase, day, legal, feedback, done)
 
     def visible_channels(self, seat: int) -> frozenset[str]:
         """Channels ``seat`` may read. Never widened at the end: the final role reveal is public."""

@@ -135,6 +135,8 @@ _BARE_RE = re.compile(
 )
 
 
+_CANON_RE = re.compile(r"(kill|protect|inspect|save|poison|shoot|badge|elect|vote)(?: ([0-9]{1,2}))?|(pass)")
+"""An answer exactly as the prompt's action list spells it; ``parse_action`` reads it directly."""
 _PREDICT_RE = re.compile(r"<predict_next>.*?(?:</predict_next>|$)", re.DOTALL | re.IGNORECASE)
 
 
@@ -264,6 +266,13 @@ def parse_action(
         return ParseResult(Action(K_SPEAK, None, speech[:max_speech_chars].strip()))
     if not text:
         return ParseResult(None, "empty answer; give an action such as 'vote 3' or 'pass'")
+
+    # 0. The exact form the prompt asks for ("vote 3", "pass"): what rules 1-4 would read, without
+    # running the general regex over it (most of an LLM turn's parse time).
+    canon = _CANON_RE.fullmatch(text)
+    if canon is not None:
+        kind, num, _ = canon.groups()
+        return _resolve(kind or K_PASS, int(num) if num else None, legal, n_players)
 
     # 1. JSON object anywhere in the answer.
     first, last = text.find("{"), text.rfind("}")

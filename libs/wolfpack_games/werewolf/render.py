@@ -21,6 +21,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +61,7 @@ class _PackCache:
     dict while this entry lives.
     """
 
-    __slots__ = ("heads", "pack", "players", "rules", "tails")
+    __slots__ = ("heads", "lines", "pack", "players", "rules", "tails")
 
     def __init__(self, pack: dict[str, Any]) -> None:
         self.pack = pack
@@ -69,9 +70,11 @@ class _PackCache:
         self.rules: dict[tuple[Any, ...], str] = {}
         self.heads: dict[tuple[Any, ...], str] = {}
         self.tails: dict[tuple[Any, ...], str] = {}
+        self.lines: dict[tuple[Any, ...], str | None] = {}
 
 
 _PACK_CACHES: dict[int, _PackCache] = {}
+_UNSET: Any = object()
 
 
 def _pack_cache(pack: dict[str, Any]) -> _PackCache:
@@ -223,11 +226,16 @@ def _legal_line(pack: dict[str, Any], la: LegalAction) -> str:
     return template
 
 
+_LEGAL_FIELDS = attrgetter("kind", "targets", "needs_text")
+
+
 def _tail(
     pc: _PackCache, phase: str, day: int, legal: Sequence[LegalAction], feedback: str, done: bool, n: int
 ) -> str:
     """The "now" section (phase, legal actions, answer format), memoised per distinct situation."""
-    key = (phase, day, tuple(legal), feedback, done, n)
+    # The legal actions by their fields: hashing the ``LegalAction`` dataclasses themselves (a Python
+    # ``__hash__`` each) cost more than the rest of a prompt.
+    key = (phase, day, feedback, done, n, *map(_LEGAL_FIELDS, legal))
     memo = pc.tails
     text = memo.get(key)
     if text is not None:
@@ -252,87 +260,142 @@ def _tail(
     return _memo_put(memo, key, "\n".join(lines) + "\n")
 
 
-class _SeatView:
-    """One seat's prompt so far: the lines of the events it may read (each ending in a newline), the
-    event index of each line (to cut the view for an observation rendered after later events), how far
-    the log was scanned, the joined body of the first ``body_lines`` lines, and the fixed header."""
+_FREE_TEXT = frozenset({"speech", "last_words", "wolf_speech", "invalid"})
+"""Event kinds whose text is free (speeches, re-prompt reasons): formatted each time, never memoised
+(every model speech is new; memoising them would only grow the memo)."""
 
-    __slots__ = ("body", "body_lines", "chans", "head", "idx", "lines", "scanned")
 
-    def __init__(self, chans: frozenset[str], head: str) -> None:
-        self.chans = chans
-        self.head = head
-        self.lines: list[str] = []
+def _event_line(pc: _PackCache, kind: str, actor: int, target: int, text: str, day: int) -> str | None:
+    """The line of one event plus its newline, as :func:`_format` gives it; lines of structural events
+    ("Player 3 votes to exile Player 5.", "=== Night 2 ===") repeat across games and are memoised."""
+    if kind in _FREE_TEXT:
+        line = _format(kind, actor, target, text, day, pc)
+        return None if line is None else line + "\n"
+    key = (kind, actor, target, text, day)
+    memo = pc.lines
+    line = memo.get(key, _UNSET)
+    if line is _UNSET:
+        line = _format(kind, actor, target, text, day, pc)
+        if line is not None:
+            line += "\n"
+        if len(memo) >= _CACHE_LIMIT * 4:
+            memo.clear()
+        memo[key] = line
+    return line
+
+
+class _Channel:
+    """The lines of one channel so far (each ending in a newline) and the event index of each."""
+
+    __slots__ = ("idx", "lines")
+
+    def __init__(self) -> None:
         self.idx: list[int] = []
-        self.scanned = 0
+        self.lines: list[str] = []
+
+
+class _SeatView:
+    """One seat's prompt so far: the fixed header, the channels it may read, how many lines of each are
+    already in ``body``, and the event count ``pos`` that ``body`` covers."""
+
+    __slots__ = ("body", "channels", "head", "pos", "taken")
+
+    def __init__(self, head: str, channels: list[_Channel]) -> None:
+        self.head = head
+        self.channels = channels
+        self.taken = [0] * len(channels)
         self.body = ""
-        self.body_lines = 0
-
-
-_UNSET: Any = object()
+        self.pos = 0
 
 
 class _GameText:
-    """The prompt state of one game: the formatted line of each event (``_UNSET`` until a seat that may
-    read it needs it; None for events without a line) and one view per seat. Tied to the event log
-    list it was built for: a new game (``start``) or a replaced log gives a new list, hence a new state.
-    """
+    """The prompt state of one game: every event's line, formatted once, filed under its channel (only
+    channels some seat may read), and one view per seat. Tied to the event log list it was built for: a
+    new game (``start``) or a replaced log gives a new list, hence a new state."""
 
-    __slots__ = ("lines", "log", "pc", "rules", "views")
+    __slots__ = ("channels", "log", "pc", "rules", "scanned", "tails", "views")
 
     def __init__(self, env: WerewolfEnv) -> None:
         self.log = env._ev
         pack = load_pack(env.config.language)
         self.pc = _pack_cache(pack)
         self.rules = rules_text(env.config, pack)
-        self.lines: list[str | None] = []
-        self.views: list[_SeatView | None] = [None] * env.n
-
-    def view(self, env: WerewolfEnv, seat: int) -> _SeatView:
-        v = self.views[seat]
-        if v is None:
+        self.scanned = 0
+        # (id(legal), phase, day, feedback, done) -> (legal, the "now" section): the engine hands the
+        # same legal tuple to every seat of a speech phase or a sheriff ballot, and this game holds the
+        # tuple, so its id stays its own.
+        self.tails: dict[tuple[Any, ...], tuple[Sequence[LegalAction], str]] = {}
+        self.channels: dict[str, _Channel] = {}
+        self.views: list[_SeatView] = []
+        heads = self.pc.heads
+        for seat in range(env.n):
             role = env.roles[seat]
-            pc = self.pc
             key = (self.rules, seat, role)
-            head = pc.heads.get(key)
+            head = heads.get(key)
             if head is None:
-                pack = pc.pack
-                head = "\n".join(
-                    [
-                        self.rules,
-                        "",
-                        str(pack["you_are"]).format(player=_player(pack, seat), role=_role_name(pack, role)),
-                        str(pack["role_guidance"][role]),
-                        "",
-                        str(pack["log_header"]),
-                    ]
-                )
-                head = _memo_put(pc.heads, key, head + "\n")
-            v = self.views[seat] = _SeatView(env.visible_channels(seat), head)
-        return v
+                head = _memo_put(heads, key, self._head(seat, role))
+            chans = [self.channels.setdefault(ch, _Channel()) for ch in sorted(env.visible_channels(seat))]
+            self.views.append(_SeatView(head, chans))
 
-    def advance(self, v: _SeatView, upto: int) -> None:
-        """Add the lines of events ``v.scanned .. upto-1`` that ``v``'s seat may read."""
-        cache = self.lines
-        if len(cache) < upto:
-            cache.extend([_UNSET] * (upto - len(cache)))
+    def _head(self, seat: int, role: str) -> str:
+        pack = self.pc.pack
+        lines = [
+            self.rules,
+            "",
+            str(pack["you_are"]).format(player=_player(pack, seat), role=_role_name(pack, role)),
+            str(pack["role_guidance"][role]),
+            "",
+            str(pack["log_header"]),
+        ]
+        return "\n".join(lines) + "\n"
+
+    def scan(self, upto: int) -> None:
+        """File the lines of events ``scanned .. upto-1`` under their channels."""
         log = self.log
-        chans = v.chans
-        out = v.lines
-        idx = v.idx
+        channels = self.channels
         pc = self.pc
-        for i in range(v.scanned, upto):
+        for i in range(self.scanned, upto):
+            # (index, kind, channel, actor, target, text, phase, day)
             t = log[i]
-            if t[2] in chans:
-                line = cache[i]
-                if line is _UNSET:
-                    # (index, kind, channel, actor, target, text, phase, day)
-                    line = _format(t[1], t[3], t[4], t[5], t[7], pc)
-                    cache[i] = line = None if line is None else line + "\n"
+            c = channels.get(t[2])
+            if c is not None:
+                line = _event_line(pc, t[1], t[3], t[4], t[5], t[7])
                 if line is not None:
-                    out.append(line)
-                    idx.append(i)
-        v.scanned = upto
+                    c.idx.append(i)
+                    c.lines.append(line)
+        self.scanned = upto
+
+    def body(self, v: _SeatView, upto: int) -> str:
+        """The joined lines of ``v``'s channels for events before ``upto`` (``upto <= scanned``)."""
+        if upto < v.pos:  # an older observation read late: merge from scratch, keep the view as is
+            return _merge([(c, 0, bisect_left(c.idx, upto)) for c in v.channels])
+        if upto == v.pos:
+            return v.body
+        full = upto >= self.scanned
+        taken = v.taken
+        spans = []
+        for j, c in enumerate(v.channels):
+            s = taken[j]
+            e = len(c.idx) if full else bisect_left(c.idx, upto, s)
+            if e > s:
+                spans.append((c, s, e))
+                taken[j] = e
+        v.pos = upto
+        if spans:
+            v.body += _merge(spans)
+        return v.body
+
+
+def _merge(spans: list[tuple[_Channel, int, int]]) -> str:
+    """The lines ``lines[s:e]`` of several channels joined in event order."""
+    spans = [sp for sp in spans if sp[2] > sp[1]]
+    if not spans:
+        return ""
+    if len(spans) == 1:
+        c, s, e = spans[0]
+        return "".join(c.lines[s:e])
+    pairs = sorted(p for c, s, e in spans for p in zip(c.idx[s:e], c.lines[s:e], strict=True))
+    return "".join(line for _, line in pairs)
 
 
 def render_observation(
@@ -353,19 +416,17 @@ def render_observation(
     gt = env._prompts
     if gt is None or gt.log is not env._ev:
         gt = env._prompts = _GameText(env)
-    v = gt.view(env, seat)
-    if v.scanned < n_events:
-        gt.advance(v, n_events)
-    k = len(v.lines) if n_events >= v.scanned else bisect_left(v.idx, n_events)
-    done_lines = v.body_lines
-    if k == done_lines:
-        body = v.body
-    elif k > done_lines:
-        body = v.body = v.body + "".join(v.lines[done_lines:k])
-        v.body_lines = k
-    else:  # an older observation read late: cut, and keep the view's body for the newer prompts
-        body = "".join(v.lines[:k])
-    return "".join((v.head, body, _tail(gt.pc, phase, day, legal, feedback, done, env.n)))
+    if gt.scanned < n_events:
+        gt.scan(n_events)
+    key = (id(legal), phase, day, feedback, done)
+    hit = gt.tails.get(key)
+    if hit is not None and hit[0] is legal:
+        tail = hit[1]
+    else:
+        tail = _tail(gt.pc, phase, day, legal, feedback, done, env.n)
+        gt.tails[key] = (legal, tail)
+    v = gt.views[seat]
+    return "".join((v.head, gt.body(v, n_events), tail))
 
 
 def render_events(events: Iterable[Event], language: str = "en", include_private: bool = True) -> list[str]:
