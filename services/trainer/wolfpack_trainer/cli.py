@@ -167,7 +167,8 @@ def _run(
     publisher: Any = None,
 ) -> None:
     from wolfpack_trainer.config import TrainConfig
-    from wolfpack_trainer.train import learning_line, run_training
+    from wolfpack_trainer.metrics import update_line
+    from wolfpack_trainer.train import ResumeError, learning_line, run_training
 
     assert isinstance(cfg, TrainConfig)
     total = updates if updates is not None else cfg.train.updates
@@ -185,9 +186,30 @@ def _run(
             else:
                 bar.update(phase, description=name, completed=done, total=max(of, 1))
 
-        trainer, evals = run_training(
-            cfg, out, redis_url, cache, progress, updates, address, driver, publisher
-        )
+        def on_update(step: int, of: int, metrics: dict[str, float]) -> None:
+            # Through the bar's console: the line goes above the live bar instead of tearing it.
+            bar.console.print(update_line(step, of, metrics), highlight=False)
+
+        def notice(text: str) -> None:
+            bar.console.print(f"[yellow]{text}[/]", highlight=False)
+
+        try:
+            trainer, evals = run_training(
+                cfg, out, redis_url, cache, progress, updates, address, driver, publisher, on_update, notice
+            )
+        except ResumeError as exc:
+            bar.stop()
+            console.print(f"[red]{exc}[/]", highlight=False)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:  # the second Ctrl-C (or one during set-up): no new checkpoint
+            bar.stop()
+            latest = out / "checkpoints" / "LATEST"
+            where = f"the checkpoint {latest.read_text().strip()}" if latest.exists() else "the start"
+            console.print(f"interrupted — rerun to resume from {where}", highlight=False)
+            raise typer.Exit(130) from None
+    if trainer.stopped:
+        console.print(f"checkpointed at update {trainer.state.step} — rerun to resume", highlight=False)
+        raise typer.Exit(130)
     elapsed = time.monotonic() - start
     rows = trainer.metrics.rows()
     title = f"{cfg.name}: {trainer.state.step} updates, training {elapsed - trainer.setup_s:.0f} s (set-up {trainer.setup_s:.0f} s)"

@@ -1,5 +1,7 @@
-"""Run metrics: one row per update to JSONL, CSV and TensorBoard; a PNG of reward and win rate vs step;
-episode statistics with 95% confidence intervals for the ``learning:`` line.
+"""Run metrics: one row per update to JSONL, CSV and TensorBoard; a PNG of reward and win rate (held-out
+evaluations with their 95% CIs), loss, KL and entropy vs update; sample transcripts as TensorBoard text;
+the console's one line per update; episode statistics with 95% confidence intervals for the ``learning:``
+line. Optional extra trackers (W&B, MLflow, ...) through verl's ``Tracking``: see ``MetricsWriter``.
 
 Names are namespaced like CleanRL/verl: ``charts/…`` (episode outcomes, also ``charts/<policy>/<role>/…``),
 ``actor/…`` (losses, clip fraction, KL, entropy, grad norm), ``mismatch/…`` (rollout vs learner logprobs),
@@ -93,11 +95,81 @@ def episode_metrics(
     return out
 
 
+def _first(values: Mapping[str, float], *keys: str) -> float | None:
+    for k in keys:
+        if k in values and math.isfinite(float(values[k])):
+            return float(values[k])
+    return None
+
+
+def update_line(step: int, total: int, values: Mapping[str, float]) -> str:
+    """One console line per update: ``update 3/20  reward +0.41  win 0.62  loss -0.013  kl 4.1e-04
+    entropy 1.23  9.8 s`` (``-`` where the learner does not report a value). ``kl`` is the PPO KL between
+    the policy before and after the update (``actor/ppo_kl``), else the KL to the reference
+    (``actor/kl_loss``); the time is collect + update of this step."""
+
+    def num(key: str, fmt: str, *keys: str) -> str:
+        v = _first(values, *keys)
+        return f"{key} " + ("-" if v is None else format(v, fmt))
+
+    seconds = sum(float(values.get(k, 0.0)) for k in ("perf/collect_s", "perf/update_s"))
+    return "  ".join(
+        [
+            f"update {step}/{total}",
+            num("reward", "+.2f", "charts/reward_mean"),
+            num("win", ".2f", "charts/win_rate"),
+            num("loss", ".4g", "actor/pg_loss"),
+            num("kl", ".2g", "actor/ppo_kl", "actor/kl_loss"),
+            num("entropy", ".3g", "actor/entropy"),
+            f"{seconds:.1f} s",
+        ]
+    )
+
+
+def transcript(traj: trajectory_pb2.Trajectory, decode: Any = None) -> str:
+    """One episode as Markdown for TensorBoard's text tab: game, seed, every turn's seat, observation and
+    answer (``response_text``, else ``decode(response_token_ids)``), validity and reward, then outcomes."""
+    lines = [
+        f"**{traj.game.game_id}/{traj.game.variant or '-'}** seed {traj.seed} `{traj.trajectory_id}`",
+        "",
+    ]
+    policy = {b.seat: b.policy.policy_id for b in traj.seats if b.policy.policy_id}
+    for t in traj.turns:
+        text = t.response_text
+        if not text and t.response_token_ids and decode is not None:
+            text = decode(list(t.response_token_ids))
+        who = f"seat {t.seat}" + (f" ({policy[t.seat]})" if t.seat in policy else "")
+        flag = "" if t.valid else f" — invalid: {t.invalid_reason or 'rejected'}"
+        lines.append(f"- **{who}** sees: {t.observation_text.strip()[-400:]!r}")
+        lines.append(f"  - answers: `{text.strip()[:200]!r}` (reward {t.reward:+.2f}{flag})")
+    for o in traj.outcomes:
+        kind = common_pb2.OutcomeKind.Name(o.outcome).removeprefix("OUTCOME_KIND_").lower()
+        lines.append(f"- outcome seat {o.seat} {o.role}: {kind}, reward {o.final_reward:+.2f}")
+    return "\n".join(lines)
+
+
 class MetricsWriter:
     """Appends rows to ``metrics.jsonl`` (resumable: rows of a resumed step overwrite on read), TensorBoard
-    events under ``tb/`` and, on ``close``, ``metrics.csv`` and ``curves.png``."""
+    events under ``tb/`` (scalars, and text: sample transcripts) and, on ``close``, ``metrics.csv`` and
+    ``curves.png``.
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    ``tracking`` names extra backends of verl's ``verl.utils.tracking.Tracking`` (``wandb``, ``mlflow``,
+    ``swanlab``, ``clearml``, ``file``, ...) that receive the same scalar rows. Its ``console`` and
+    ``tensorboard`` backends are refused: this writer already keeps the TensorBoard files in the run
+    directory (verl's go to ``$TENSORBOARD_DIR`` or the working directory) and the console line is the
+    CLI's (verl's would print raw dicts through the progress bar). verl is imported only when asked for
+    (~4 s)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        tensorboard: bool = True,
+        *,
+        tracking: Sequence[str] = (),
+        project: str = "wolfpack",
+        experiment: str = "",
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = run_dir / "metrics.jsonl"
@@ -109,6 +181,16 @@ class MetricsWriter:
                 self._tb = SummaryWriter(str(run_dir / "tb"))
             except ImportError:  # tensorboard is in the trainer extra; without it, JSONL/CSV only
                 self._tb = None
+        self._tracking: Any = None
+        if tracking:
+            refused = sorted(set(tracking) & {"console", "tensorboard"})
+            if refused:
+                raise ValueError(f"tracking {refused}: already written by MetricsWriter (console line, tb/)")
+            from verl.utils.tracking import Tracking
+
+            self._tracking = Tracking(
+                project, experiment or run_dir.name, default_backend=list(tracking), config=dict(config or {})
+            )
 
     def log(self, step: int, values: Mapping[str, float]) -> None:
         row = {"step": step, **{k: float(v) for k, v in values.items()}}
@@ -118,6 +200,15 @@ class MetricsWriter:
             for k, v in values.items():
                 if math.isfinite(float(v)):
                     self._tb.add_scalar(k, float(v), step)
+            self._tb.flush()
+        if self._tracking is not None:
+            self._tracking.log({k: float(v) for k, v in values.items()}, step)
+
+    def text(self, tag: str, text: str, step: int) -> None:
+        """A text entry (Markdown) in TensorBoard's text tab, e.g. ``transcripts/eval`` (no-op without
+        TensorBoard: the JSONL holds numbers only)."""
+        if self._tb is not None:
+            self._tb.add_text(tag, text, step)
             self._tb.flush()
 
     def rows(self) -> list[dict[str, float]]:
@@ -143,25 +234,52 @@ class MetricsWriter:
         return path
 
     def plot(self) -> Path:
-        """Reward and win rate vs step: training episodes as lines, held-out evaluations as points."""
+        """Six panels vs update: reward and win rate (training episodes as lines, held-out evaluations as
+        points with their 95% CI shaded), policy loss (and value loss), KL (PPO KL and KL to the
+        reference), entropy, invalid-answer rate. Several policies: one line per policy."""
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
         rows = self.rows()
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        fig, grid = plt.subplots(2, 3, figsize=(15, 8))
+        axes = list(grid.flat)
         for ax, key, title in ((axes[0], "reward_mean", "mean reward"), (axes[1], "win_rate", "win rate")):
-            train = [(r["step"], r[f"charts/{key}"]) for r in rows if f"charts/{key}" in r]
-            ev = [(r["step"], r[f"eval/{key}"]) for r in rows if f"eval/{key}" in r]
+            train = _series(rows, f"charts/{key}")
+            ev = [
+                (
+                    r["step"],
+                    r[f"eval/{key}"],
+                    r.get(f"eval/{_ci_key(key)}_lo"),
+                    r.get(f"eval/{_ci_key(key)}_hi"),
+                )
+                for r in rows
+                if f"eval/{key}" in r
+            ]
             if train:
                 ax.plot(*zip(*train, strict=True), label="training episodes", alpha=0.7)
             if ev:
-                ax.plot(*zip(*ev, strict=True), "o-", label="held-out eval")
-            ax.set_xlabel("update")
-            ax.set_title(title)
-            ax.grid(alpha=0.3)
-            ax.legend()
+                steps, means = [e[0] for e in ev], [e[1] for e in ev]
+                ax.plot(steps, means, "o-", label="held-out eval")
+                bounds = [(s, lo, hi) for s, _, lo, hi in ev if lo is not None and hi is not None]
+                if bounds:
+                    s, lo, hi = zip(*bounds, strict=True)
+                    ax.fill_between(s, lo, hi, alpha=0.25, label="eval 95% CI")
+            _finish(ax, title)
+        panels = (
+            (axes[2], "loss", ("actor/pg_loss", "critic/vf_loss")),
+            (axes[3], "KL", ("actor/ppo_kl", "actor/kl_loss")),
+            (axes[4], "entropy", ("actor/entropy",)),
+            (axes[5], "invalid-answer rate", ("charts/invalid_rate",)),
+        )
+        for ax, title, names in panels:
+            for name in names:
+                for key in sorted({k for r in rows for k in r if k == name or k.endswith("/" + name)}):
+                    series = _series(rows, key)
+                    if series:
+                        ax.plot(*zip(*series, strict=True), label=key, alpha=0.8)
+            _finish(ax, title)
         fig.tight_layout()
         path = self.run_dir / "curves.png"
         fig.savefig(path, dpi=100)
@@ -171,3 +289,23 @@ class MetricsWriter:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        if self._tracking is not None:
+            self._tracking.finish()
+            self._tracking = None
+
+
+def _ci_key(key: str) -> str:
+    """``eval/reward_mean``'s bounds are ``eval/reward_lo``/``_hi``; ``eval/win_rate``'s ``win_rate_lo``/``_hi``."""
+    return key.removesuffix("_mean")
+
+
+def _series(rows: Sequence[Mapping[str, float]], key: str) -> list[tuple[float, float]]:
+    return [(r["step"], r[key]) for r in rows if key in r and math.isfinite(float(r[key]))]
+
+
+def _finish(ax: Any, title: str) -> None:
+    ax.set_xlabel("update")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")

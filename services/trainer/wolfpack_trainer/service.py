@@ -2,8 +2,8 @@
 
 Two sources: a live ``Trainer`` in this process (``wolfpack train --serve``), or the run directories under
 ``<run_dir>/train`` (``wolfpack serve trainer``: the latest checkpoint of each run, read-only). The
-training loop is single-threaded asyncio; handlers run between its awaits, i.e. between updates, so a
-checkpoint written here never sees half an update.
+loop runs its model work in a worker thread, so these handlers answer during an update; a checkpoint
+asked for here runs in a thread too and takes the trainer's lock, so it never sees half an update.
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class TrainerServicer(pb_grpc.TrainerServiceServicer):
         # The credential is checked before this handler runs (auth.PRIVILEGED_METHODS); the directory is
         # checked before anything is written.
         export = export_dir(self.trainer.run_dir, request.directory) if request.directory else None
-        path = self.trainer.checkpoint()
+        path = await asyncio.to_thread(self.trainer.checkpoint)
         if export is not None:
             target = export / path.name
             try:

@@ -8,24 +8,35 @@ One update (CleanRL style):
 3. token-exact samples (``batch.py``) → advantages (``algos.py``, verl's estimators) → per policy:
    recompute old logprobs, log their mismatch with the sampler's, truncated IS weights → ``update``;
 4. checkpoint (learners + used ids + versions), *then* ack: a crash before the checkpoint re-delivers
-   the entries to the resumed run, a crash after it finds their ids already used;
+   the entries to the resumed run, a crash after it finds their ids already used (named crash points,
+   ``WOLFPACK_TRAINER_CRASH_AT``, let tests end the process exactly between the two);
 5. every ``push_every`` updates a new policy version (weights to inference in service mode, a versioned
    directory always); every ``eval.every`` updates the held-out evaluation.
+
+Model work (updates, local play, evaluation, checkpoints) runs in a worker thread, so the event loop keeps
+answering TrainerService and its health checks meanwhile; the lock keeps an update and a checkpoint
+whole. One Ctrl-C stops after the current update with a checkpoint (``run_training``), a second at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import dataclasses
 import hashlib
 import json
+import os
 import random
 import shutil
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 import torch
@@ -44,11 +55,18 @@ from wolfpack_trainer.metrics import (
     episode_metrics,
     mean_ci,
     seat_results,
+    transcript,
     wilson_ci,
 )
 from wolfpack_trainer.publish import Publisher
 
 MAX_USED_IDS = 200_000
+CRASH_ENV = "WOLFPACK_TRAINER_CRASH_AT"
+"""``<point>@<update>`` (e.g. ``checkpointed@1``): end the process at that crash point (tests only)."""
+CRASH_EXIT = 75
+TRANSCRIPTS_PER_EVAL = 3
+"""Episodes written to TensorBoard text per evaluation (and from the update of an evaluation step)."""
+T = TypeVar("T")
 
 
 @dataclass
@@ -63,6 +81,10 @@ class RunState:
     evals: list[dict[str, Any]] = field(default_factory=list)
     model_path: str = ""
     published: list[dict[str, Any]] = field(default_factory=list)
+    redelivered_skipped: int = 0
+    """Entries delivered again after a crash between checkpoint and ack, skipped as already used."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """The config this run was trained with (``train.updates`` aside): a resume under another is refused."""
 
 
 @dataclass
@@ -100,6 +122,17 @@ class Trainer:
         self.publisher = Publisher(run_dir / "policies", save_dirs=config.train.save_versions)
         self.driver: Any = None
         """Service mode: a ``wolfpack_rollout`` driver (``connect(...)``) that plays through the services."""
+        self.on_update: Callable[[int, int, dict[str, float]], None] = lambda step, total, metrics: None
+        """(update, total, metrics) after each committed update: the CLI prints its metrics line."""
+        self.crash_point: Callable[[str, int], None] = crash_from_env
+        """Called at ``checkpointed``, ``ack`` and ``acked`` with the update: a test's way to crash there."""
+        self.stop_requested = False
+        """Set by the first Ctrl-C (``stop_on_sigint``): the loop stops after the current update."""
+        self.stopped = False
+        """The loop ended on ``stop_requested`` (with a checkpoint) instead of at ``train.updates``."""
+        self._lock = threading.RLock()
+        """Held by an update and by a checkpoint: TrainerService's SaveCheckpoint runs in another thread."""
+        self._checkpointed: int | None = None
 
     # --- set-up ---------------------------------------------------------------------------------------
 
@@ -186,6 +219,36 @@ class Trainer:
         """The episodes to play for ``seeds`` (``plan_tasks``)."""
         return plan_tasks(self.cfg, seeds, group_size, group_prefix, bot_mix)
 
+    async def service_tasks(self, tasks: Sequence[Task]) -> list[Any]:
+        """Service mode: the curriculum ``Task`` the driver plays for each planned episode (``service_task``).
+        With a ``curriculum`` section each planned group's seed, task id and group come from the stack's
+        curriculum service (``NextTasks``: past tasks replayed by AIW weight, ``replay_ratio`` of them, and
+        fresh seeds), so the outcomes it reads from the trajectory stream reweight what is played next;
+        seats, roles, options and opponents stay the plan's."""
+        addr = self.publisher.curriculum_addr
+        if self.cfg.curriculum is None or not addr:
+            return [service_task(t, i) for i, t in enumerate(tasks)]
+        from wolfpack_curriculum.client import CurriculumClient
+
+        size = max(1, self.cfg.rollout.group_size)
+        groups = -(-len(tasks) // size)
+        async with CurriculumClient(addr, self.publisher.settings) as curriculum:
+            drawn = await curriculum.next_tasks(groups * size, worker_id="trainer")
+        heads: dict[str, Any] = {}
+        for t in drawn:
+            heads.setdefault(t.group_id, t)
+        if len(heads) < groups:
+            raise RuntimeError(f"the curriculum gave {len(heads)} groups for {groups} planned")
+        order = list(heads.values())
+        out = []
+        for i, task in enumerate(tasks):
+            head = order[i // size]
+            bound = service_task(dataclasses.replace(task, seed=int(head.seed)), i)
+            bound.task_id, bound.group_id, bound.bucket = head.task_id, head.group_id, head.bucket
+            bound.scenario_id = head.scenario_id
+            out.append(bound)
+        return out
+
     def play_local(self, tasks: list[Task], temperature: float) -> list[trajectory_pb2.Trajectory]:
         sampling = common_pb2.SamplingParams(
             max_tokens=self.cfg.rollout.max_tokens, temperature=temperature, logprobs=True
@@ -241,39 +304,84 @@ class Trainer:
         )
         await consumer.ensure_group()
         evals = [EvalResult(**_eval_from_json(e)) for e in self.state.evals]
+        self._checkpointed = self.resumed_from
         try:
-            if self.publisher.inference_addr:
+            if self.publisher.inference_addr and self.state.step < total:
                 await self.publish_current()
-            if not evals:
-                evals.append(self._record_eval(self.evaluate()))
-            while self.state.step < total:
-                step = self.state.step
+            if not evals or (self.state.step >= total and evals[-1].step != self.state.step):
+                # A fresh run's baseline, or a finished run whose final evaluation a crash or Ctrl-C cut off.
+                evals.append(self._record_eval(await self._evaluate()))
+                if self.state.step > 0:
+                    await _off_loop(self.checkpoint)
+            while self.state.step < total and not self.stop_requested:
                 t0 = time.monotonic()
-                deliveries = await self._gather(consumer, producer, step)
+                deliveries = await self._gather(consumer, producer, self.state.step)
                 t_collect = time.monotonic() - t0
-                metrics = self.train_step([d.message for d in deliveries])
-                self.state.step += 1
-                if self.state.step % cfg.train.push_every == 0:
+                metrics = await _off_loop(self._train_update, [d.message for d in deliveries])
+                step = self.state.step
+                if step % cfg.train.push_every == 0:
                     await self._publish()
-                if self.state.step % cfg.train.checkpoint_every == 0 or self.state.step == total:
-                    self.checkpoint()
-                    await consumer.ack([*self._pending_ack, *deliveries])
-                    self._pending_ack = []
-                else:
-                    self._pending_ack = [*self._pending_ack, *deliveries]
+                self._pending_ack = [*self._pending_ack, *deliveries]
+                if step % cfg.train.checkpoint_every == 0 or step == total or self.stop_requested:
+                    await self._commit(consumer)
                 metrics["perf/collect_s"] = t_collect
                 metrics["perf/update_s"] = time.monotonic() - t0 - t_collect
-                self.metrics.log(self.state.step, metrics)
-                self.progress("train", self.state.step, total)
-                if self.state.step % cfg.eval.every == 0 or self.state.step == total:
-                    evals.append(self._record_eval(self.evaluate()))
-                    self.checkpoint()
+                metrics["stream/redelivered_skipped"] = float(self.state.redelivered_skipped)
+                self.metrics.log(step, metrics)
+                self.on_update(step, total, metrics)
+                self.progress("train", step, total)
+                if (step % cfg.eval.every == 0 or step == total) and not self.stop_requested:
+                    res = self._record_eval(await self._evaluate())
+                    evals.append(res)
+                    await _off_loop(self.checkpoint)
+            if self.stop_requested:
+                if self._checkpointed != self.state.step or self._pending_ack:
+                    await self._commit(consumer)  # e.g. stopped during a fresh run's first evaluation
+                self.stopped = True
         finally:
             await client.aclose()
             self.metrics.write_csv()
             self.metrics.plot()
             self.metrics.close()
         return evals
+
+    async def _evaluate(self) -> EvalResult:
+        """``evaluate`` off the event loop (a coroutine ``evaluate`` plays through services: awaited), its
+        sample transcripts to TensorBoard text."""
+        evaluate: Callable[[], Any] = self.evaluate
+        if asyncio.iscoroutinefunction(evaluate):
+            res = await evaluate()
+        else:
+            res = await _off_loop(evaluate)
+        decode = self.tokenizer.decode if self.tokenizer is not None else None
+        for i, traj in enumerate(list(getattr(res, "trajectories", None) or [])[:TRANSCRIPTS_PER_EVAL]):
+            self.metrics.text(f"transcripts/eval/{i}", transcript(traj, decode), res.step)
+        return res  # type: ignore[no-any-return]
+
+    def _train_update(self, trajectories: Sequence[trajectory_pb2.Trajectory]) -> dict[str, float]:
+        """``train_step`` and the step count as one change under the lock (a worker thread runs it): a
+        SaveCheckpoint from TrainerService sees an update whole or not at all. A few of the update's
+        episodes go to TensorBoard text on evaluation steps."""
+        with self._lock:
+            metrics = self.train_step(trajectories)
+            self.state.step += 1
+        step, every = self.state.step, self.cfg.eval.every
+        if trajectories and (step % every == 0 or step == 1):
+            decode = self.tokenizer.decode if self.tokenizer is not None else None
+            for i, traj in enumerate(trajectories[:TRANSCRIPTS_PER_EVAL]):
+                self.metrics.text(f"transcripts/train/{i}", transcript(traj, decode), step)
+        return metrics
+
+    async def _commit(self, consumer: ProtoStreamConsumer[trajectory_pb2.Trajectory]) -> None:
+        """Checkpoint, *then* ack what the checkpointed updates used. Swapped, a crash between the two
+        would lose entries: acked, so never delivered again, yet not in the checkpoint the run resumes
+        from (``tests/test_train_crash_points.py`` fails on that order)."""
+        await _off_loop(self.checkpoint)
+        pending, self._pending_ack = self._pending_ack, []
+        if pending:
+            self.crash_point("ack", self.state.step)
+            await consumer.ack(pending)
+            self.crash_point("acked", self.state.step)
 
     def _record_eval(self, res: EvalResult) -> EvalResult:
         self.state.evals = [e for e in self.state.evals if e["step"] != res.step] + [_eval_to_json(res)]
@@ -297,28 +405,38 @@ class Trainer:
         step: int,
     ) -> list[Delivery[trajectory_pb2.Trajectory]]:
         """This update's deliveries: whatever the stream holds (re-deliveries after a crash first), topped
-        up by playing this update's episodes locally when the stream runs dry."""
+        up by playing this update's episodes locally when the stream runs dry.
+
+        A delivery whose trajectory a committed update used (crash between checkpoint and ack) is acked at
+        once and counted; one held by this or an uncommitted update (reclaimed while it waited) is acked
+        with them, after their checkpoint, never before it."""
         need = self.cfg.rollout.episodes_per_update
         got: dict[str, Delivery[trajectory_pb2.Trajectory]] = {}
-        skip: list[Delivery[trajectory_pb2.Trajectory]] = []
         produced = False
         idle_reads = 0
         while len(got) < need:
             batch = await consumer.read()
+            held = {d.message_id for d in self._pending_ack}
+            done: list[Delivery[trajectory_pb2.Trajectory]] = []
             for d in batch:
-                if d.message_id in self._used or d.message_id in got:
-                    skip.append(d)  # used by a committed update (crash between checkpoint and ack)
+                if d.message_id in got or d.message_id in held:
+                    self._pending_ack.append(d)
+                elif d.message_id in self._used:
+                    self.state.redelivered_skipped += 1
+                    done.append(d)
                 elif self._stale(d.message):
                     self.state.dropped_stale += 1
-                    skip.append(d)
+                    done.append(d)
                 else:
                     got[d.message_id] = d
+            if done:
+                await consumer.ack(done)  # acked now, so a later reclaim cannot count them twice
             if batch:
                 idle_reads = 0
                 continue
             idle_reads += 1
             if not produced and idle_reads * 200 < 5 * self.cfg.stream.claim_idle_ms + 2000:
-                unclaimed = await consumer.pending_count() - len(got) - len(skip) - len(self._pending_ack)
+                unclaimed = await consumer.pending_count() - len(got) - len(self._pending_ack)
                 if unclaimed > 0:
                     continue  # read before a crash and never acked: wait until they are reclaimed
             if not produced:
@@ -327,17 +445,15 @@ class Trainer:
                 self.progress("rollout", 0, need)
                 tasks = self.tasks(seeds, self.cfg.rollout.group_size, f"u{step}")
                 if self.cfg.rollout.mode == "local":
-                    trajs = self.play_local(tasks, self.cfg.rollout.temperature)
+                    trajs = await _off_loop(self.play_local, tasks, self.cfg.rollout.temperature)
                 else:
                     if self.driver is None:
                         raise RuntimeError("rollout.mode service needs a rollout driver (Trainer.driver)")
-                    trajs = await self.driver.play([service_task(t, i) for i, t in enumerate(tasks)])
+                    trajs = await self.driver.play(await self.service_tasks(tasks))
                 await producer.append_many(trajs)
                 produced = True
             elif produced and idle_reads > 50:
                 break  # fewer than planned survived the filters: train on what there is
-        if skip:
-            await consumer.ack(skip)
         return list(got.values())
 
     def _stale(self, traj: trajectory_pb2.Trajectory) -> bool:
@@ -427,22 +543,33 @@ class Trainer:
             self.state.published.append(done.__dict__)
 
     def checkpoint(self) -> Path:
-        """Write learners + state to a new directory, then atomically point LATEST at it."""
-        root = self.run_dir / "checkpoints"
-        name = f"update_{self.state.step:06d}"
-        tmp = root / f".{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        for pid, learner in self.learners.items():
-            learner.save(tmp / f"learner-{pid}")
-        self.state.used_ids = self.state.used_ids[-MAX_USED_IDS:]
-        (tmp / "state.json").write_text(json.dumps(self.state.__dict__))
-        final = root / name
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        write_text_atomic(root / "LATEST", name)
-        for old in sorted(root.glob("update_*"))[:-2]:  # keep the last two
-            shutil.rmtree(old, ignore_errors=True)
+        """Write learners + state to a new directory, then atomically point LATEST at it.
+
+        A directory LATEST may point at is never rewritten: a second checkpoint of one update (after its
+        evaluation, or SaveCheckpoint) gets the next free name (``update_000004.1``), so a crash at any
+        moment leaves LATEST on a complete checkpoint. Thread-safe (the lock): the loop's worker thread and
+        TrainerService's SaveCheckpoint both call it."""
+        with self._lock:
+            root = self.run_dir / "checkpoints"
+            base = name = f"update_{self.state.step:06d}"
+            n = 0
+            while (root / name).exists():
+                n += 1
+                name = f"{base}.{n}"
+            tmp = root / f".{name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            for pid, learner in self.learners.items():
+                learner.save(tmp / f"learner-{pid}")
+            self.state.used_ids = self.state.used_ids[-MAX_USED_IDS:]
+            (tmp / "state.json").write_text(json.dumps(self.state.__dict__))
+            final = root / name
+            tmp.rename(final)
+            write_text_atomic(root / "LATEST", name)
+            for old in sorted(root.glob("update_*"), key=_checkpoint_order)[:-2]:  # keep the last two
+                shutil.rmtree(old, ignore_errors=True)
+            self._checkpointed = self.state.step
+        self.crash_point("checkpointed", self.state.step)
         return final
 
 
@@ -550,6 +677,73 @@ def learning_line(metric: str, first: EvalResult, last: EvalResult) -> str:
     return f"learning: {metric} {a.mean:.2f} -> {b.mean:.2f} on {b.n} held-out episodes (95% CI {b.lo:.2f}..{b.hi:.2f})"
 
 
+class ResumeError(RuntimeError):
+    """The run directory holds a run that this job cannot resume (another config)."""
+
+
+def config_fingerprint(config: TrainConfig) -> dict[str, Any]:
+    """What a resumed run must share with the checkpoint: the whole config but ``train.updates`` (a
+    finished run may be extended)."""
+    data = config.model_dump(mode="json")
+    data.get("train", {}).pop("updates", None)
+    return data
+
+
+def check_resumable(run_dir: Path, config: TrainConfig) -> None:
+    """Refuse, before any model is built, to resume a checkpoint trained with another config: resuming
+    is the default, and a changed recipe would otherwise load mismatched weights or mix two experiments
+    in one learning line."""
+    pointer = run_dir / "checkpoints" / "LATEST"
+    if not pointer.exists():
+        return
+    state = run_dir / "checkpoints" / pointer.read_text().strip() / "state.json"
+    saved = json.loads(state.read_text()).get("config") if state.exists() else None
+    if not saved:
+        return  # a checkpoint from before configs were recorded
+    before, now = _flat(saved), _flat(config_fingerprint(config))
+    changed = sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
+    if changed:
+        raise ResumeError(
+            f"{run_dir} holds a run of another config (changed: {', '.join(changed)}); "
+            "rerun with --fresh to start over, or give another --run-dir"
+        )
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+@contextlib.contextmanager
+def stop_on_sigint(trainer: Trainer, notice: Callable[[str], None]) -> Iterator[None]:
+    """The first Ctrl-C asks the loop to stop after the current update (with a checkpoint and its ack, so
+    the rerun resumes exactly there); the second raises ``KeyboardInterrupt`` at once (the last checkpoint
+    stays the resume point: that is what it is for). Main thread only, where Python delivers signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if trainer.stop_requested:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # a third one during clean-up
+            notice("second Ctrl-C: quitting now")
+            raise KeyboardInterrupt
+        trainer.stop_requested = True
+        notice("Ctrl-C: stopping after the current update, with a checkpoint (Ctrl-C again to quit now)")
+
+    # asyncio.run installs its own SIGINT handler (cancel the main task) only over the default one.
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_training(
     config: TrainConfig,
     run_dir: Path,
@@ -560,17 +754,70 @@ def run_training(
     serve_address: str | None = None,
     driver: Callable[[], AbstractAsyncContextManager[Any]] | None = None,
     publisher: Publisher | None = None,
+    on_update: Callable[[int, int, dict[str, float]], None] | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> tuple[Trainer, list[EvalResult]]:
     """Set up and run a job; ``driver`` opens the rollout driver (service mode), ``publisher`` replaces
-    the default (directories only) one, e.g. to push to inference."""
+    the default (directories only) one, e.g. to push to inference; ``on_update`` gets each update's
+    metrics, ``notice`` one-line messages (Ctrl-C). After a first Ctrl-C it returns with
+    ``trainer.stopped`` set; raises ``ResumeError`` if ``run_dir`` holds a run of another config."""
+    check_resumable(run_dir, config)
     trainer = Trainer(config, run_dir, redis_url, cache_dir=cache_dir)
     if progress is not None:
         trainer.progress = progress
     if publisher is not None:
         trainer.publisher = publisher
+    if on_update is not None:
+        trainer.on_update = on_update
     trainer.setup()
-    evals = asyncio.run(_run_serving(trainer, updates, serve_address, driver))
+    trainer.state.config = config_fingerprint(config)
+    with stop_on_sigint(trainer, notice or (lambda text: None)):
+        evals = asyncio.run(_run_serving(trainer, updates, serve_address, driver))
     return trainer, evals
+
+
+def crash_from_env(point: str, step: int) -> None:
+    """Test hook for the delivery guarantee: with ``WOLFPACK_TRAINER_CRASH_AT=<point>@<update>`` the
+    process ends at that point with ``os._exit(CRASH_EXIT)``: no ``finally``, no flush, like SIGKILL but
+    at a chosen line rather than a chosen moment (points: ``checkpointed``, ``ack``, ``acked``)."""
+    if os.environ.get(CRASH_ENV) == f"{point}@{step}":
+        os._exit(CRASH_EXIT)
+
+
+async def _off_loop(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in a worker thread while the event loop keeps serving (TrainerService, health checks).
+
+    A daemon thread of its own rather than ``asyncio.to_thread``: the default executor's threads are
+    joined when the loop and the interpreter shut down, so a second Ctrl-C would wait for the update to
+    finish instead of quitting at once."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if done.done():
+            return  # the awaiting task was cancelled (shutdown)
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(result)
+
+    def work() -> None:
+        try:
+            result, exc = context.run(fn, *args), None
+        except BaseException as e:  # handed to the awaiting task, raised there
+            result, exc = None, e
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (second Ctrl-C)
+            loop.call_soon_threadsafe(settle, result, exc)
+
+    threading.Thread(target=work, name=f"trainer:{getattr(fn, '__name__', 'work')}", daemon=True).start()
+    return await done
+
+
+def _checkpoint_order(path: Path) -> tuple[int, int]:
+    """``update_000004.1`` → (4, 1): checkpoints in the order they were written."""
+    step, _, n = path.name.removeprefix("update_").partition(".")
+    return int(step), int(n or 0)
 
 
 async def _run_serving(
