@@ -481,3 +481,48 @@ async def test_a_stream_outcome_of_another_bucket_is_acked_and_counted_without_n
     assert int(counters[b"ignored_outcomes"]) == 50
     keys = {k.decode() for k in await client.keys(f"{store.p}:*")}
     assert not [k for k in keys if "invented" in k], keys
+
+
+async def test_worst_case_legal_next_tasks_beside_normal_traffic(client: aioredis.Redis) -> None:
+    """A normal NextTasks' latency while the largest legal ones run (1,024 tasks of 12-seat groups, every
+    seat drawn from a full league of 1,000 by PFSP), as a ratio to an idle run; generous, since the suite
+    shares two cores. The league is read once per second, its PFSP pools built once per read: before, each
+    seat passed over the whole league (15 s for such a call) and every call decoded it."""
+    from wolfpack_curriculum.store import MAX_TASKS_PER_CALL
+
+    cfg = config(
+        group_size=1, replay_ratio=0.5, league={"max_opponents": 1000},
+        buckets=[{"game_id": "werewolf_v1", "variant": "12p",
+                  "seats": {"trainee_seats": 1, "mix": {"league": 1.0}, "mix_per": "seat"}}],
+    )  # fmt: skip
+    store = CurriculumStore(client, cfg)
+    for i in range(cfg.league.max_opponents):
+        await store.register(checkpoint(f"checkpoint:p@{i}", "p", i))
+    running = await rpc.start_server(
+        "curriculum", lambda s: register(s, CurriculumServicer(store)), load_settings(), "127.0.0.1:0"
+    )
+    ch, stub = stub_for(f"127.0.0.1:{running.port}")
+    try:
+        async with ch:
+
+            async def latencies(n: int) -> list[float]:
+                out = []
+                for _ in range(n):
+                    t = time.perf_counter()
+                    await stub.NextTasks(pb.NextTasksRequest(count=1))
+                    out.append(time.perf_counter() - t)
+                return out
+
+            await latencies(2)
+            idle = sorted(await latencies(9))[4]
+            heavy = pb.NextTasksRequest(count=MAX_TASKS_PER_CALL)
+            # the deadline is the bound on the heavy calls themselves (before: 15 s each, alone)
+            abusers = [asyncio.ensure_future(stub.NextTasks(heavy, timeout=30)) for _ in range(3)]
+            await asyncio.sleep(0.2)  # the heavy calls are running
+            busy = sorted(await latencies(9))[4]
+            assert not all(a.done() for a in abusers), "measured while the heavy calls ran"
+            done = await asyncio.gather(*abusers)
+        assert all(len(d.tasks) == MAX_TASKS_PER_CALL for d in done)
+        assert busy / idle < 40, (idle, busy)
+    finally:
+        await running.stop(0)

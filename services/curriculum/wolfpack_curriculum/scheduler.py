@@ -9,13 +9,14 @@ import random
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import curriculum_service_pb2 as pb
 from wolfpack_curriculum.config import Bucket, CurriculumConfig
-from wolfpack_curriculum.league import Entry, LeagueConfig, sample_opponent
+from wolfpack_curriculum.league import Entry, LeagueConfig, pfsp_weights
 
 KIND_PB = {
     "self": pb.OPPONENT_KIND_SELF,
@@ -47,12 +48,33 @@ def seed_of(key: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class LeagueView:
-    """The league as the scheduler needs it: the trainee and every opponent with its proto."""
+    """The league as the scheduler needs it: the trainee and every opponent with its proto.
+
+    Each PFSP pool (every opponent for ``league``, the checkpoints for ``checkpoint``) and its cumulative
+    weights are built once per view, i.e. once per NextTasks call: a draw is then a binary search, not a
+    pass over the league per seat (12-seat groups against 1,000 opponents took 15 ms a group before)."""
 
     trainee: Entry
     opponents: Sequence[tuple[Entry, pb.Opponent]]
+    _pools: dict[tuple[str, float], tuple[list[tuple[Entry, pb.Opponent]], list[float] | None]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def pool(
+        self, kind: str, cfg: LeagueConfig
+    ) -> tuple[list[tuple[Entry, pb.Opponent]], list[float] | None]:
+        """The opponents ``kind`` draws from and their cumulative PFSP weights (None: all weights are 0,
+        draw uniformly, as ``league.sample_opponent`` does)."""
+        key = (kind, cfg.pfsp_power)
+        if key not in self._pools:
+            pool = [
+                (e, o) for e, o in self.opponents if kind == "league" or o.kind == pb.OPPONENT_KIND_CHECKPOINT
+            ]
+            weights = pfsp_weights(self.trainee, [e for e, _ in pool], cfg)
+            self._pools[key] = (pool, list(accumulate(weights)) if sum(weights) > 0 else None)
+        return self._pools[key]
 
 
 def _draw_kind(mix: Mapping[Any, float], rng: random.Random) -> str:
@@ -63,11 +85,13 @@ def _draw_kind(mix: Mapping[Any, float], rng: random.Random) -> str:
 def _league_pick(
     kind: str, league: LeagueView, cfg: LeagueConfig, rng: random.Random
 ) -> tuple[Entry, pb.Opponent] | None:
-    pool = [(e, o) for e, o in league.opponents if kind == "league" or o.kind == pb.OPPONENT_KIND_CHECKPOINT]
+    """A PFSP draw from ``kind``'s pool; the same draw as ``league.sample_opponent`` with this ``rng``."""
+    pool, cum_weights = league.pool(kind, cfg)
     if not pool:
         return None
-    chosen = sample_opponent(league.trainee, [e for e, _ in pool], cfg, rng)
-    return next(p for p in pool if p[0] is chosen)
+    if cum_weights is None:
+        return rng.choice(pool)
+    return rng.choices(pool, cum_weights=cum_weights, k=1)[0]
 
 
 def _binding(

@@ -39,6 +39,7 @@ import base64
 import json
 import math
 import random
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +60,9 @@ MAX_OUTCOMES_PER_CALL = 1000
 
 MAX_ID_CHARS = 256
 """Longest trajectory, task and opponent id (they become Redis members and league keys)."""
+
+LEAGUE_VIEW_TTL_S = 1.0
+"""How long NextTasks reuses one read of the league (see ``CurriculumStore._league_view``)."""
 
 
 class InvalidRequest(ServiceError, ValueError):
@@ -111,6 +115,8 @@ class CurriculumStore:
         self.lock = asyncio.Lock()
         self._apply = client.register_script(_APPLY)
         self._buckets = {b.key for b in config.buckets}
+        self._view: scheduler.LeagueView | None = None
+        self._view_at = 0.0
 
     def k(self, *parts: str) -> str:
         return ":".join([self.p, *parts])
@@ -162,6 +168,7 @@ class CurriculumStore:
                     )
                 stored.rating = opponent.rating or self.cfg.league.initial_rating
             await self.r.hset(self.k("league"), opponent.opponent_id, _blob(stored))
+            self._view = None  # the next NextTasks sees it
             return stored, existing is None
 
     # ------------------------------------------------------------------ scheduling
@@ -173,10 +180,10 @@ class CurriculumStore:
             raise InvalidRequest(f"split must be 'train' or 'eval', not {split[:64]!r}")
         call = await self.r.hincrby(self.k("counters"), "calls", 1)
         rng = random.Random(f"{self.cfg.seed}:{call}")
-        trainee, opponents = await self.league()
-        view = scheduler.LeagueView(trainee, opponents)
+        view = await self._league_view()
         out: list[pb.Task] = []
         n = self.cfg.group_size
+        scheduled: dict[str, int] = {}
         while len(out) < count:
             bucket = scheduler.pick_bucket(self.cfg, rng)
             seed = await self._seed(bucket.key, split, rng)
@@ -184,8 +191,20 @@ class CurriculumStore:
                 bucket, bucket.num_seats, self.cfg, view, rng
             )
             out.extend(scheduler.make_group(bucket, seed, split, bindings, trainees, kind, opp_id, n))
-            await self.r.hincrby(self.k("stats", bucket.key), "scheduled", n)
+            scheduled[bucket.key] = scheduled.get(bucket.key, 0) + n
+        for key, tasks in scheduled.items():
+            await self.r.hincrby(self.k("stats", key), "scheduled", tasks)
         return out
+
+    async def _league_view(self) -> scheduler.LeagueView:
+        """The league as NextTasks samples it, read at most once per ``LEAGUE_VIEW_TTL_S`` (and after a
+        registration here): decoding a full league per call made NextTasks' cost follow the league's
+        size. Ratings may lag by that second; PFSP does not need them fresher."""
+        now = time.monotonic()
+        if self._view is None or now - self._view_at > LEAGUE_VIEW_TTL_S:
+            trainee, opponents = await self.league()
+            self._view, self._view_at = scheduler.LeagueView(trainee, opponents), now
+        return self._view
 
     async def _seed(self, bucket: str, split: str, rng: random.Random) -> int:
         if split == "eval":  # held-out seeds, never replayed or reweighted
