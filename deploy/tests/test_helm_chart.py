@@ -55,7 +55,7 @@ def _render(values_json: str) -> str:
     manifests = helm_python.Chart.load(str(CHART)).render(
         json.loads(values_json), name="wolfpack", namespace="default"
     )
-    return "\n---\n".join(manifests[k] for k in sorted(manifests))
+    return "\n---\n".join(manifests[k] for k in sorted(manifests) if k.endswith(".yaml"))  # not NOTES.txt
 
 
 @cache
