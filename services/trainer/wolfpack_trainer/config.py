@@ -73,7 +73,8 @@ class OpponentPolicy(_Strict):
 
     id: str
     model: str = ""
-    backend: Literal["transformers", "vllm", "openai"] = "transformers"
+    backend: Literal["auto", "transformers", "vllm", "openai"] = "auto"
+    """``auto``: whatever serves the trained policies (the ``inference`` section's backend)."""
     base_url: str = ""
     remote_model: str = ""
 

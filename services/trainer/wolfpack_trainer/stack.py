@@ -19,11 +19,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import yaml
 
 from wolfpack import SERVICES, rpc
 from wolfpack.settings import Settings
-from wolfpack_trainer.config import TrainConfig
+from wolfpack_trainer.config import OpponentPolicy, TrainConfig
 
 
 def _healthy(addresses: dict[str, str]) -> bool:
@@ -47,6 +48,150 @@ def running_stack(settings: Settings) -> dict[str, str] | None:
     return services if isinstance(services, dict) and _healthy(services) else None
 
 
+def inference_backend(choice: str) -> str:
+    """``auto`` → ``vllm`` where CUDA and vLLM are both present (the GPU host), else ``transformers``."""
+    if choice != "auto":
+        return choice
+    import importlib.util
+
+    try:
+        import torch
+
+        cuda = bool(torch.cuda.is_available())
+    except ImportError:
+        cuda = False
+    return "vllm" if cuda and importlib.util.find_spec("vllm") is not None else "transformers"
+
+
+def inference_options(cfg: TrainConfig, lora_rank: int = 0) -> dict[str, object]:
+    """The ``PolicyConfig`` keys (inference's policies file) the job's ``inference`` section sets; a LoRA
+    policy gets vLLM's adapter support (its versions arrive as adapters)."""
+    inf = cfg.inference
+    backend = inference_backend(inf.backend)
+    out: dict[str, object] = {"backend": backend, "dtype": "auto"}
+    if backend == "vllm":
+        # bf16 on the card (the converted SmolLM2 checkpoint is float32) and room for a whole update's
+        # episodes in one engine batch.
+        out.update(
+            gpu_memory_utilization=inf.gpu_memory_utilization, enforce_eager=inf.enforce_eager,
+            dtype="bfloat16", max_batch=256,
+        )  # fmt: skip
+        if lora_rank > 0:
+            out.update(enable_lora=True, max_lora_rank=1 << (max(lora_rank, 8) - 1).bit_length(), max_loras=2)
+    else:
+        out["device"] = inf.device
+    return out
+
+
+def opponent_entry(cfg: TrainConfig, opponent: OpponentPolicy) -> dict[str, object]:
+    """Inference's policies-file entry for a served opponent: the stack's backend options for a checkpoint
+    or HF id, or the OpenAI-compatible backend pointed at ``base_url``."""
+    if opponent.backend == "openai":
+        return {"policy_id": opponent.id, "backend": "openai", "base_url": opponent.base_url,
+                "remote_model": opponent.remote_model, "model": opponent.model or opponent.remote_model}  # fmt: skip
+    out: dict[str, object] = {"policy_id": opponent.id, "model": opponent.model, **inference_options(cfg)}
+    if opponent.backend != "auto":
+        out["backend"] = opponent.backend
+    return out
+
+
+def curriculum_config(cfg: TrainConfig) -> dict[str, object]:
+    """The job's curriculum service configuration (its ``CurriculumConfig`` keys): one bucket of this run's
+    game, variant, options and bot, the first policy as the trainee, the rollout's group size, the run's
+    seed, and the ``curriculum`` section's knobs (AIW, league, replays). Seats are bound by the trainer."""
+    from wolfpack_games import get_game
+    from wolfpack_trainer.config import CurriculumSection, game_options
+
+    section = cfg.curriculum or CurriculumSection()
+    seats = sorted({s for p in cfg.policies for s in p.seats})
+    by_role = any(p.roles for p in cfg.policies)
+    bucket = {
+        "game_id": cfg.game.id,
+        "variant": cfg.game.variant or get_game(cfg.game.id).default_variant,
+        "options": {k: json.dumps(v) for k, v in game_options(cfg).items()},
+        "seats": {"trainee_seats": 1 if by_role or not seats else seats, "mix": {"scripted": 1.0},
+                  "bot": cfg.game.bot},
+    }  # fmt: skip
+    return {
+        "policy_id": cfg.policies[0].id,
+        "group_size": cfg.rollout.group_size,
+        "seed": cfg.seed,
+        "replay_ratio": section.replay_ratio,
+        "recent_window": section.recent_window,
+        "eval_seed_offset": cfg.eval.seed_offset,
+        "buckets": [bucket],
+        "aiw": dict(section.aiw),
+        "league": dict(section.league),
+    }
+
+
+class StackError(Exception):
+    """The running stack cannot serve this run as it is; the message is the one line to print."""
+
+
+def serve_on_running(cfg: TrainConfig, settings: Settings, models: dict[str, str], target: str) -> list[str]:
+    """``register_policies`` on the running stack's inference at ``target``, from synchronous code."""
+    return asyncio.run(register_policies(cfg, settings, models, target))
+
+
+async def register_policies(
+    cfg: TrainConfig, settings: Settings, models: dict[str, str], target: str
+) -> list[str]:
+    """Make a running stack's inference (at ``target``) serve every policy the run needs, before any work:
+    the trained policies (``models``: id → checkpoint the learners load) and the served opponents. A
+    missing one is registered with ``LoadPolicy`` (a new policy from that checkpoint at version 0, so the
+    run's first push is version 1). ``StackError`` for what cannot work: a policy served from another base,
+    an OpenAI-backed opponent the stack lacks (``LoadPolicy`` builds local backends only), a ``curriculum``
+    section (the running curriculum keeps its own configuration), an unreachable or refusing inference.
+    Returns what was registered, one line each."""
+    from wolfpack.v1 import inference_service_pb2 as pb
+    from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+    from wolfpack_trainer.learners.cpu import resolve_model_path
+
+    if cfg.curriculum is not None:
+        raise StackError(
+            f"curriculum: the running stack of {settings.run_dir} keeps its own curriculum configuration; "
+            "stop it so that the job starts a stack configured for this run, or remove the section"
+        )
+    cache = str(settings.run_dir / "models")
+    done: list[str] = []
+    async with rpc.channel(target, settings) as channel:
+        stub = pb_grpc.InferenceServiceStub(channel)
+        try:
+            listed = await stub.ListPolicies(pb.ListPoliciesRequest())
+        except grpc.aio.AioRpcError as exc:
+            raise StackError(f"the running stack's inference at {target}: {exc.details()}") from None
+        served = {p.policy.policy_id: p.base_model for p in listed.policies}
+        wanted = [(pid, path, "") for pid, path in models.items()]
+        wanted += [(o.id, o.model, o.backend) for o in cfg.opponent_policies]
+        missing = []
+        for pid, path, backend in wanted:  # every refusal before the first load: nothing half-registered
+            base = served.get(pid)
+            if base is not None:
+                if backend or base == path or resolve_model_path(base, cache) == path:
+                    continue
+                raise StackError(
+                    f"the running stack serves policy {pid!r} from {base}, this run trains it from {path}: "
+                    "stop the stack (the job then starts its own) or rename the policy"
+                )
+            if backend == "openai":
+                raise StackError(
+                    f"the running stack does not serve opponent policy {pid!r} (backend openai), which it "
+                    "cannot load on demand: list it in WOLFPACK_INFERENCE_POLICIES_FILE for `wolfpack up`, "
+                    "or stop the stack so that the job starts its own"
+                )
+            missing.append((pid, path))
+        for pid, path in missing:
+            try:
+                await stub.LoadPolicy(pb.LoadPolicyRequest(policy_id=pid, version=0, model_path=path))
+            except grpc.aio.AioRpcError as exc:
+                raise StackError(
+                    f"the running stack could not load policy {pid!r} from {path}: {exc.details()}"
+                ) from None
+            done.append(f"registered policy {pid} ({path}) on the running inference at {target}")
+    return done
+
+
 @contextlib.contextmanager
 def child_stack(
     cfg: TrainConfig, run_dir: Path, models: dict[str, str], timeout_s: float = 600.0
@@ -54,15 +199,20 @@ def child_stack(
     """Start ``wolfpack up`` in ``run_dir`` serving ``models`` (policy id → checkpoint) and yield its run
     directory once ``up.json`` lists every service healthy; SIGTERM (drain) on exit."""
     run_dir.mkdir(parents=True, exist_ok=True)
+    ranks = {p.id: p.lora_rank for p in cfg.policies}
     policies = [
-        {"policy_id": pid, "model": path, "device": "auto", "dtype": "auto"} for pid, path in models.items()
+        {"policy_id": pid, "model": path, **inference_options(cfg, ranks.get(pid, 0))}
+        for pid, path in models.items()
     ]
+    policies += [opponent_entry(cfg, o) for o in cfg.opponent_policies]
     (run_dir / "policies.yaml").write_text(yaml.safe_dump(policies))
+    (run_dir / "curriculum.yaml").write_text(yaml.safe_dump(curriculum_config(cfg)))
     env = {
         **os.environ,
         "WOLFPACK_RUN_DIR": str(run_dir),
         "WOLFPACK_BASE_PORT": "0",
         "WOLFPACK_INFERENCE_POLICIES_FILE": str(run_dir / "policies.yaml"),
+        "WOLFPACK_CURRICULUM_CONFIG": str(run_dir / "curriculum.yaml"),
     }
     log = (run_dir / "up.log").open("w")
     proc = subprocess.Popen(
