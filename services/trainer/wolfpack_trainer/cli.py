@@ -112,21 +112,26 @@ def check_plan(cfg: Any, path: Path) -> str:
 
 
 def _ensure_stack(stack: contextlib.ExitStack, cfg: Any, settings: Any, out: Path) -> Any:
-    """The running stack's settings, or those of one started for this job (stopped when it ends)."""
+    """The running stack's settings (after registering on its inference the policies the run needs, or one
+    line and exit 2 before any work when it cannot serve them), or those of a stack started for this job
+    (serving the run's policies and opponents, its curriculum configured from the run; stopped at the end).
+    (A warm start with LoRA in service mode is refused by the config check.)"""
     from wolfpack.cli.main import settings_or_exit
     from wolfpack_trainer.learners.cpu import resolve_model_path
-    from wolfpack_trainer.stack import child_stack, running_stack
+    from wolfpack_trainer.stack import StackError, child_stack, running_stack, serve_on_running
 
-    if cfg.warmstart is not None and cfg.warmstart.steps > 0 and any(p.lora_rank > 0 for p in cfg.policies):
-        # The warm start changes the base; a pushed LoRA adapter cannot carry that to inference.
-        console.print(
-            "[red]warmstart with LoRA needs rollout.mode: local (inference keeps the un-cloned base)[/]"
-        )
-        raise typer.Exit(2)
-    if running_stack(settings) is not None:
-        console.print(f"using the running stack of {settings.run_dir}")
-        return settings
     models = {p.id: resolve_model_path(p.model, str(settings.run_dir / "models")) for p in cfg.policies}
+    running = running_stack(settings)
+    if running is not None:
+        console.print(f"using the running stack of {settings.run_dir}")
+        try:
+            target = settings.inference_addr or running["inference"]
+            for line in serve_on_running(cfg, settings, models, target):
+                console.print(line, highlight=False)
+        except StackError as exc:
+            console.print(str(exc), style="red", highlight=False, markup=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        return settings
     console.print(f"starting a stack for this job in {out / 'stack'} (logs: {out / 'stack' / 'up.log'})")
     stack_dir = stack.enter_context(child_stack(cfg, out / "stack", models))
     return settings_or_exit(run_dir=stack_dir)
