@@ -1,5 +1,7 @@
 """``wolfpack league``: the opponent league of a running curriculum service as a table a person can read
-(rating, games, record against the trainee, PFSP share), and ``--register`` to add a frozen checkpoint."""
+(rating, games, record against the trainee, PFSP share), and ``--register`` to add a frozen checkpoint
+(a write: it needs ``WOLFPACK_ADMIN_SECRET`` where the service has one; an id already registered with
+another policy is refused)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ async def _league(addr: str, register: str, policy: str, version: int, bot: str)
                     opp.policy.policy_id, opp.policy.version = policy or register, version
                 resp = await cur.register_opponent(opp)
                 console.print(
-                    f"{'registered' if resp.created else 'updated'} {register} (rating {resp.opponent.rating:.0f})"
+                    f"{'registered' if resp.created else 'already registered'} {register} "
+                    f"(rating {resp.opponent.rating:.0f})"
                 )
             table = await cur.list_opponents()
         except grpc.aio.AioRpcError as exc:
