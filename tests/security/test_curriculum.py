@@ -300,6 +300,7 @@ async def test_outcomes_and_registrations_need_the_credential(
         ({"opponent_id": "o" * 300}, "opponent_id"),
         ({"bucket": "invented/bucket"}, "bucket"),
         ({"bucket": ""}, "bucket"),
+        ({"opponent_kind": 77}, "opponent_kind"),
     ],
 )
 async def test_bad_outcomes_are_invalid_argument_and_change_nothing(

@@ -10,12 +10,15 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 import redis.asyncio as aioredis
+import yaml
+from pydantic import ValidationError
 
 from wolfpack import rpc
 from wolfpack.settings import Settings
@@ -146,13 +149,20 @@ async def start(
 
 
 async def main(settings: Settings, address: str | None = None) -> None:
-    """``wolfpack serve curriculum``: run until SIGTERM/SIGINT, then drain for ``grpc_grace_s``."""
-    running = await start(settings, address)
+    """``wolfpack serve curriculum``: run until SIGTERM/SIGINT, then drain for ``grpc_grace_s``. A config
+    that does not validate ends it at once with the reasons (exit status 1, no traceback)."""
+    try:
+        config = CurriculumConfig.load(settings.curriculum_config)
+    except (ValidationError, yaml.YAMLError) as exc:
+        raise SystemExit(f"curriculum config {settings.curriculum_config or '(defaults)'}: {exc}") from None
+    running = await start(settings, address, config)
     rpc.tune_gc()
     stop = rpc.stop_on_signals()
     try:
         await stop.wait()
         log.info("shutting down: draining in-flight calls", extra={"grace_s": settings.grpc_grace_s})
+        started = time.monotonic()
         await running.stop(settings.grpc_grace_s)
+        log.info("stopped", extra={"drain_s": round(time.monotonic() - started, 3)})
     finally:
         await running.server.server.stop(0)

@@ -249,6 +249,8 @@ class CurriculumStore:
             raise InvalidOutcome(f"TaskOutcome.score must be a finite number from 0 to 1, not {o.score}")
         if not math.isfinite(o.mean_reward):
             raise InvalidOutcome(f"TaskOutcome.mean_reward must be finite, not {o.mean_reward}")
+        if o.opponent_kind not in pb.OpponentKind.values():
+            raise InvalidOutcome(f"TaskOutcome.opponent_kind {int(o.opponent_kind)} is not an OpponentKind")
         if o.bucket not in self._buckets:
             raise UnknownBucket(
                 f"TaskOutcome.bucket {o.bucket[:MAX_ID_CHARS]!r} is not a bucket of this curriculum; "
