@@ -178,6 +178,9 @@ def _run(
     assert isinstance(cfg, TrainConfig)
     total = updates if updates is not None else cfg.train.updates
     start = time.monotonic()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # per-save/load tqdm bars would tear the rich bar every update
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(), console=console,

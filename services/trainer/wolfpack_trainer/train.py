@@ -21,6 +21,7 @@ whole. One Ctrl-C stops after the current update with a checkpoint (``run_traini
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import contextvars
 import dataclasses
@@ -30,6 +31,7 @@ import os
 import random
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -732,6 +734,7 @@ def stop_on_sigint(trainer: Trainer, notice: Callable[[str], None]) -> Iterator[
         if trainer.stop_requested:
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a third one during clean-up
             notice("second Ctrl-C: quitting now")
+            atexit.register(_exit_before_finalizing, 130)
             raise KeyboardInterrupt
         trainer.stop_requested = True
         notice("Ctrl-C: stopping after the current update, with a checkpoint (Ctrl-C again to quit now)")
@@ -812,6 +815,18 @@ async def _off_loop(fn: Callable[..., T], *args: Any) -> T:
 
     threading.Thread(target=work, name=f"trainer:{getattr(fn, '__name__', 'work')}", daemon=True).start()
     return await done
+
+
+def _exit_before_finalizing(code: int) -> None:
+    """At exit after a second Ctrl-C: if a worker thread is still inside the model (torch), end the
+    process here. Interpreter finalization would stop that thread mid-call and abort the process
+    (``terminate called without an active exception``, SIGABRT); the checkpoint on disk is what a rerun
+    resumes from, and the caller's clean-up (``finally``, context managers) has already run."""
+    if any(t.name.startswith("trainer:") and t.is_alive() for t in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
 
 
 def _checkpoint_order(path: Path) -> tuple[int, int]:
