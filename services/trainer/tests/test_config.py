@@ -81,7 +81,12 @@ def _write(tmp_path: Path, base: str = "demo-ultimatum", **patch: object) -> Pat
         ({"game__options": {"max_reprompts": 9}}, "game.options"),
         ({"rollout__mode": "local", "curriculum": {"aiw": {"top_k": 3}}}, "curriculum: applies only"),
         ({"rollout__max_prompt_tokens": 64}, "max_prompt_tokens"),
+        ({"rollout__mode": "local", "inference": {"backend": "vllm"}}, "inference: applies only"),
         ({"rollout__reward_spec": "nope@1"}, "unknown reward spec"),
+        (
+            {"rollout__invalid_penalty": 0.5},
+            "invalid_penalty: 0.5 differs from reward spec scenario_shaped@1",
+        ),
         ({"curriculum": {"aiw": {"top_k": 3}, "replay": 0.5}}, "replay"),
     ],
 )

@@ -111,7 +111,9 @@ class RolloutSection(_Strict):
     group_size: int = 8
     max_tokens: int = 32
     temperature: float = 1.0
-    invalid_penalty: float = 0.1
+    invalid_penalty: float | None = None
+    """The reward spec's penalty per invalid turn, restated (``None``: the spec's own); a different value is
+    refused, since the spec (``reward_spec``, or the game's default) is what scores, in both modes."""
     prompt: Literal["observation", "full_history"] = "observation"
     max_prompt_tokens: int = 0
     """Local mode: keep only the last N prompt tokens (0: all). A cost knob for small CPU runs."""
@@ -396,17 +398,17 @@ def check_config(cfg: TrainConfig) -> None:
         unread = {
             "rollout.prompt full_history": cfg.rollout.prompt == "full_history",
             "curriculum": cfg.curriculum is not None,
+            "inference": cfg.inference != InferenceSection(),
         }
         for key, set_ in unread.items():
             if set_:
                 raise ValueError(
-                    f"{key}: applies only with rollout.mode service (the rollout and curriculum services); "
-                    "local mode would ignore it"
+                    f"{key}: applies only with rollout.mode service (the services' stack); local mode "
+                    "would ignore it"
                 )
     elif cfg.rollout.max_prompt_tokens:
         raise ValueError("rollout.max_prompt_tokens: applies only with rollout.mode local")
-    if cfg.rollout.reward_spec:
-        _check_reward_spec(cfg.rollout.reward_spec)
+    _check_reward_spec(cfg)
 
     ws = cfg.warmstart
     if ws is not None and ws.steps > 0:
@@ -423,18 +425,26 @@ def check_config(cfg: TrainConfig) -> None:
             )
 
 
-def _check_reward_spec(name: str) -> None:
-    """``rollout.reward_spec`` names a spec of the reward library (what the reward service scores with)."""
+def _check_reward_spec(cfg: TrainConfig) -> None:
+    """``rollout.reward_spec`` (empty: the game's default) names a spec of the reward library for this game,
+    the one the reward service (service mode) and local play score with, and ``rollout.invalid_penalty``,
+    when given, is that spec's penalty."""
     try:
-        from wolfpack_rewards.specs import get_spec
+        from wolfpack_rewards import resolve_spec
     except ModuleNotFoundError as exc:  # a build without the reward library: the service checks it
         if exc.name and exc.name.startswith("wolfpack_rewards"):
             return
         raise
     try:
-        get_spec(name)
+        spec = resolve_spec(cfg.rollout.reward_spec, cfg.game.id)
     except Exception as exc:  # the registry's miss error lists the valid names
         raise ValueError(f"rollout.reward_spec: {exc}") from None
+    penalty = cfg.rollout.invalid_penalty
+    if penalty is not None and penalty != spec.config.penalties.invalid:
+        raise ValueError(
+            f"rollout.invalid_penalty: {penalty} differs from reward spec {spec.key}'s "
+            f"{spec.config.penalties.invalid}, which is what scores; name a spec with that penalty instead"
+        )
 
 
 def _build(cls: Any, values: dict[str, Any], section: str) -> Any:

@@ -260,6 +260,7 @@ class Trainer:
             self._policy_fn(temperature),
             self.tokenizer,
             versions=self.state.versions,
+            reward_spec=self.cfg.rollout.reward_spec,
             invalid_penalty=self.cfg.rollout.invalid_penalty,
             sampling=sampling,
             max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
