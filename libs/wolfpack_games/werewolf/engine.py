@@ -359,7 +359,9 @@ class WerewolfEnv(GameEnv):
             legal,
             self._turn,
             fb,
-            partial(self._render_obs, seat, len(self._ev), phase, day, legal, fb, done),
+            # The renderer looked up now (tests swap it), bound straight to its arguments: no engine
+            # frame between ``Observation.text`` and the render.
+            partial(_render.render_observation, self, seat, len(self._ev), phase, day, legal, fb, done),
         )
 
     def _phase_for(self, seat: int, legal: tuple[LegalAction, ...]) -> str:
@@ -372,20 +374,6 @@ class WerewolfEnv(GameEnv):
         if not legal and phase in _NIGHT_SUBPHASES and not (self.is_wolf[seat] and phase in _WOLF_PHASES):
             return "night"
         return phase
-
-    def _render_obs(
-        self,
-        seat: int,
-        n_events: int,
-        phase: str,
-        day: int,
-        legal: tuple[LegalAction, ...],
-        feedback: str,
-        done: bool,
-    ) -> str:
-        # Looked up on the module at call time (tests swap it); not an import statement per call, which
-        # cost more than rendering an incremental prompt.
-        return _render.render_observation(self, seat, n_events, phase, day, legal, feedback, done)
 
     def visible_channels(self, seat: int) -> frozenset[str]:
         """Channels ``seat`` may read. Never widened at the end: the final role reveal is public."""

@@ -223,9 +223,15 @@ def _resolve(
     kind: str, number: int | None, legal: Sequence[LegalAction], n_players: int, text: str = ""
 ) -> ParseResult:
     """Turn (kind, 1-based number) into an Action, coercing generic verbs to the phase's action."""
-    kinds = {la.kind: la for la in legal}
+    kinds: dict[str, LegalAction] = {}
+    targeted: list[LegalAction] = []
+    for la in legal:  # one plain loop: this runs for every parsed action (comprehensions add frames)
+        kinds[la.kind] = la
+        if la.targets:
+            targeted.append(la)
     # Never coerce for the witch: reading "choose 3" as poison when she meant to save is too costly.
-    targeted = [] if K_SAVE in kinds else [la for la in legal if la.targets]
+    if K_SAVE in kinds:
+        targeted = []
     if kind not in kinds and kind in (K_VOTE, K_KILL, K_ELECT, GENERIC) and len(targeted) == 1:
         kind = targeted[0].kind
     if kind == GENERIC:
@@ -251,7 +257,12 @@ def parse_action(
     if len(text) > MAX_INPUT_CHARS:
         text = text[:MAX_INPUT_CHARS]
     text = strip_think(text).strip()
-    if legal and all(la.kind == K_SPEAK for la in legal):
+    speech_only = bool(legal)
+    for la in legal:
+        if la.kind != K_SPEAK:
+            speech_only = False
+            break
+    if speech_only:
         speech = text
         if speech.startswith("{") and speech.endswith("}"):
             try:

@@ -54,6 +54,11 @@ def load_pack(language: str = "en") -> dict[str, Any]:
     return data
 
 
+_FREE_TEXT = frozenset({"speech", "last_words", "wolf_speech", "invalid"})
+"""Event kinds whose text is free (speeches, re-prompt reasons): formatted each time, never memoised
+(every model speech is new; memoising them would only grow the memo)."""
+
+
 class _PackCache:
     """What one prompt pack formats again and again, formatted once: player names and memo dicts.
 
@@ -61,7 +66,7 @@ class _PackCache:
     dict while this entry lives.
     """
 
-    __slots__ = ("heads", "lines", "pack", "players", "rules", "tails")
+    __slots__ = ("config_rules", "free", "heads", "lines", "pack", "players", "rules", "tails")
 
     def __init__(self, pack: dict[str, Any]) -> None:
         self.pack = pack
@@ -71,6 +76,9 @@ class _PackCache:
         self.heads: dict[tuple[Any, ...], str] = {}
         self.tails: dict[tuple[Any, ...], str] = {}
         self.lines: dict[tuple[Any, ...], str | None] = {}
+        self.config_rules: dict[int, tuple[WerewolfConfig, str]] = {}
+        events = pack["events"]
+        self.free: dict[str, str] = {k: str(events[k]) for k in _FREE_TEXT if events.get(k) is not None}
 
 
 _PACK_CACHES: dict[int, _PackCache] = {}
@@ -260,30 +268,6 @@ def _tail(
     return _memo_put(memo, key, "\n".join(lines) + "\n")
 
 
-_FREE_TEXT = frozenset({"speech", "last_words", "wolf_speech", "invalid"})
-"""Event kinds whose text is free (speeches, re-prompt reasons): formatted each time, never memoised
-(every model speech is new; memoising them would only grow the memo)."""
-
-
-def _event_line(pc: _PackCache, kind: str, actor: int, target: int, text: str, day: int) -> str | None:
-    """The line of one event plus its newline, as :func:`_format` gives it; lines of structural events
-    ("Player 3 votes to exile Player 5.", "=== Night 2 ===") repeat across games and are memoised."""
-    if kind in _FREE_TEXT:
-        line = _format(kind, actor, target, text, day, pc)
-        return None if line is None else line + "\n"
-    key = (kind, actor, target, text, day)
-    memo = pc.lines
-    line = memo.get(key, _UNSET)
-    if line is _UNSET:
-        line = _format(kind, actor, target, text, day, pc)
-        if line is not None:
-            line += "\n"
-        if len(memo) >= _CACHE_LIMIT * 4:
-            memo.clear()
-        memo[key] = line
-    return line
-
-
 class _Channel:
     """The lines of one channel so far (each ending in a newline) and the event index of each."""
 
@@ -294,48 +278,76 @@ class _Channel:
         self.lines: list[str] = []
 
 
-class _SeatView:
-    """One seat's prompt so far: the fixed header, the channels it may read, how many lines of each are
-    already in ``body``, and the event count ``pos`` that ``body`` covers."""
-
-    __slots__ = ("body", "channels", "head", "pos", "taken")
-
-    def __init__(self, head: str, channels: list[_Channel]) -> None:
-        self.head = head
-        self.channels = channels
-        self.taken = [0] * len(channels)
-        self.body = ""
-        self.pos = 0
-
-
 class _GameText:
     """The prompt state of one game: every event's line, formatted once, filed under its channel (only
-    channels some seat may read), and one view per seat. Tied to the event log list it was built for: a
-    new game (``start``) or a replaced log gives a new list, hence a new state."""
+    channels some seat may read), and per seat (parallel lists, cheaper to set up per game than one
+    object a seat) its fixed header, the channels it may read, how many lines of each are already in its
+    joined ``bodies`` text, and the event count ``pos`` that text covers. Tied to the event log list it
+    was built for: a new game (``start``) or a replaced log gives a new list, hence a new state."""
 
-    __slots__ = ("channels", "log", "pc", "rules", "scanned", "tails", "views")
+    __slots__ = (
+        "bodies",
+        "channels",
+        "heads",
+        "log",
+        "pc",
+        "pos",
+        "rules",
+        "scanned",
+        "tails",
+        "taken",
+        "vchans",
+    )
 
     def __init__(self, env: WerewolfEnv) -> None:
         self.log = env._ev
-        pack = load_pack(env.config.language)
-        self.pc = _pack_cache(pack)
-        self.rules = rules_text(env.config, pack)
+        cfg = env.config
+        pack = load_pack(cfg.language)
+        pc = self.pc = _pack_cache(pack)
+        # The rules by config object first (engines share one preset object across games, and treat
+        # their config as read-only), then by the fields the text depends on (``rules_text``).
+        hit = pc.config_rules.get(id(cfg))
+        if hit is not None and hit[0] is cfg:
+            rules = hit[1]
+        else:
+            rules = rules_text(cfg, pack)
+            if len(pc.config_rules) >= _CACHE_LIMIT:
+                pc.config_rules.clear()
+            pc.config_rules[id(cfg)] = (cfg, rules)
+        self.rules = rules
         self.scanned = 0
         # (id(legal), phase, day, feedback, done) -> (legal, the "now" section): the engine hands the
         # same legal tuple to every seat of a speech phase or a sheriff ballot, and this game holds the
         # tuple, so its id stays its own.
         self.tails: dict[tuple[Any, ...], tuple[Sequence[LegalAction], str]] = {}
-        self.channels: dict[str, _Channel] = {}
-        self.views: list[_SeatView] = []
-        heads = self.pc.heads
-        for seat in range(env.n):
-            role = env.roles[seat]
-            key = (self.rules, seat, role)
-            head = heads.get(key)
+        channels: dict[str, _Channel] = {}
+        self.channels = channels
+        n = env.n
+        memo = pc.heads
+        roles = env.roles
+        heads: list[str] = []
+        vchans: list[list[_Channel]] = []
+        taken: list[list[int]] = []
+        for seat in range(n):
+            role = roles[seat]
+            key = (rules, seat, role)
+            head = memo.get(key)
             if head is None:
-                head = _memo_put(heads, key, self._head(seat, role))
-            chans = [self.channels.setdefault(ch, _Channel()) for ch in sorted(env.visible_channels(seat))]
-            self.views.append(_SeatView(head, chans))
+                head = _memo_put(memo, key, self._head(seat, role))
+            heads.append(head)
+            chans = []
+            for ch in env.visible_channels(seat):
+                c = channels.get(ch)
+                if c is None:
+                    c = channels[ch] = _Channel()
+                chans.append(c)
+            vchans.append(chans)
+            taken.append([0] * len(chans))
+        self.heads = heads
+        self.vchans = vchans
+        self.taken = taken
+        self.bodies = [""] * n
+        self.pos = [0] * n
 
     def _head(self, seat: int, role: str) -> str:
         pack = self.pc.pack
@@ -350,52 +362,126 @@ class _GameText:
         return "\n".join(lines) + "\n"
 
     def scan(self, upto: int) -> None:
-        """File the lines of events ``scanned .. upto-1`` under their channels."""
+        """File the lines of events ``scanned .. upto-1`` under their channels.
+
+        Lines of structural events ("Player 3 votes to exile Player 5.", "=== Night 2 ===") repeat
+        across games and come from a memo; free-text events (speeches, re-prompt reasons) are formatted
+        each time and never memoised (every model speech is new).
+        """
         log = self.log
         channels = self.channels
         pc = self.pc
+        memo = pc.lines
+        free = pc.free
+        players = pc.players
+        pack = pc.pack
         for i in range(self.scanned, upto):
             # (index, kind, channel, actor, target, text, phase, day)
             t = log[i]
             c = channels.get(t[2])
-            if c is not None:
-                line = _event_line(pc, t[1], t[3], t[4], t[5], t[7])
-                if line is not None:
-                    c.idx.append(i)
-                    c.lines.append(line)
+            if c is None:
+                continue
+            kind = t[1]
+            if kind in _FREE_TEXT:  # what _format gives for these kinds, without its generic steps
+                template = free.get(kind)
+                if template is None:
+                    line = None
+                else:
+                    a, b = t[3], t[4]
+                    line = (
+                        template.format(
+                            actor=players[a] if 0 <= a < MAX_PLAYERS else _player(pack, a),
+                            target=players[b] if 0 <= b < MAX_PLAYERS else _player(pack, b),
+                            text=t[5],
+                            day=t[7],
+                        )
+                        + "\n"
+                    )
+            else:
+                key = t[1:]  # all but the index: (kind, channel, actor, target, text, phase, day)
+                line = memo.get(key, _UNSET)
+                if line is _UNSET:
+                    line = _format(kind, t[3], t[4], t[5], t[7], pc)
+                    if line is not None:
+                        line += "\n"
+                    if len(memo) >= _CACHE_LIMIT * 4:
+                        memo.clear()
+                    memo[key] = line
+            if line is not None:
+                c.idx.append(i)
+                c.lines.append(line)
         self.scanned = upto
 
-    def body(self, v: _SeatView, upto: int) -> str:
-        """The joined lines of ``v``'s channels for events before ``upto`` (``upto <= scanned``)."""
-        if upto < v.pos:  # an older observation read late: merge from scratch, keep the view as is
-            return _merge([(c, 0, bisect_left(c.idx, upto)) for c in v.channels])
-        if upto == v.pos:
-            return v.body
+    def body(self, seat: int, upto: int) -> str:
+        """The joined lines of ``seat``'s channels for events before ``upto`` (``upto <= scanned``).
+
+        Plain loops on purpose: this runs once per prompt, and each comprehension, generator or lambda
+        costs a frame of its own.
+        """
+        pos = self.pos[seat]
+        if upto == pos:
+            return self.bodies[seat]
+        chans = self.vchans[seat]
+        if upto < pos:  # an older observation read late: merge from scratch, keep the view as is
+            spans = []
+            for c in chans:
+                spans.append((c, 0, bisect_left(c.idx, upto)))
+            return _merge(spans)
         full = upto >= self.scanned
-        taken = v.taken
-        spans = []
-        for j, c in enumerate(v.channels):
+        taken = self.taken[seat]
+        first: tuple[_Channel, int, int] | None = None
+        more: list[tuple[_Channel, int, int]] | None = None
+        for j, c in enumerate(chans):
             s = taken[j]
             e = len(c.idx) if full else bisect_left(c.idx, upto, s)
             if e > s:
-                spans.append((c, s, e))
                 taken[j] = e
-        v.pos = upto
-        if spans:
-            v.body += _merge(spans)
-        return v.body
+                if first is None:
+                    first = (c, s, e)
+                elif more is None:
+                    more = [first, (c, s, e)]
+                else:
+                    more.append((c, s, e))
+        self.pos[seat] = upto
+        text = self.bodies[seat]
+        if more is not None:
+            text += _merge(more)
+        elif first is not None:  # the usual case: one channel (mostly public) has new lines
+            c, s, e = first
+            text += "".join(c.lines[s:e])
+        self.bodies[seat] = text
+        return text
+
+
+def _first_index(span: tuple[_Channel, int, int]) -> int:
+    return span[0].idx[span[1]]
 
 
 def _merge(spans: list[tuple[_Channel, int, int]]) -> str:
-    """The lines ``lines[s:e]`` of several channels joined in event order."""
-    spans = [sp for sp in spans if sp[2] > sp[1]]
-    if not spans:
-        return ""
-    if len(spans) == 1:
-        c, s, e = spans[0]
-        return "".join(c.lines[s:e])
-    pairs = sorted(p for c, s, e in spans for p in zip(c.idx[s:e], c.lines[s:e], strict=True))
-    return "".join(line for _, line in pairs)
+    """The lines ``lines[s:e]`` of several channels joined in event order.
+
+    Usually the spans do not interleave (a private line before or after a run of public ones), so they
+    are joined whole in order of their first event; only interleaved spans are merged line by line.
+    """
+    live = []
+    for span in spans:
+        if span[2] > span[1]:
+            live.append(span)
+    live.sort(key=_first_index)
+    pieces = []
+    last = -1
+    for c, s, e in live:
+        if c.idx[s] < last:
+            break
+        last = c.idx[e - 1]
+        pieces.append("".join(c.lines[s:e]))
+    else:
+        return "".join(pieces)
+    pairs: list[tuple[int, str]] = []
+    for c, s, e in live:
+        pairs.extend(zip(c.idx[s:e], c.lines[s:e], strict=True))
+    pairs.sort()
+    return "".join([line for _, line in pairs])
 
 
 def render_observation(
@@ -425,8 +511,8 @@ def render_observation(
     else:
         tail = _tail(gt.pc, phase, day, legal, feedback, done, env.n)
         gt.tails[key] = (legal, tail)
-    v = gt.views[seat]
-    return "".join((v.head, gt.body(v, n_events), tail))
+    body = gt.bodies[seat] if gt.pos[seat] == n_events else gt.body(seat, n_events)
+    return "".join((gt.heads[seat], body, tail))
 
 
 def render_events(events: Iterable[Event], language: str = "en", include_private: bool = True) -> list[str]:

@@ -191,7 +191,8 @@ def _as_text(action: Action, rng: random.Random) -> str:
 def _expected(env: WerewolfEnv, obs: Observation) -> str:
     render = obs._render
     assert render is not None
-    args = render.args  # type: ignore[attr-defined]
+    bound_env, *args = render.args  # type: ignore[attr-defined]
+    assert bound_env is env
     return _ref_render(env, *args)
 
 
