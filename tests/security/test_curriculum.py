@@ -527,3 +527,21 @@ async def test_worst_case_legal_next_tasks_beside_normal_traffic(client: aioredi
         assert busy / idle < 40, (idle, busy)
     finally:
         await running.stop(0)
+
+
+async def test_weighted_tasks_per_bucket_are_bounded_and_odd_seeds_reweight_nothing(
+    client: aioredis.Redis,
+) -> None:
+    """One weight per distinct seed grew each bucket's hash without bound (every replay read all of it);
+    a seed past uint64 (or a non-ASCII digit) in a task id used to make every later replay fail."""
+    store = CurriculumStore(client, config(aiw={"max_tasks": 10}, replay_ratio=1.0))
+    for seed in range(30):
+        await store.record([outcome(0.0, task_id=f"{BUCKET}#{seed}/g", success=False)])
+    weights = await store.weights(BUCKET)
+    assert 9 <= len(weights) <= 10, weights
+    assert all(w >= 2.0 for w in weights.values()), "failed tasks kept"
+    for odd in ("99999999999999999999999", "²", "-3", "1e9"):
+        assert await store.record([outcome(0.0, task_id=f"{BUCKET}#{odd}/g", success=False)]) == 1
+    assert set(await store.weights(BUCKET)) <= set(weights) | {f"{BUCKET}#{s}" for s in range(30)}
+    tasks = await store.next_tasks(8, "train")  # replays only valid seeds
+    assert all(0 <= t.seed < 30 for t in tasks)

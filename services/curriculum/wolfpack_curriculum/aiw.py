@@ -8,7 +8,10 @@ failure raises weights where the agent fails *and where it is likely to fail nex
 * the ``top_k`` most similar *past* failures (other tasks, similarity >= ``threshold``) each rise by
   ``boost * similarity``;
 * a success multiplies the task's weight by ``success_decay``;
-* no weight ever drops below ``floor``; the failure history keeps the newest ``max_history`` entries.
+* no weight ever drops below ``floor``; the failure history keeps the newest ``max_history`` entries;
+* a bucket keeps at most ``max_tasks`` weighted tasks: past it the lowest weights (tasks the agent
+  solves) are dropped down to 90 % of the bound, so replay draws and outcomes cost the same after a
+  million episodes as after a thousand (a dropped task that comes back starts at 1.0 again).
 
 Similarity is the Jaccard index of the fingerprints' lower-cased word sets (``\\w+``): cheap, symmetric,
 in [0, 1], and easy to compute by hand in tests. Tasks never seen start at weight 1.0.
@@ -43,6 +46,10 @@ class AIWConfig(BaseModel):
         default=0.5, gt=0, le=1, description="A success multiplies the weight by this."
     )
     fingerprint_chars: int = Field(default=2000, ge=1, description="Fingerprints are cut to this length.")
+    max_tasks: int = Field(
+        default=20_000, ge=1, le=1_000_000,
+        description="Weighted tasks kept per bucket; past it the lowest weights are dropped (to 90 %).",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ def pick_replay(weights: Mapping[str, float], rng: random.Random) -> str | None:
 
 def seed_of(key: str) -> int:
     tail = key.rpartition("#")[2]
-    return int(tail) if tail.isdigit() else 0
+    return int(tail) if tail.isascii() and tail.isdigit() else 0
 
 
 @dataclass

@@ -184,9 +184,10 @@ class CurriculumStore:
         out: list[pb.Task] = []
         n = self.cfg.group_size
         scheduled: dict[str, int] = {}
+        weights: dict[str, dict[str, float]] = {}  # read once per bucket and call, not once per group
         while len(out) < count:
             bucket = scheduler.pick_bucket(self.cfg, rng)
-            seed = await self._seed(bucket.key, split, rng)
+            seed = await self._seed(bucket.key, split, rng, weights)
             bindings, trainees, kind, opp_id = scheduler.seat_plan(
                 bucket, bucket.num_seats, self.cfg, view, rng
             )
@@ -206,12 +207,15 @@ class CurriculumStore:
             self._view, self._view_at = scheduler.LeagueView(trainee, opponents), now
         return self._view
 
-    async def _seed(self, bucket: str, split: str, rng: random.Random) -> int:
+    async def _seed(
+        self, bucket: str, split: str, rng: random.Random, cache: dict[str, dict[str, float]]
+    ) -> int:
         if split == "eval":  # held-out seeds, never replayed or reweighted
             return self.cfg.eval_seed_offset + int(await self.r.incr(self.k("evalseed", bucket))) - 1
         if rng.random() < self.cfg.replay_ratio:
-            weights = await self.weights(bucket)
-            key = scheduler.pick_replay(weights, rng)
+            if bucket not in cache:
+                cache[bucket] = await self.weights(bucket)
+            key = scheduler.pick_replay(cache[bucket], rng)
             if key is not None:
                 return scheduler.seed_of(key)
         return int(await self.r.incr(self.k("seed", bucket))) - 1
@@ -277,7 +281,21 @@ class CurriculumStore:
                         args=[o.trajectory_id, json.dumps(ops), self.cfg.recorded_window],
                     )
                 )
+            for bucket in sorted({o.bucket for o in outcomes}):
+                await self._prune_weights(bucket)
         return recorded
+
+    async def _prune_weights(self, bucket: str) -> None:
+        """Past ``aiw.max_tasks`` weighted tasks, drop the lowest weights down to 90 % of the bound (one
+        pass per 10 % of growth, not one per outcome)."""
+        key, bound = self.k("weights", bucket), self.cfg.aiw.max_tasks
+        if await self.r.hlen(key) <= bound:
+            return
+        weights = await self.weights(bucket)
+        keep = max(1, bound * 9 // 10)
+        drop = sorted(weights, key=lambda t: (weights[t], t))[: len(weights) - keep]
+        for start in range(0, len(drop), 1000):
+            await self.r.hdel(key, *drop[start : start + 1000])
 
     async def count_ignored(self, n: int) -> None:
         """Count stream outcomes of buckets this curriculum does not schedule (acked, not applied)."""
@@ -408,12 +426,21 @@ def _check_opponent(o: pb.Opponent) -> None:
         raise InvalidRequest(f"opponent.rating must be finite, not {o.rating}")
 
 
+MAX_SEED = 2**63 - 1
+"""Largest seed an outcome may reweight: a replayed seed becomes ``Task.seed`` (uint64) and a CreateEpisode
+seed; an outcome naming ``#99999999999999999999999`` used to make every later replay of it fail."""
+
+
 def _seed_from_task_id(task_id: str) -> int | None:
-    """The seed in a scheduler task id ``<bucket>#<seed>/<group>``; None for other ids."""
+    """The seed in a scheduler task id ``<bucket>#<seed>/<group>``; None for other ids (ASCII digits only:
+    ``'²'.isdigit()`` is true but ``int('²')`` fails) and for seeds past ``MAX_SEED``."""
     if "#" not in task_id:
         return None
     tail = task_id.rpartition("#")[2].split("/")[0]
-    return int(tail) if tail.isdigit() else None
+    if not (tail.isascii() and tail.isdigit()):
+        return None
+    seed = int(tail)
+    return seed if seed <= MAX_SEED else None
 
 
 def _is_eval(task_id: str, cfg: CurriculumConfig) -> bool:
