@@ -52,9 +52,8 @@ def _wait_for_step(proc: subprocess.Popen[str], run: Path, step: int, timeout_s:
     deadline = time.monotonic() + timeout_s
     while (now := _latest_step(run)) < step:
         if proc.poll() is not None:
-            pytest.fail(
-                f"the job exited ({proc.returncode}) before update {step}: {proc.stdout.read()[-3000:]}"
-            )  # type: ignore[union-attr]
+            out = proc.stdout.read() if proc.stdout else ""
+            pytest.fail(f"the job exited ({proc.returncode}) before update {step}: {out[-3000:]}")
         if time.monotonic() > deadline:
             pytest.fail(f"no checkpoint of update {step} after {timeout_s}s")
         time.sleep(0.1)

@@ -1,0 +1,140 @@
+"""The run's metrics outputs: the console's line per update, the plot's panels and eval CIs, transcripts as
+TensorBoard text (read back from the event files), and verl's ``Tracking`` as an extra backend that leaves
+the JSONL/CSV/TensorBoard files as they are."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wolfpack.v1 import trajectory_pb2
+from wolfpack_trainer.metrics import MetricsWriter, transcript, update_line
+
+
+def test_update_line_names_every_number_and_marks_missing_ones() -> None:
+    line = update_line(
+        3,
+        20,
+        {
+            "charts/reward_mean": 0.4123,
+            "charts/win_rate": 0.625,
+            "actor/pg_loss": -0.0132,
+            "actor/ppo_kl": 0.00041,
+            "actor/entropy": 1.2345,
+            "perf/collect_s": 7.5,
+            "perf/update_s": 2.25,
+        },
+    )
+    assert line == "update 3/20  reward +0.41  win 0.62  loss -0.0132  kl 0.00041  entropy 1.23  9.8 s"
+    # No PPO KL (one optimizer step): the KL to the reference; nothing at all: a dash, not a made-up 0.
+    assert "kl 0.02" in update_line(1, 2, {"actor/kl_loss": 0.02})
+    assert update_line(1, 2, {}) == "update 1/2  reward -  win -  loss -  kl -  entropy -  0.0 s"
+
+
+def test_transcript_shows_each_turn_and_the_outcome(
+    trajectory_factory: Callable[..., trajectory_pb2.Trajectory],
+) -> None:
+    traj = trajectory_factory("t-1", [(1, [1, 2], [3, 4], 1.0, "offer: 40 of 100")], roles={1: "responder"})
+    traj.turns[0].response_text = "ACCEPT"
+    traj.seats.add(seat=1).policy.policy_id = "responder"
+    text = transcript(traj)
+    assert "seat 1 (responder)" in text and "'offer: 40 of 100'" in text and "`'ACCEPT'`" in text
+    assert "outcome seat 1 responder: win, reward +1.00" in text
+    # No response text (a trajectory from the token path only): decoded from the ids.
+    traj.turns[0].response_text = ""
+    assert "`'<3 4>'`" in transcript(traj, lambda ids: f"<{' '.join(map(str, ids))}>")
+    traj.turns[0].valid = False
+    traj.turns[0].invalid_reason = "no decision"
+    assert "invalid: no decision" in transcript(traj)
+
+
+def _rows(writer: MetricsWriter) -> None:
+    for step in range(1, 5):
+        writer.log(
+            step,
+            {
+                "charts/reward_mean": step / 4,
+                "charts/win_rate": step / 5,
+                "actor/pg_loss": 0.1 / step,
+                "actor/ppo_kl": 0.01 * step,
+                "actor/entropy": 2.0 - step / 10,
+                "charts/invalid_rate": 0.5 / step,
+            },
+        )
+    for step in (0, 4):
+        writer.log(
+            step,
+            {
+                "eval/reward_mean": step / 8,
+                "eval/reward_lo": step / 8 - 0.1,
+                "eval/reward_hi": step / 8 + 0.1,
+                "eval/win_rate": step / 8,
+                "eval/win_rate_lo": 0.0,
+                "eval/win_rate_hi": step / 8 + 0.2,
+            },
+        )
+
+
+def test_plot_draws_eval_cis_and_loss_kl_entropy_panels(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    _rows(writer)
+    figures: list[Any] = []
+    close = plt.close
+    plt.close = lambda fig=None: figures.append(fig)  # type: ignore[assignment]
+    try:
+        path = writer.plot()
+    finally:
+        plt.close = close
+    assert path.stat().st_size > 0
+    (fig,) = figures
+    titles = {ax.get_title(): ax for ax in fig.axes}
+    assert {"mean reward", "win rate", "loss", "KL", "entropy", "invalid-answer rate"} <= set(titles)
+    for name in ("mean reward", "win rate"):
+        (band,) = titles[name].collections  # the shaded 95% CI of the held-out evaluations
+        assert band.get_label() == "eval 95% CI"
+    lo_hi = titles["mean reward"].collections[0].get_paths()[0].vertices[:, 1]
+    assert min(lo_hi) == pytest.approx(-0.1) and max(lo_hi) == pytest.approx(0.6)
+    assert [ln.get_label() for ln in titles["KL"].lines] == ["actor/ppo_kl"]
+    assert list(titles["entropy"].lines[0].get_ydata()) == pytest.approx([1.9, 1.8, 1.7, 1.6])
+    close(fig)
+
+
+def test_transcripts_go_to_tensorboard_text(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import (  # type: ignore[import-untyped]
+        EventAccumulator,
+    )
+
+    writer = MetricsWriter(tmp_path)
+    writer.log(1, {"charts/win_rate": 0.5})
+    writer.text("transcripts/eval/0", "**ultimatum_v1/easy** seed 7", 1)
+    writer.close()
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"tensors": 0})
+    events.Reload()
+    (entry,) = events.Tensors("transcripts/eval/0/text_summary")
+    assert entry.step == 1
+    assert b"seed 7" in entry.tensor_proto.string_val[0]
+    assert [s.value for s in events.Scalars("charts/win_rate")] == [0.5]
+
+
+@pytest.mark.slow
+def test_verl_tracking_is_an_extra_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl's ``file`` backend gets the rows too; our JSONL, CSV and TensorBoard files stay as they are."""
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "verl.jsonl"))
+    writer = MetricsWriter(tmp_path / "run", tracking=["file"], experiment="demo")
+    writer.log(1, {"charts/win_rate": 0.5, "actor/pg_loss": -0.1})
+    writer.close()
+    (row,) = [json.loads(line) for line in (tmp_path / "verl.jsonl").read_text().splitlines()]
+    assert row == {"step": 1, "data": {"charts/win_rate": 0.5, "actor/pg_loss": -0.1}}
+    assert writer.rows() == [{"step": 1, "charts/win_rate": 0.5, "actor/pg_loss": -0.1}]
+    assert any((tmp_path / "run" / "tb").iterdir())
+    with pytest.raises(ValueError, match="already written"):
+        MetricsWriter(tmp_path / "other", tracking=["console"])
