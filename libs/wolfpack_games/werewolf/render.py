@@ -445,7 +445,16 @@ class _GameText:
         self.pos[seat] = upto
         text = self.bodies[seat]
         if more is not None:
-            text += _merge(more)
+            if len(more) == 2:  # e.g. a private line and public ones: mostly one run after the other
+                (c, s, e), (c2, s2, e2) = more
+                if c.idx[e - 1] < c2.idx[s2]:
+                    text += "".join(c.lines[s:e] + c2.lines[s2:e2])
+                elif c2.idx[e2 - 1] < c.idx[s]:
+                    text += "".join(c2.lines[s2:e2] + c.lines[s:e])
+                else:
+                    text += _merge(more)
+            else:
+                text += _merge(more)
         elif first is not None:  # the usual case: one channel (mostly public) has new lines
             c, s, e = first
             text += "".join(c.lines[s:e])
