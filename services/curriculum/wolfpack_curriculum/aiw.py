@@ -61,7 +61,7 @@ class Failure:
     fingerprint: str
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1024)  # ~20 MB at most: 4x the default max_history
 def words(text: str) -> frozenset[str]:
     """The lower-cased word set of ``text``. Cached: the history's fingerprints are compared with every
     failure, and re-reading 256 fingerprints of 2,000 characters per failed outcome took 118 ms of event
