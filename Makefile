@@ -17,10 +17,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev,environment,inference,trainer]"
 	@touch $(STAMP)
 
+# The training job resumes its run directory: a rerun continues, or (finished) prints the summary and
+# the `learning:` line again; `make demo DEMO_ARGS=--fresh` starts over.
 demo: setup
 	$(BIN)/wolfpack up --check --base-port 0 --timeout 600  # first run may fetch and convert SmolLM2
 	$(BIN)/wolfpack play werewolf --players 9 --seed 7 --bots heuristic
-	$(BIN)/wolfpack train --config configs/demo-ultimatum.yaml --fresh  # ends with the `learning:` line
+	$(BIN)/wolfpack train --config configs/demo-ultimatum.yaml $(DEMO_ARGS)  # ends with the `learning:` line
 
 up: setup
 	$(BIN)/wolfpack up

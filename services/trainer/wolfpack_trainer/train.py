@@ -685,9 +685,10 @@ class ResumeError(RuntimeError):
 
 
 def config_fingerprint(config: TrainConfig) -> dict[str, Any]:
-    """What a resumed run must share with the checkpoint: the whole config but ``train.updates`` (a
-    finished run may be extended)."""
-    data = config.model_dump(mode="json")
+    """What a resumed run must share with the checkpoint: what the config file sets, but ``train.updates``
+    (a finished run may be extended). Defaults are left out: a default changed in the code is not an
+    edit of the recipe, and would otherwise refuse every earlier run directory."""
+    data = config.model_dump(mode="json", exclude_unset=True)
     data.get("train", {}).pop("updates", None)
     return data
 
