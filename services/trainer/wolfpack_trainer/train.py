@@ -308,11 +308,12 @@ class Trainer:
         await consumer.ensure_group()
         evals = [EvalResult(**_eval_from_json(e)) for e in self.state.evals]
         self._checkpointed = self.resumed_from
+        # A fresh run's baseline, or a finished run whose final evaluation a crash or Ctrl-C cut off.
+        evaluate_first = not evals or (self.state.step >= total and evals[-1].step != self.state.step)
         try:
-            if self.publisher.inference_addr and self.state.step < total:
-                await self.publish_current()
-            if not evals or (self.state.step >= total and evals[-1].step != self.state.step):
-                # A fresh run's baseline, or a finished run whose final evaluation a crash or Ctrl-C cut off.
+            if self.publisher.inference_addr and (self.state.step < total or evaluate_first):
+                await self.publish_current()  # a finished, evaluated run plays nothing: nothing to serve
+            if evaluate_first:
                 evals.append(self._record_eval(await self._evaluate()))
                 if self.state.step > 0:
                     await _off_loop(self.checkpoint)
