@@ -218,6 +218,7 @@ def child_stack(
     proc = subprocess.Popen(
         [sys.executable, "-m", "wolfpack.cli.main", "up", "--base-port", "0", "--timeout", str(timeout_s)],
         env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True,  # a terminal's Ctrl-C reaches only the job, which finishes its update first
     )  # fmt: skip
     try:
         deadline = time.monotonic() + timeout_s
