@@ -38,6 +38,9 @@ PINS = {
 }
 # Packages that only make sense on a GPU variant: added there to images whose service runs inference.
 CUDA_ONLY = ("vllm",)
+# The trainer image's Ray, pinned (verl asks only ray[default]>=2.41): a KubeRay cluster's head and workers
+# run this image, and the chart's training.ray.kuberay.rayVersion must name the same version.
+RAY = "ray[default]==2.60.0"
 # Left out where vLLM is installed: vllm 0.24.0 requires openai>=2, while sotopia 0.1.5 (the environment
 # extra's sotopia adapter, imported only by `wolfpack play --sotopia`-style commands) caps openai<2; pip
 # cannot resolve both (checked with `pip install --dry-run`). The environment service itself needs neither.
@@ -76,6 +79,8 @@ def requirements(pyproject: Path, service: str, variant: str) -> list[str]:
             out.append(line)
     if with_vllm:
         out += [pins[name] for name in CUDA_ONLY]
+    if "trainer" in EXTRAS[service]:
+        out.append(RAY)
     header = [f"--extra-index-url {TORCH_INDEX[variant]}"] if uses_torch else []
     return header + out
 

@@ -495,3 +495,43 @@ def test_readme_documents_every_value() -> None:
 
     missing = [k for k in leaves(values, "") if f"`{documented_as(k)}`" not in readme]
     assert not missing, f"add to deploy/helm/wolfpack/README.md: {missing}"
+
+
+def test_kuberay_rayjob_runs_the_same_training_on_ray_workers() -> None:
+    """The RayJob is a CRD (not in the Kubernetes schemas): its head and worker pod templates are validated
+    as Pods instead, and its Ray version is the one the trainer image pins."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "deploy" / "docker"))
+    import requirements as image_requirements
+
+    values = merged(
+        example("gpu"), {"training": {"ray": {"kuberay": {"enabled": True, "workerReplicas": 2}}}}
+    )
+    docs = render(values)
+    assert not by_kind(docs, "Job")  # one or the other
+    [job] = by_kind(docs, "RayJob").values()
+    spec = job["spec"]
+    assert spec["entrypoint"].startswith("wolfpack train -c /etc/wolfpack/train/config.yaml --run-dir ")
+    assert spec["entrypoint"].endswith('"train.updates=400"')
+    cluster = spec["rayClusterSpec"]
+    assert f"ray[default]=={cluster['rayVersion']}" == image_requirements.RAY
+    head = cluster["headGroupSpec"]["template"]
+    [workers] = cluster["workerGroupSpecs"]
+    assert workers["replicas"] == 2
+    for template in (head, workers["template"]):
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "x", **template["metadata"]},
+            "spec": template["spec"],
+        }
+        kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+        c = template["spec"]["containers"][0]
+        assert c["image"] == "registry.example.com/wolfpack-trainer:0.1.0-cuda"
+        assert "livenessProbe" in c and "readinessProbe" in c
+    assert gpus_of(workers["template"]["spec"]) == {"ray-worker": 1} and not gpus_of(head["spec"])
+    volumes = {v["name"]: v for v in head["spec"]["volumes"]}
+    assert volumes["run"]["persistentVolumeClaim"]["claimName"] == "wolfpack-training"
+    assert "wolfpack-training" in by_kind(docs, "PersistentVolumeClaim")
+    assert "wolfpack-trainer" not in by_kind(docs, "Service")

@@ -115,7 +115,7 @@ def test_requirements_per_service_and_variant(service: str) -> None:
             assert not [r for r in lines if "2.13.0" in r]
             assert lines[0] == "--extra-index-url https://download.pytorch.org/whl/cu130"
         if service == "trainer":
-            assert "verl==0.9.1" in lines
+            assert "verl==0.9.1" in lines and reqs.RAY in lines  # the Ray of KubeRay clusters
     with pytest.raises(ValueError, match="unknown service"):
         reqs.requirements(pyproject, "gateway", "cpu")
 
