@@ -390,6 +390,8 @@ def test_only_the_gateway_is_reachable_from_outside() -> None:
         "wolfpack-environment:50051",
     ]
     assert gateway["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    # the exposed pod holds no service credential (the gateway forwards the caller's, never its own)
+    assert "WOLFPACK_ADMIN_SECRET" not in env_of(gateway)
 
 
 def test_autoscaling_and_disruption_budgets() -> None:

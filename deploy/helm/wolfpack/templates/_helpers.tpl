@@ -67,8 +67,9 @@ Redis or an external one. */ -}}
 {{- end }}
 {{- end -}}
 
-{{- /* Variables every Wolfpack container gets: {root, name, svc}. Addresses of the enabled services, the
-admin credential, API keys, tracing, the global env and the component's own env (which wins). */ -}}
+{{- /* Variables every Wolfpack container gets: {root, name, svc, noAdmin}: the run/cache dirs, the admin
+credential (not for the gateway, which never uses one of its own: noAdmin), API keys, tracing, the global env
+and the component's own env (which wins). */ -}}
 {{- define "wolfpack.commonEnv" -}}
 {{- $root := .root -}}
 {{- $full := include "wolfpack.fullname" $root -}}
@@ -78,11 +79,13 @@ admin credential, API keys, tracing, the global env and the component's own env 
   value: /var/cache/wolfpack
 - name: WOLFPACK_GRPC_GRACE_S
   value: {{ sub $root.Values.terminationGracePeriodSeconds 5 | quote }}
+{{- if not .noAdmin }}
 - name: WOLFPACK_ADMIN_SECRET
   valueFrom:
     secretKeyRef:
       name: {{ include "wolfpack.secretName" $root }}
       key: admin-secret
+{{- end }}
 {{- with $root.Values.secrets.apiKeys }}
 {{- if .existingSecret }}
 {{- range $var, $key := .env }}
