@@ -9,11 +9,13 @@ text. Player numbers are 1-based in all text.
 Why prompts are incremental: every LLM turn needs its seat's prompt, and re-formatting the whole
 visible log (and the rules) for each one made a late-game prompt cost O(game length) — most of the time
 of an LLM-shaped game went there. So each game keeps a :class:`_GameText` beside its event log: every
-event's line is formatted at most once (shared by all seats that may read it), each seat's view keeps its
-lines and the joined text so far, and the rules, the per-seat header and the "now" section are cached
-per configuration. A prompt then costs the new events since that seat's last prompt plus one string
-join. The text is the same as a from-scratch render (``libs/tests/games/werewolf/test_render_incremental.py``
-compares both over many seeded games).
+event's line is formatted at most once and filed under its channel, and each seat's joined text grows by
+the new lines of the channels it may read (a from-scratch merge only for an observation read after the
+seat's view moved past it). Rules, per-seat headers, "now" sections and the lines of structural events
+(votes, deaths, phase headers) are memoised across games; speeches are formatted once per game. A prompt
+then costs the events since that seat's last prompt plus one join. The text is byte-identical to a
+from-scratch render (``libs/tests/games/werewolf/test_render_incremental.py`` compares both over seeded
+games). The memos assume a prompt pack is not edited in place after ``load_pack`` returned it.
 """
 
 from __future__ import annotations
