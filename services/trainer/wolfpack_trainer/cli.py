@@ -96,7 +96,8 @@ def check_plan(cfg: Any, path: Path) -> str:
     try:
         groups = r.episodes_per_update // r.group_size
         tasks = plan_tasks(cfg, list(range(groups)), r.group_size, "u0")
-        tasks += plan_tasks(cfg, [cfg.eval.seed_offset + i for i in range(cfg.eval.episodes)], 1, "eval", False)
+        held_out = [cfg.eval.seed_offset + i for i in range(cfg.eval.episodes)]
+        tasks += plan_tasks(cfg, held_out, 1, "eval", False)
         bound = 0
         for i, task in enumerate(tasks):
             if r.mode == "service":
