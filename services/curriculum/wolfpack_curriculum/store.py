@@ -55,8 +55,9 @@ MAX_TASKS_PER_CALL = 1024
 """Most tasks one NextTasks may ask for (whole groups: the answer holds up to ``group_size - 1`` more).
 ``count=2^31-1`` used to grow the service ~190 MB per 25 s until the deadline."""
 
-MAX_OUTCOMES_PER_CALL = 1000
-"""Most outcomes one ReportOutcomes may carry (each is a few Redis round trips under the store's lock)."""
+MAX_OUTCOMES_PER_CALL = 256
+"""Most outcomes one ReportOutcomes may carry: each is a few Redis round trips and up to ~20 ms of AIW
+similarity work (a failure against a full history), so a call stays within seconds."""
 
 MAX_ID_CHARS = 256
 """Longest trajectory, task and opponent id (they become Redis members and league keys)."""
@@ -272,8 +273,8 @@ class CurriculumStore:
             except InvalidOutcome as exc:
                 raise type(exc)(f"outcomes[{i}]: {exc}") from None
         recorded = 0
-        async with self.lock:
-            for o in outcomes:
+        for o in outcomes:  # the lock per outcome: a long call does not hold the stream consumer back
+            async with self.lock:
                 ops = await self._ops(o, from_stream)
                 recorded += int(
                     await self._apply(
@@ -281,6 +282,7 @@ class CurriculumStore:
                         args=[o.trajectory_id, json.dumps(ops), self.cfg.recorded_window],
                     )
                 )
+        async with self.lock:
             for bucket in sorted({o.bucket for o in outcomes}):
                 await self._prune_weights(bucket)
         return recorded
