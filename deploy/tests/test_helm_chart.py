@@ -537,3 +537,19 @@ def test_kuberay_rayjob_runs_the_same_training_on_ray_workers() -> None:
     assert volumes["run"]["persistentVolumeClaim"]["claimName"] == "wolfpack-training"
     assert "wolfpack-training" in by_kind(docs, "PersistentVolumeClaim")
     assert "wolfpack-trainer" not in by_kind(docs, "Service")
+
+
+def test_a_config_change_rolls_only_its_own_service() -> None:
+    def checksums(values: dict[str, Any]) -> dict[str, str]:
+        return {
+            name: d["spec"]["template"]["metadata"].get("annotations", {}).get("checksum/config", "")
+            for name, d in by_kind(render(values), "Deployment").items()
+        }
+
+    base = checksums(example("cpu-dev"))
+    changed = checksums(merged(example("cpu-dev"), {"services": {"rollout": {"config": {"concurrency": 4}}}}))
+    assert {n for n in base if base[n] != changed[n]} == {"wolfpack-rollout"}
+    scaled = checksums(merged(example("cpu-dev"), {"services": {"inference": {"replicas": 3}}}))
+    assert scaled == base
+    model = checksums(merged(example("cpu-dev"), {"services": {"inference": {"model": "smollm2"}}}))
+    assert {n for n in base if base[n] != model[n]} == {"wolfpack-inference"}
