@@ -126,10 +126,38 @@ def test_save_pretrained_loads_in_transformers(learner: Any, tmp_path: Path) -> 
         assert torch.equal(tensor, exported[name].float()), name
 
 
-def test_unsupported_configs_fail_at_construction() -> None:
-    cls = get_learner("verl_fsdp")
-    with pytest.raises(ValueError, match="value head"):
-        cls(LearnerConfig(value_head=True))
+def test_critic_learns_the_returns_and_resumes(model_dir: Path) -> None:
+    """``value_head``: verl's critic (a value model on the same base, trained with verl's value loss). Its
+    values move towards the returns over a few updates, and its weights are part of the checkpoint."""
+    cfg = LearnerConfig(
+        model=str(model_dir), lr=1e-3, mini_batch_size=8, micro_batch_size=8, device="cpu", value_head=True,
+        loss=LossConfig(cliprange_value=10.0), extra={"strategy": "fsdp2", "critic_lr": 3e-2},
+    )  # fmt: skip
+    learner = get_learner("verl_fsdp")(cfg)
+    assert "value_head" in learner.capabilities
+    batch = make_batch(int(learner.engine.module.config.vocab_size), seed=4)
+    mask = batch.response_mask
+    target = torch.tensor([1.0, -1.0] * (B // 2))[:, None] * mask
+    errors, metrics = [], {}
+    for _ in range(4):
+        values = learner.compute_values(batch)
+        assert values is not None and values.shape == (B, R)
+        assert torch.all(values[mask == 0] == 0)
+        errors.append((((values - target) ** 2) * mask).sum().item() / mask.sum().item())
+        batch.values, batch.returns = values, target
+        batch.advantages = (target - values) * mask
+        batch.old_log_probs = learner.compute_log_probs(batch)
+        metrics = learner.update(batch)
+    assert "critic/vf_loss" in metrics, sorted(metrics)
+    assert errors[-1] < errors[0] * 0.7, errors
+    state = learner.state_dict()
+    assert "critic" in state
+    before = learner.compute_values(batch)
+    batch.values = before
+    learner.update(batch)
+    assert not torch.equal(learner.compute_values(batch), before)
+    learner.load_state_dict(state)
+    assert torch.allclose(learner.compute_values(batch), before)
 
 
 def test_lora_trains_the_adapter_only_with_the_base_as_kl_reference(model_dir: Path, tmp_path: Path) -> None:

@@ -151,6 +151,27 @@ def use_cpu_platform() -> None:
     os.environ["VERL_ENGINE_DEVICE"] = "cuda"  # verl registers its FSDP engines under the cuda/npu keys only
 
 
+def use_sdpa_value_model() -> None:
+    """verl 0.9.1 builds its critic with ``attn_implementation="flash_attention_2"`` hard-coded (falling back
+    to trl's value-head wrapper); flash-attn has no wheel for these hosts and trl is not a dependency, so the
+    critic is loaded the same way with sdpa attention, like the actor (``override_config`` above). Idempotent."""
+    import verl.utils.model as verl_model
+
+    if getattr(verl_model.load_valuehead_model, "wolfpack_sdpa", False):
+        return
+
+    def load(local_path: str, torch_dtype: Any, model_config: Any, trust_remote_code: bool) -> Any:
+        from transformers import AutoModelForTokenClassification
+
+        return AutoModelForTokenClassification.from_pretrained(
+            local_path, dtype=torch_dtype, config=model_config, attn_implementation="sdpa",
+            trust_remote_code=trust_remote_code,
+        )  # fmt: skip
+
+    load.wolfpack_sdpa = True  # type: ignore[attr-defined]
+    verl_model.load_valuehead_model = load
+
+
 def _init_process_group(use_cuda: bool) -> None:
     """A process group for verl's engine: torchrun's when launched by it, else a one-process group."""
     import torch.distributed as dist
@@ -178,12 +199,12 @@ def _scalar(value: Any) -> float:
 class VerlFsdpLearner(Learner):
     """``Learner`` on verl's FSDP ``TrainingWorker`` (see the module docstring)."""
 
-    capabilities = frozenset({"lora"})  # no value head, no in-process sampling yet
+    capabilities = frozenset(
+        {"lora", "value_head"}
+    )  # no in-process sampling: evaluation goes through inference
 
     def __init__(self, config: LearnerConfig) -> None:
         super().__init__(config)
-        if config.value_head:
-            raise ValueError("verl_fsdp has no value head; PPO with GAE runs verl's critic in main_ppo")
         # ``auto`` takes CUDA where there is one; ``cuda`` without one is an error (resolve_device), never a
         # silent CPU run. verl's CPU platform shim is installed only for an explicit or resolved ``cpu``.
         self.device = resolve_device(config.device)
@@ -283,6 +304,35 @@ class VerlFsdpLearner(Learner):
                 )
             )  # fmt: skip
             self.ref_worker.reset()
+        self.critic_worker: Any = None
+        if (
+            config.value_head
+        ):  # PPO with GAE: verl's critic, a value model on the same base, its own optimiser
+            from verl.workers.config import FSDPCriticConfig
+            from verl.workers.utils.losses import value_loss
+
+            use_sdpa_value_model()
+
+            critic_lr = float(extra.get("critic_lr", config.lr * 10))
+            self.critic_config = FSDPCriticConfig(
+                strategy=self.strategy, ppo_micro_batch_size_per_gpu=micro, rollout_n=1,
+                ppo_mini_batch_size=max(1, config.mini_batch_size or 1), ppo_epochs=config.ppo_epochs,
+                cliprange_value=loss.cliprange_value, loss_agg_mode=loss.loss_agg_mode, fsdp=engine(False),
+                optim=FSDPOptimizerConfig(
+                    optimizer="AdamW", lr=critic_lr, weight_decay=config.weight_decay, clip_grad=config.max_grad_norm,
+                    total_training_steps=int(extra.get("total_training_steps", 1000)),
+                ),
+                model=self.model_config,
+            )  # fmt: skip
+            self.critic_worker = TrainingWorker(
+                config=TrainingWorkerConfig(
+                    model_type="value_model", model_config=self.model_config,
+                    engine_config=self.critic_config.engine, optimizer_config=self.critic_config.optim,
+                    checkpoint_config=self.critic_config.checkpoint,
+                )
+            )  # fmt: skip
+            self.critic_worker.reset()
+            self.critic_worker.set_loss_fn(partial(value_loss, config=self.critic_config))
 
     # --- batches -------------------------------------------------------------------------------------
 
@@ -310,6 +360,9 @@ class VerlFsdpLearner(Learner):
                 tensors["ref_log_prob"] = batch.ref_log_prob.float()
             if batch.is_weights is not None:
                 tensors["rollout_is_weights"] = batch.is_weights.float()
+            if batch.values is not None and batch.returns is not None:  # the critic's targets
+                tensors["values"] = batch.values.float()
+                tensors["returns"] = batch.returns.float()
         meta = {
             "temperature": self.config.temperature,
             "global_token_num": batch.attention_mask.sum(-1).tolist(),
@@ -339,6 +392,18 @@ class VerlFsdpLearner(Learner):
     def compute_log_probs(self, batch: TrainBatch) -> torch.Tensor:
         return self._infer(self.worker, batch)
 
+    def compute_values(self, batch: TrainBatch) -> torch.Tensor | None:
+        """V(s) per response token from verl's critic (None without ``value_head``)."""
+        if self.critic_worker is None:
+            return None
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        td = self._tensordict(batch, False, compute_loss=False)
+        out = self.critic_worker.infer_batch(td)
+        values = no_padding_2_padding(tu.get(out, "values"), td).float().cpu()
+        return values * (batch.response_mask > 0).float()
+
     def compute_ref_log_probs(self, batch: TrainBatch) -> torch.Tensor | None:
         """The KL reference: the frozen initial weights, or with LoRA the base with the adapter disabled
         (verl's "ref in actor": no second copy of the model)."""
@@ -357,11 +422,14 @@ class VerlFsdpLearner(Learner):
         mini = self.config.mini_batch_size if 0 < self.config.mini_batch_size <= n else n
         if n % mini:
             raise ValueError(f"batch of {n} samples is not a multiple of mini_batch_size {mini}")
-        td = self._tensordict(
-            batch, True, calculate_entropy=True, compute_loss=True, global_batch_size=mini, mini_batch_size=mini,
-            epochs=self.config.ppo_epochs, seed=self.config.seed + self.step, dataloader_kwargs={"shuffle": True},
-        )  # fmt: skip
-        metrics = tu.get(self.worker.train_mini_batch(td), "metrics")
+
+        def td() -> Any:  # one per worker: train_mini_batch consumes its non-tensor keys
+            return self._tensordict(
+                batch, True, calculate_entropy=True, compute_loss=True, global_batch_size=mini, mini_batch_size=mini,
+                epochs=self.config.ppo_epochs, seed=self.config.seed + self.step, dataloader_kwargs={"shuffle": True},
+            )  # fmt: skip
+
+        metrics = tu.get(self.worker.train_mini_batch(td()), "metrics")
         self.step += 1
         out: dict[str, float] = {}
         for key, value in metrics.items():
@@ -374,6 +442,14 @@ class VerlFsdpLearner(Learner):
         out["actor/optimizer_steps"] = float(
             len(metrics.get("grad_norm", [])) or n // mini * self.config.ppo_epochs
         )
+        if self.critic_worker is not None:
+            if batch.values is None or batch.returns is None:
+                raise ValueError("value_head needs batch.values and batch.returns (GAE)")
+            critic = tu.get(self.critic_worker.train_mini_batch(td()), "metrics")
+            for key, value in critic.items():
+                values = [_scalar(v) for v in (value if isinstance(value, list) else [value])]
+                if values:
+                    out[key if key.startswith("critic/") else f"critic/{key}"] = sum(values) / len(values)
         return out
 
     # --- state ---------------------------------------------------------------------------------------
@@ -391,7 +467,7 @@ class VerlFsdpLearner(Learner):
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         scheduler = getattr(self.engine, "lr_scheduler", None)
-        return {
+        out = {
             "step": self.step,
             "model": self._full_state(),
             "optimizer": get_optimizer_state_dict(self.engine.module, self.engine.optimizer, options=opts),
@@ -400,6 +476,18 @@ class VerlFsdpLearner(Learner):
             "py_rng": random.getstate(),
             "config_model": self.config.model,
         }
+        if self.critic_worker is not None:
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+            critic = self.critic_worker.engine
+            out["critic"] = {
+                "model": {
+                    k: v.detach().clone()
+                    for k, v in get_model_state_dict(critic.module, options=opts).items()
+                },
+                "optimizer": get_optimizer_state_dict(critic.module, critic.optimizer, options=opts),
+            }
+        return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import (
@@ -416,6 +504,12 @@ class VerlFsdpLearner(Learner):
         scheduler = getattr(self.engine, "lr_scheduler", None)
         if scheduler is not None and state.get("lr_scheduler") is not None:
             scheduler.load_state_dict(state["lr_scheduler"])
+        if self.critic_worker is not None and "critic" in state:
+            critic = self.critic_worker.engine
+            set_model_state_dict(critic.module, dict(state["critic"]["model"]), options=opts)
+            set_optimizer_state_dict(
+                critic.module, critic.optimizer, dict(state["critic"]["optimizer"]), options=opts
+            )
         self.step = int(state["step"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["py_rng"])
