@@ -62,7 +62,10 @@ def _write(tmp_path: Path, base: str = "demo-ultimatum", **patch: object) -> Pat
         ({"game__bot": "genius"}, "heuristic"),
         ({"rollout__episodes_per_update": 30}, "multiple of"),
         # learner capabilities, named by key
-        ({"policies__0__learner": "verl_fsdp", "policies__0__value_head": True}, "value_head"),
+        (
+            {"policies__0__learner": "verl_fsdp", "rollout__mode": "local"},
+            "does not support rollout.mode local",
+        ),
         ({"policies__0__learner": "nope"}, "unknown learner 'nope'; learners: cpu"),
         ({"policies__0__device": "tpu"}, "device 'tpu'"),
         ({"algo__estimator": "gae"}, "gae needs value_head"),
@@ -110,6 +113,13 @@ def test_capabilities_are_the_learner_class_s_data(tmp_path: Path, monkeypatch: 
     assert "errors.pydantic.dev" not in text and "input_value" not in text
     monkeypatch.setattr(verl, "capabilities", frozenset({"lora"}))
     assert load_config(path).policies[0].lora_rank == 8
+    gae = _write(
+        tmp_path, policies__0__learner="verl_fsdp", policies__0__value_head=True, algo__estimator="gae"
+    )
+    with pytest.raises(ConfigError, match="does not support value_head: true"):
+        load_config(gae)
+    monkeypatch.setattr(verl, "capabilities", frozenset({"lora", "value_head"}))
+    assert load_config(gae).policies[0].value_head
     assert "errors.pydantic.dev" not in text and "input_value" not in text
 
 
