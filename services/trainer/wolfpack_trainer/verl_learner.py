@@ -327,7 +327,7 @@ class VerlFsdpLearner(Learner):
             self.critic_worker = TrainingWorker(
                 config=TrainingWorkerConfig(
                     model_type="value_model", model_config=self.model_config,
-                    engine_config=self.critic_config.engine, optimizer_config=self.critic_config.optim,
+                    engine_config=self.critic_config.fsdp, optimizer_config=self.critic_config.optim,
                     checkpoint_config=self.critic_config.checkpoint,
                 )
             )  # fmt: skip
@@ -484,6 +484,7 @@ class VerlFsdpLearner(Learner):
                 "model": {
                     k: v.detach().clone()
                     for k, v in get_model_state_dict(critic.module, options=opts).items()
+                    if isinstance(v, torch.Tensor)
                 },
                 "optimizer": get_optimizer_state_dict(critic.module, critic.optimizer, options=opts),
             }
