@@ -77,7 +77,7 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     # On a GPU host the clone trains on the card (SmolLM2 on CPU cores takes minutes per few steps).
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
