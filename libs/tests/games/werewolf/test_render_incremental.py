@@ -271,9 +271,21 @@ def test_incremental_prompts_match_the_reference_renderer(variant: str, language
     assert compared > 100 and events > 100  # the games really ran
 
 
+class _CountingTemplate(str):
+    """A prompt template that counts how often it is filled."""
+
+    calls = 0
+
+    def format(self, *args: Any, **kwargs: Any) -> str:
+        _CountingTemplate.calls += 1
+        return super().format(*args, **kwargs)
+
+
 def test_every_event_is_formatted_at_most_once_per_game(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Per-turn cost flat in game length: a game's prompts format each event once, the rules not at all
-    after the first game with the same configuration."""
+    """Per-turn cost flat in game length: a game's prompts fill each event's template at most once
+    (structural lines through ``_format``, speeches from the pack's templates directly), and build no
+    rules after the first game of a configuration. The cross-game line memo is emptied per game, so the
+    count is this game's own."""
     calls = {"format": 0, "rules": 0}
     real_format = render_mod._format
     real_rules = render_mod._build_rules
@@ -288,13 +300,17 @@ def test_every_event_is_formatted_at_most_once_per_game(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(render_mod, "_format", counting_format)
     monkeypatch.setattr(render_mod, "_build_rules", counting_rules)
+    pc = render_mod._pack_cache(load_pack("en"))
+    monkeypatch.setattr(pc, "free", {k: _CountingTemplate(v) for k, v in pc.free.items()})
     env = WerewolfEnv("12p", language="en", discussion_rounds=3)
     rng = random.Random(0)
     render_mod.render_observation(env, 0, env.n_events, "", 0, (), "", False)  # warm the rules memo
     calls["rules"] = 0
     for seed in range(3):
         env.reset(seed=seed)
+        pc.lines.clear()
         calls["format"] = 0
+        _CountingTemplate.calls = 0
         prompts = 0
         while not env.done:
             acting = env.acting_seats()
@@ -305,7 +321,9 @@ def test_every_event_is_formatted_at_most_once_per_game(monkeypatch: pytest.Monk
         for seat in range(env.n):
             assert env.observe(seat).text
         assert prompts > 50
-        assert calls["format"] <= env.n_events, (calls["format"], env.n_events)
+        assert calls["format"] > 0 and _CountingTemplate.calls > 0  # both paths ran
+        filled = calls["format"] + _CountingTemplate.calls
+        assert filled <= env.n_events, (filled, env.n_events, prompts)
     assert calls["rules"] == 0
 
 
