@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Stock verl 0.9.1 `main_ppo` (V1 trainer, Ray, GRPO, vLLM async rollout, FSDP actor with sdpa) training on
 # Werewolf through Wolfpack's agent loop: every sample plays one seat of a 6-player game on the environment
-# service (the other seats are heuristic bots) and is scored by the reward service; both run here as
-# processes on free ports. The policy is a random-weight tiny Qwen2 with a ChatML tokenizer (no weights reach
+# service (the other seats are heuristic bots), which runs here as a process on a free port, and is scored in
+# process by the reward specs library (wolfpack_rewards). The policy is a random-weight tiny Qwen2 with a ChatML tokenizer (no weights reach
 # the GPU machine), so this checks the plumbing and measures time, not learning.
 #
 #   . /tmp/site/env.sh && bash bench/trainer/verl_agent_loop_ppo.sh        # on the GPU machine (1 GPU)
@@ -17,18 +17,15 @@ STEPS=${STEPS:-3}
 ROWS=${ROWS:-64}
 LOG=${LOG:-$WORK/main_ppo.log}
 mkdir -p "$WORK"
-export PYTHONPATH=$ROOT/libs:$ROOT/services/environment:$ROOT/services/reward:$ROOT/services/trainer:$ROOT/services/inference:${PYTHONPATH:-}
+export PYTHONPATH=$ROOT/libs:$ROOT/services/environment:$ROOT/services/trainer:$ROOT/services/inference:${PYTHONPATH:-}
 export HYDRA_FULL_ERROR=1 PYTHONUNBUFFERED=1
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 ENV_ADDR=127.0.0.1:$(free_port)
-REWARD_ADDR=127.0.0.1:$(free_port)
 python3 -m wolfpack.cli.main serve environment --address "$ENV_ADDR" >"$WORK/environment.log" 2>&1 &
 ENV_PID=$!
-python3 -m wolfpack.cli.main serve reward --address "$REWARD_ADDR" >"$WORK/reward.log" 2>&1 &
-REWARD_PID=$!
-trap 'kill $ENV_PID $REWARD_PID 2>/dev/null || true' EXIT
-python3 - "$ENV_ADDR" "$REWARD_ADDR" <<'PY'
+trap 'kill $ENV_PID 2>/dev/null || true' EXIT
+python3 - "$ENV_ADDR" <<'PY'
 import asyncio, sys, time
 from wolfpack.rpc import check_health
 async def wait(target: str) -> None:
@@ -42,7 +39,7 @@ async def main() -> None:
     await asyncio.gather(*(wait(t) for t in sys.argv[1:]))
 asyncio.run(main())
 PY
-export WOLFPACK_ENVIRONMENT_ADDR=$ENV_ADDR WOLFPACK_REWARD_ADDR=$REWARD_ADDR
+export WOLFPACK_ENVIRONMENT_ADDR=$ENV_ADDR
 
 MODEL=$(python3 -c "from pathlib import Path; from wolfpack_inference.models import tiny_model; print(tiny_model(Path('$WORK'), hidden_size=256, layers=2, max_positions=4096))" | tail -1)
 python3 -m wolfpack_trainer.agent_loop "$WORK/train.parquet" --rows "$ROWS" --game werewolf_v1 --variant 6p \

@@ -1,9 +1,10 @@
-"""The verl AgentLoop plug-in over the real environment and reward gRPC servers, with a fake LLM server handle.
+"""The verl AgentLoop plug-in over the real environment gRPC server, with a fake LLM server handle.
 
 The fake stands in for verl's ``LLMServerClient`` (the only fake here): it reads the legal actions out of
 the prompt it is given (decoded with the real tiny-model tokenizer) and answers one, so games are played
-to their end by the real Werewolf engine and scored by the real reward service. verl's own
-``AgentLoopBase`` and its continuous-token builder do the tokenisation.
+to their end by the real Werewolf engine and scored by the real reward specs (``wolfpack_rewards``, in
+process, as the loop does). verl's own ``AgentLoopBase`` and its continuous-token builder do the
+tokenisation.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from wolfpack_environment.server import EnvironmentServicer
 from wolfpack_environment.server import register as register_environment
 from wolfpack_environment.sessions import EpisodeManager
 from wolfpack_inference.models import tiny_model
-from wolfpack_reward.server import register as register_reward
 from wolfpack_trainer.agent_loop import (
     AGENT_NAME,
     CONFIG_PATH,
@@ -54,14 +54,13 @@ def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @dataclass
 class Servers:
     environment: str
-    reward: str
     env: EnvironmentClient
     manager: EpisodeManager
 
     async def outcome(self, episode_id: str, seat: int) -> int:
         """The seat's outcome from the environment's admin view of the episode (GetEpisode over gRPC with
         the admin token read from the server's own session table): independent of the loop and of the
-        reward service."""
+        reward specs."""
         info = await self.env.get_episode(episode_id, self.manager.get(episode_id).admin_token)
         assert info.done
         return next(int(s.outcome) for s in info.seats if s.seat == seat)
@@ -74,14 +73,12 @@ async def servers() -> AsyncIterator[Servers]:
     env_server = await rpc.start_server(
         "environment", lambda s: register_environment(s, servicer), settings, "127.0.0.1:0"
     )
-    reward_server = await rpc.start_server("reward", register_reward, settings, "127.0.0.1:0")
     env_addr = f"127.0.0.1:{env_server.port}"
     async with EnvironmentClient(env_addr, settings) as env:
-        yield Servers(env_addr, f"127.0.0.1:{reward_server.port}", env, servicer.manager)
+        yield Servers(env_addr, env, servicer.manager)
     await close_channels()
     servicer.manager.close_all()
     await env_server.stop(0)
-    await reward_server.stop(0)
 
 
 _LEGAL = re.compile(r"^- (\w+)(?: <player>)?(?: \(players ([\d, ]+)\))?", re.M)
@@ -91,11 +88,13 @@ _LEGAL = re.compile(r"^- (\w+)(?: <player>)?(?: \(players ([\d, ]+)\))?", re.M)
 class FakeServer:
     """Stands in for ``LLMServerClient``: answers a legal action read from the prompt's last "Legal
     actions" block, with made-up logprobs, and records every call. ``garbage_first`` answers a vote for a
-    player who does not exist on the first vote of the game, to exercise the invalid-answer re-prompt."""
+    player who does not exist on the first vote of the game, to exercise the invalid-answer re-prompt;
+    ``fixed`` (when not None) is the answer to every prompt, whatever it asks."""
 
     tokenizer: Any
     garbage_first: bool = False
     garbled: bool = False
+    fixed: str | None = None
     calls: list[dict[str, Any]] = field(default_factory=list)
 
     def answer(self, prompt: str) -> str:
@@ -110,7 +109,7 @@ class FakeServer:
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        **kwargs: Any) -> Any:  # fmt: skip
         prompt = self.tokenizer.decode(prompt_ids)
-        text = self.answer(prompt)
+        text = self.answer(prompt) if self.fixed is None else self.fixed
         if self.garbage_first and text.startswith("vote ") and not self.garbled:
             text, self.garbled = "vote 99", True
         ids = self.tokenizer.encode(text, add_special_tokens=False)[: sampling_params["max_tokens"] - 1]
@@ -134,7 +133,7 @@ def make_loop(
     return WolfpackAgentLoop(
         trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer, processor=None,
         dataset_cls=None, data_config=DictConfigWrap(config.data), hf_model_type="qwen2",
-        environment=servers.environment, reward=servers.reward, name=AGENT_NAME,
+        environment=servers.environment, name=AGENT_NAME,
     )  # fmt: skip
 
 
@@ -208,6 +207,25 @@ async def test_invalid_answer_is_reprompted_and_penalised(tokenizer: Any, server
     assert "invalid" in reprompt and "Exile vote" in reprompt
     # werewolf_shaped@1 takes 0.1 off per invalid turn: the components say so
     assert extra["wolfpack_reward_components"]["invalid_penalty"] == pytest.approx(-0.1)
+
+
+@pytest.mark.parametrize("answer", ["", " \n ", "\x00\x01\ufffd"], ids=["empty", "blank", "binary"])
+async def test_whatever_the_model_answers_is_a_move_never_a_lost_episode(
+    tokenizer: Any, servers: Servers, answer: str
+) -> None:
+    """Regression: stock verl main_ppo lost episodes to INVALID_ARGUMENT 'give an action or a non-empty
+    raw_text' when the model answered nothing. Every answer is now the seat's move, judged by the game."""
+    server = FakeServer(tokenizer, fixed=answer)
+    loop = make_loop(tokenizer, server, servers)
+    out = await loop.run(dict(SAMPLING), **sample(seed=11, seat=0, reward_spec="werewolf_shaped"))
+    extra = out.extra_fields
+    assert extra["wolfpack_invalid_turns"] >= 1, "the game judged the answer invalid"
+    assert extra["wolfpack_outcome"] == await servers.outcome(extra["wolfpack_episode_id"], 0)
+    assert extra["wolfpack_outcome"] in (WIN, LOSS), "the game still ended"
+    # werewolf_shaped@1: -0.1 per invalid (re-prompted or defaulted) turn
+    penalty = extra["wolfpack_reward_components"]["invalid_penalty"]
+    assert penalty == pytest.approx(-0.1 * extra["wolfpack_invalid_turns"])
+    assert len(server.calls) == extra["wolfpack_policy_turns"] >= 2
 
 
 async def test_budget_runs_out_then_autopilot_finishes_the_game(tokenizer: Any, servers: Servers) -> None:

@@ -7,9 +7,14 @@ without the rest of Wolfpack. verl asks the loop for one trajectory per dataset 
 2. on each of its seat's turns turns the observation into a chat message, generates with verl's server
    handle (``LLMServerClient.generate``: token ids in, token ids and logprobs out) and sends the decoded
    text back as the action,
-3. scores the finished episode with the reward service (``RewardService.Score`` on a ``Trajectory`` proto)
-   and returns an ``AgentLoopOutput`` whose response holds the whole conversation after the first prompt:
+3. scores the finished episode with the reward specs of ``wolfpack_rewards`` (in process, off the event
+   loop: the same code and numbers as the reward service's ``Score``, without a service to run) and
+   returns an ``AgentLoopOutput`` whose response holds the whole conversation after the first prompt:
    the policy's tokens with mask 1 and the observation tokens between them with mask 0.
+
+Whatever the model answers (empty, blank, binary) is sent as its move: the environment's game judges it
+(an invalid move is re-prompted, then defaulted, and the reward spec's penalty applies), so no answer
+loses the episode.
 
 Tokenisation uses verl's continuous-token helpers (``ct_build_initial_tokens`` / ``ct_merge_*``), so the
 ids the policy is trained on are exactly the ids it sampled and the chat-template boundaries are verl's.
@@ -25,9 +30,8 @@ column): ``game_id``, ``variant``, ``seed``, ``seat``, ``default_bot``, ``bots``
 (``EpisodeSpec``). Rows with the same seed are the same game, so GRPO's n samples of one row compare
 answers in one game. ``python -m wolfpack_trainer.agent_loop --help`` writes such a dataset.
 
-Service addresses come from the agent-loop config keys ``environment`` / ``reward`` or from
-``WOLFPACK_ENVIRONMENT_ADDR`` / ``WOLFPACK_REWARD_ADDR`` (the Ray workers inherit the driver's
-environment).
+The environment service's address comes from the agent-loop config key ``environment`` or from
+``WOLFPACK_ENVIRONMENT_ADDR`` (the Ray workers inherit the driver's environment).
 
 When the response budget (``rollout.response_length``) runs out before the game ends, the remaining
 turns of the seat are answered with the first legal action ("autopilot"): the game still reaches an
@@ -50,12 +54,10 @@ from typing import Any
 import grpc
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
-from wolfpack import rpc
+import wolfpack_rewards
 from wolfpack.settings import Settings, load_settings
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import environment_service_pb2 as env_pb
-from wolfpack.v1 import reward_service_pb2 as reward_pb
-from wolfpack.v1 import reward_service_pb2_grpc as reward_grpc
 from wolfpack_environment.client import EnvironmentClient
 from wolfpack_games.scenarios import GAME_CLASSES as SCENARIO_GAMES
 
@@ -179,59 +181,41 @@ def autopilot_action(obs: env_pb.Observation) -> common_pb2.Action:
     return action
 
 
-@dataclass
-class _Channels:
-    env: EnvironmentClient
-    reward: reward_grpc.RewardServiceAsyncStub
-    reward_channel: grpc.aio.Channel
+_CLIENTS: dict[str, tuple[asyncio.AbstractEventLoop, EnvironmentClient]] = {}
 
 
-def reward_stub(channel: grpc.aio.Channel) -> reward_grpc.RewardServiceAsyncStub:
-    """The reward service's stub on an asyncio channel (generated stubs are typed for sync channels)."""
-    return reward_grpc.RewardServiceStub(channel)  # type: ignore[return-value]
-
-
-_CHANNELS: dict[tuple[str, str], tuple[asyncio.AbstractEventLoop, _Channels]] = {}
-
-
-def _channels(environment: str, reward: str, settings: Settings) -> _Channels:
-    """One environment client and one reward stub per addresses, reused by every sample of a worker
-    (verl builds a loop object per sample). gRPC channels are bound to the event loop they were made on,
-    so a different running loop gets new ones."""
+def _client(environment: str, settings: Settings) -> EnvironmentClient:
+    """One environment client per address, reused by every sample of a worker (verl builds a loop object
+    per sample). gRPC channels are bound to the event loop they were made on, so a different running loop
+    gets a new one."""
     loop = asyncio.get_running_loop()
-    found = _CHANNELS.get((environment, reward))
+    found = _CLIENTS.get(environment)
     if found is None or found[0] is not loop:
-        channel = rpc.channel(reward, settings)
-        found = (
-            loop,
-            _Channels(EnvironmentClient(environment, settings), reward_stub(channel), channel),
-        )
-        _CHANNELS[(environment, reward)] = found
+        found = (loop, EnvironmentClient(environment, settings))
+        _CLIENTS[environment] = found
     return found[1]
 
 
 async def close_channels() -> None:
-    """Close the cached channels made on the running loop (tests, and workers that shut down cleanly)."""
+    """Close the cached clients made on the running loop (tests, and workers that shut down cleanly)."""
     loop = asyncio.get_running_loop()
-    for key, (owner, channels) in list(_CHANNELS.items()):
+    for key, (owner, client) in list(_CLIENTS.items()):
         if owner is loop:
-            del _CHANNELS[key]
-            await channels.env.close()
-            await channels.reward_channel.close()
+            del _CLIENTS[key]
+            await client.close()
 
 
 class WolfpackAgentLoop(AgentLoopBase):  # type: ignore[misc,valid-type]
     """Plays one seat of one game per sample; see the module docstring.
 
-    Extra keyword arguments (from the agent-loop config entry): ``environment``, ``reward`` (host:port),
-    ``episode`` (defaults for ``EpisodeSpec``), ``max_policy_turns`` (0: no limit besides the budget).
+    Extra keyword arguments (from the agent-loop config entry): ``environment`` (host:port), ``episode``
+    (defaults for ``EpisodeSpec``), ``max_policy_turns`` (0: no limit besides the budget).
     """
 
     def __init__(
         self,
         *args: Any,
         environment: str = "",
-        reward: str = "",
         episode: Mapping[str, Any] | None = None,
         max_policy_turns: int = 0,
         **kwargs: Any,
@@ -241,7 +225,6 @@ class WolfpackAgentLoop(AgentLoopBase):  # type: ignore[misc,valid-type]
         super().__init__(*args, **kwargs)
         self.settings = load_settings()
         self.environment_addr = environment or self.settings.service_addr("environment")
-        self.reward_addr = reward or self.settings.service_addr("reward")
         self.episode_defaults = dict(episode or {})
         self.max_policy_turns = int(max_policy_turns)
 
@@ -249,19 +232,17 @@ class WolfpackAgentLoop(AgentLoopBase):  # type: ignore[misc,valid-type]
         """Play the episode of ``kwargs`` (a verl sample) and return its ``AgentLoopOutput``."""
         spec = EpisodeSpec.from_sample(kwargs, self.episode_defaults)
         system = [dict(m) for m in (kwargs.get("raw_prompt") or [])]
-        channels = _channels(self.environment_addr, self.reward_addr, self.settings)
+        env = _client(self.environment_addr, self.settings)
         started = time.perf_counter()
-        play = await _Play(self, spec, system, sampling_params, channels.env).run()
+        play = await _Play(self, spec, system, sampling_params, env).run()
         generate_s = play.generate_s
         reward, turn_rewards, components, outcome = 0.0, [], {}, common_pb2.OUTCOME_KIND_UNSPECIFIED
         scored_s = 0.0
         if play.turns:
             t0 = time.perf_counter()
             trajectory = await play.trajectory(spec)
-            resp = await channels.reward.Score(
-                reward_pb.ScoreRequest(trajectory=trajectory, spec=spec.reward_spec),
-                timeout=self.settings.rpc_timeout_s,
-            )
+            # off the event loop: prediction shaping may take CPU-seconds on a long game
+            resp = await asyncio.to_thread(wolfpack_rewards.score, trajectory, spec.reward_spec)
             scored_s = time.perf_counter() - t0
             seat_reward = next(s for s in resp.seat_rewards if s.seat == spec.seat)
             reward, components = float(seat_reward.reward), dict(seat_reward.components)
