@@ -186,7 +186,8 @@ def _run(
     start = time.monotonic()
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # per-save/load tqdm bars would tear the rich bar every update
+    # Per-save/load tqdm bars would tear the rich bar every update.
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(), console=console,
