@@ -30,8 +30,8 @@ def test_update_line_names_every_number_and_marks_missing_ones() -> None:
         },
     )
     assert line == "update 3/20  reward +0.41  win 0.62  loss -0.0132  kl 0.00041  entropy 1.23  9.8 s"
-    # No PPO KL (one optimizer step): the KL to the reference; nothing at all: a dash, not a made-up 0.
-    assert "kl 0.02" in update_line(1, 2, {"actor/kl_loss": 0.02})
+    # The KL to the reference first (when the loss has one); nothing at all: a dash, not a made-up 0.
+    assert "kl 0.02" in update_line(1, 2, {"actor/kl_loss": 0.02, "actor/ppo_kl": 0.0})
     assert update_line(1, 2, {}) == "update 1/2  reward -  win -  loss -  kl -  entropy -  0.0 s"
 
 

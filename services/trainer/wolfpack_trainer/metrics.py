@@ -104,9 +104,9 @@ def _first(values: Mapping[str, float], *keys: str) -> float | None:
 
 def update_line(step: int, total: int, values: Mapping[str, float]) -> str:
     """One console line per update: ``update 3/20  reward +0.41  win 0.62  loss -0.013  kl 4.1e-04
-    entropy 1.23  9.8 s`` (``-`` where the learner does not report a value). ``kl`` is the PPO KL between
-    the policy before and after the update (``actor/ppo_kl``), else the KL to the reference
-    (``actor/kl_loss``); the time is collect + update of this step."""
+    entropy 1.23  9.8 s`` (``-`` where the learner does not report a value). ``kl`` is the KL to the
+    reference policy (``actor/kl_loss``, when ``kl_coef`` > 0), else the PPO KL between the policy before
+    and after the update (``actor/ppo_kl``); the time is collect + update of this step."""
 
     def num(key: str, fmt: str, *keys: str) -> str:
         v = _first(values, *keys)
@@ -119,7 +119,7 @@ def update_line(step: int, total: int, values: Mapping[str, float]) -> str:
             num("reward", "+.2f", "charts/reward_mean"),
             num("win", ".2f", "charts/win_rate"),
             num("loss", ".4g", "actor/pg_loss"),
-            num("kl", ".2g", "actor/ppo_kl", "actor/kl_loss"),
+            num("kl", ".2g", "actor/kl_loss", "actor/ppo_kl"),
             num("entropy", ".3g", "actor/entropy"),
             f"{seconds:.1f} s",
         ]
