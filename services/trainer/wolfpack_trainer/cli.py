@@ -173,6 +173,7 @@ def _run(
     publisher: Any = None,
 ) -> None:
     from wolfpack_trainer.config import TrainConfig
+    from wolfpack_trainer.evaluate import reference_lines
     from wolfpack_trainer.metrics import update_line
     from wolfpack_trainer.train import ResumeError, check_resumable, learning_line, run_training
 
@@ -240,6 +241,9 @@ def _run(
         )
     console.print(table)
     last = rows[-1] if rows else {}
+    # The clip fraction and the PPO KL only move with several optimiser steps per update (PPO epochs or
+    # mini-batches): with one the ratio is exactly 1 and printing them would suggest a clip that is not there.
+    multi_step = last.get("actor/optimizer_steps", 1.0) > 1 or any(p.ppo_epochs > 1 for p in cfg.policies)
     for key in (
         "actor/ppo_kl",
         "actor/entropy",
@@ -247,7 +251,7 @@ def _run(
         "actor/grad_norm",
         "mismatch/abs_logprob_diff",
     ):
-        if key in last:
+        if key in last and (multi_step or key not in ("actor/ppo_kl", "actor/pg_clipfrac")):
             console.print(f"  {key}: {last[key]:.4g}")
     if trainer.resumed_from is not None:
         console.print(f"  resumed from the checkpoint of update {trainer.resumed_from}")
@@ -257,6 +261,9 @@ def _run(
     console.print(
         f"  metrics: {out / 'metrics.jsonl'}  plot: {out / 'curves.png'}  tensorboard: {out / 'tb'}"
     )
+    metric = cfg.eval.metric
+    for line in reference_lines(cfg, evals[0].metric(metric), evals[-1].metric(metric)):
+        console.print(line, highlight=False)
     console.print(learning_line(cfg.eval.metric, evals[0], evals[-1]), highlight=False)
 
 

@@ -55,10 +55,7 @@ from wolfpack_trainer.metrics import (
     Estimate,
     MetricsWriter,
     episode_metrics,
-    mean_ci,
-    seat_results,
     transcript,
-    wilson_ci,
 )
 from wolfpack_trainer.publish import Publisher
 
@@ -91,9 +88,15 @@ class RunState:
 
 @dataclass
 class EvalResult:
+    """One held-out evaluation (``evaluate.py``): the policies at update ``step`` on the eval seeds."""
+
     step: int
     reward: Estimate
     win_rate: Estimate
+    failed: int = 0
+    """Episodes that failed to play (counted as losses in the estimates)."""
+    trajectories: list[trajectory_pb2.Trajectory] = field(default_factory=list, repr=False)
+    """The played episodes (sample transcripts); not saved with the checkpoint."""
 
     def metric(self, name: str) -> Estimate:
         return self.win_rate if name == "win_rate" else self.reward
@@ -268,23 +271,43 @@ class Trainer:
 
     # --- evaluation ----------------------------------------------------------------------------------
 
-    def evaluate(self) -> EvalResult:
-        ev = self.cfg.eval
-        seeds = [ev.seed_offset + i for i in range(ev.episodes)]
-        self.progress("eval", 0, ev.episodes)
-        trajs = self.play_local(self.tasks(seeds, 1, "eval", bot_mix=False), ev.temperature)
-        rows = seat_results(trajs)
-        by_episode: dict[int, list[tuple[float, bool]]] = {}
-        for traj in trajs:
-            by_episode[traj.seed] = [(r, w) for _, _, r, w in seat_results([traj])]
-        rewards = [sum(r for r, _ in v) / len(v) for v in by_episode.values() if v]
-        wins = [sum(w for _, w in v) / len(v) for v in by_episode.values() if v]
-        self.progress("eval", ev.episodes, ev.episodes)
-        res = EvalResult(self.state.step, mean_ci(rewards), wilson_ci(round(sum(wins)), len(wins)))
-        if any(0 < w < 1 for w in wins):  # several trainee seats per episode: a mean, not a count
-            res.win_rate = mean_ci(wins)
-        del rows
-        return res
+    async def evaluate(self) -> EvalResult:
+        """The current policies on the held-out seeds, played by the same player as training: with a
+        rollout driver (service mode) the policies are the versions inference serves, so every learner,
+        the verl FSDP one included, is evaluated alike; tasks carry split "eval" and ``driver.play`` puts
+        nothing on the training stream. Without one (local mode) the in-process player samples from the
+        learner's weights. A fresh run's first evaluation also measures the reference policies on the same
+        seeds (``evaluate.references``) into the metrics. Failed episodes count as losses."""
+        from wolfpack_trainer import evaluate as ev
+
+        seeds = ev.eval_seeds(self.cfg)
+        temperature = self.cfg.eval.temperature
+        self.progress("eval", 0, len(seeds))
+        tasks = self.tasks(seeds, 1, "eval", bot_mix=False)
+        if self.driver is not None:
+            served = [service_task(t, i) for i, t in enumerate(tasks)]
+            for task in served:
+                task.split = "eval"
+            trajs = await ev.play_served(self.driver, served, temperature)
+        else:
+            missing = [pid for pid, lr in self.learners.items() if not hasattr(lr, "generation_model")]
+            if missing:
+                raise RuntimeError(
+                    f"policies {missing}: their learner cannot sample in process, so rollout.mode local cannot "
+                    "evaluate them; use rollout.mode: service (inference serves the pushed weights)"
+                )
+            trajs = await _off_loop(self.play_local, tasks, temperature)
+        rows, failed = ev.trajectory_rows(trajs, len(seeds), list(self.learners))
+        reward, win_rate = ev.summarize(rows)
+        self.progress("eval", len(seeds), len(seeds))
+        metrics = {"eval/failed_episodes": float(failed)}
+        versions = [t.policy.version for tr in trajs for t in tr.turns if t.policy.policy_id in self.learners]
+        if versions:
+            metrics["eval/policy_version"] = float(max(versions))
+        if not self.state.evals:
+            metrics.update(ev.reference_metrics(ev.references(self.cfg)))
+        self.metrics.log(self.state.step, metrics)
+        return EvalResult(self.state.step, reward, win_rate, failed, list(trajs))
 
     # --- the loop ------------------------------------------------------------------------------------
 

@@ -198,6 +198,9 @@ class CpuLearner(Learner):
         self.step += 1
         metrics = {k: sums[k] / counts[k] for k in sums}
         metrics["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
+        # With one optimiser step per update the ratio is exactly 1, so the clip fraction and the PPO KL
+        # cannot move; the summary shows them only when this count is above 1.
+        metrics["actor/optimizer_steps"] = float(counts.get("actor/grad_norm", 0))
         return metrics
 
     def _micro_step(self, mb: TrainBatch, scale: float, add: Any) -> None:

@@ -1,0 +1,266 @@
+"""Held-out evaluation, and the reference policies a trained policy is judged against.
+
+Why references: a learning curve alone does not say whether a policy learned the *game*. On the old demo
+task the one-word policy "always ACCEPT" won every held-out game, more than the trained policy, and
+nothing in the summary said so. So every evaluation is read against policies measured on the **same
+held-out seeds**, with the same opponents and the same outcome rule:
+
+* ``initial`` — the policy before the first update (the step-0 evaluation, played like every other);
+* ``constant:<MOVE>`` — every constant-action policy the game allows the trainee seats: the scenario
+  families' flag statements (``ACCEPT``, ``REJECT``, ...) and other games' legal actions that take no
+  target and no text; a constant that is never a legal move for the trainee seats is left out (a value
+  statement such as ``OFFER: <n>`` has a constant for every ``n`` and is not enumerated);
+* the game's scripted bots (``random``, ``heuristic``) in the trainee seats.
+
+The references other than ``initial`` are played here, in process, on the pure game core
+(``wolfpack_games``: no services, no model), which is cheap (milliseconds per game) and deterministic:
+the opponents are the config's ``game.bot`` with the bot RNG the in-process player uses, the reference
+seat's own bot draws from a separate RNG. Scores follow the trainer's outcome rule: a seat wins when its
+game outcome is positive; its reward is the outcome minus the reward spec's penalty per invalid move
+(the spec's reward without its shaping terms). Per episode, the trainee seats are averaged.
+
+The trained policy itself is evaluated by ``Trainer.evaluate`` through the same player as training
+(service mode: the rollout driver with the policy served by inference); this module turns its
+trajectories into the same per-episode rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import random
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from wolfpack.v1 import common_pb2, trajectory_pb2
+from wolfpack_games import Action, GameEnv, get_game, make_game
+from wolfpack_trainer.metrics import Estimate, mean_ci, wilson_ci
+
+MAX_STEPS = 200
+"""Steps after which a reference game is cut (scored as unfinished: outcome 0, no win)."""
+
+EpisodeRow = list[tuple[float, bool]]
+"""One held-out episode: (reward, won) of each trainee seat."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A reference policy's score on the held-out seeds."""
+
+    name: str
+    reward: Estimate
+    win_rate: Estimate
+
+    def metric(self, name: str) -> Estimate:
+        return self.win_rate if name == "win_rate" else self.reward
+
+
+def eval_seeds(cfg: Any) -> list[int]:
+    """The held-out seeds: ``eval.seed_offset + i`` for ``i < eval.episodes`` (disjoint from training's)."""
+    return [cfg.eval.seed_offset + i for i in range(cfg.eval.episodes)]
+
+
+def summarize(rows: Sequence[EpisodeRow]) -> tuple[Estimate, Estimate]:
+    """(reward, win rate) over episodes, each the mean of its trainee seats. The win rate is a Wilson
+    interval when every episode is a whole win or loss, else (several trainee seats per episode, split
+    results) a normal interval of the per-episode means."""
+    kept = [r for r in rows if r]
+    rewards = [statistics.fmean(x for x, _ in r) for r in kept]
+    wins = [statistics.fmean(float(w) for _, w in r) for r in kept]
+    if any(0 < w < 1 for w in wins):
+        return mean_ci(rewards), mean_ci(wins)
+    return mean_ci(rewards), wilson_ci(round(sum(wins)), len(wins))
+
+
+def trajectory_rows(
+    trajectories: Sequence[trajectory_pb2.Trajectory], expected: int, policies: Sequence[str] = ()
+) -> tuple[list[EpisodeRow], int]:
+    """Per-episode rows of played trajectories (trainee seats: bound to a policy id, or one of
+    ``policies``), and how many of ``expected`` episodes are missing (failed). Each missing episode
+    counts as a loss (reward -1, no win): an evaluation never looks better because episodes failed."""
+    rows: list[EpisodeRow] = []
+    for traj in trajectories:
+        bound = {b.seat: b.policy.policy_id for b in traj.seats if b.policy.policy_id}
+        row = [
+            (float(o.final_reward), o.outcome == common_pb2.OUTCOME_KIND_WIN)
+            for o in traj.outcomes
+            if bound.get(o.seat) and (not policies or bound[o.seat] in policies)
+        ]
+        rows.append(row)
+    missing = max(0, expected - len(trajectories))
+    rows.extend([[(-1.0, False)]] * missing)
+    return rows, missing
+
+
+async def play_served(
+    driver: Any, tasks: Sequence[Any], temperature: float
+) -> list[trajectory_pb2.Trajectory]:
+    """``driver.play(tasks)`` (the rollout driver: nothing goes to the stream) sampling at the evaluation's
+    ``temperature``; the driver's own sampling settings are restored afterwards."""
+    config = driver.config
+    sampling = getattr(config, "sampling", None)
+    if sampling is not None and sampling.temperature != temperature:
+        driver.config = dataclasses.replace(
+            config, sampling=dataclasses.replace(sampling, temperature=temperature)
+        )
+    try:
+        return list(await driver.play(tasks))
+    finally:
+        driver.config = config
+
+
+# --- reference policies ---------------------------------------------------------------------------------
+
+Move = Callable[[GameEnv, int, random.Random], "Action | str"]
+"""How a reference policy answers for a trainee seat: (engine, seat, its RNG) -> a move."""
+
+
+def _trainee_seats(cfg: Any, env: GameEnv) -> set[int]:
+    seats = {s for p in cfg.policies for s in p.seats}
+    roles = {r for p in cfg.policies for r in p.roles}
+    if roles:
+        seats |= {s for s in env.possible_agents if env.role(s) in roles}
+    return seats
+
+
+def constant_moves(cfg: Any) -> list[str]:
+    """Candidate constant actions of the config's game (see the module docstring), in a stable order."""
+    from wolfpack_games.scenarios import GAME_CLASSES
+
+    game_cls = GAME_CLASSES.get(cfg.game.id)
+    if game_cls is not None:
+        from wolfpack_games.scenarios import get_family
+
+        family = get_family(game_cls.family_name)
+        return [spec.keyword for spec in family.specs if not spec.takes_value]
+    kinds: dict[str, None] = {}
+    for seed in eval_seeds(cfg)[:8]:  # the kinds a trainee seat is offered in a few bot games
+        env = make_game(cfg.game.id, cfg.game.variant)
+        env.reset(seed=seed)
+        bots, rng = get_game(cfg.game.id).bots, random.Random(seed)
+        trainee = _trainee_seats(cfg, env)
+        for _ in range(MAX_STEPS):
+            if env.done:
+                break
+            for seat in env.acting_seats():
+                if seat in trainee:
+                    for legal in env.legal_actions(seat):
+                        if not legal.targets and not legal.needs_text:
+                            kinds.setdefault(legal.kind)
+            env.step({s: bots[cfg.game.bot](env, s, rng) for s in env.acting_seats()})
+    return list(kinds)
+
+
+def invalid_penalty(cfg: Any) -> float:
+    """The reward spec's penalty per invalid move (``rollout.invalid_penalty`` restates it when given)."""
+    if cfg.rollout.invalid_penalty is not None:
+        return float(cfg.rollout.invalid_penalty)
+    from wolfpack_rewards import resolve_spec
+
+    return float(resolve_spec(cfg.rollout.reward_spec, cfg.game.id).config.penalties.invalid)
+
+
+def play_reference(cfg: Any, move: Move) -> tuple[list[EpisodeRow], int]:
+    """Play the held-out seeds with ``move`` in the trainee seats; (per-episode rows, legal moves made)."""
+    spec = get_game(cfg.game.id)
+    opponent = spec.bots[cfg.game.bot]
+    penalty = invalid_penalty(cfg)
+    rows: list[EpisodeRow] = []
+    legal_moves = 0
+    for seed in eval_seeds(cfg):
+        env = make_game(cfg.game.id, cfg.game.variant)
+        env.reset(seed=seed)
+        trainee = _trainee_seats(cfg, env)
+        bot_rng = random.Random(seed * 7919 + 1)  # the in-process player's opponent RNG (local_rollout)
+        own_rng = random.Random(seed * 7919 + 2)
+        invalid = dict.fromkeys(trainee, 0)
+        for _ in range(MAX_STEPS):
+            if env.done:
+                break
+            moves: dict[int, Action | str] = {}
+            for seat in env.acting_seats():
+                moves[seat] = move(env, seat, own_rng) if seat in trainee else opponent(env, seat, bot_rng)
+            infos = env.step(moves).infos
+            for seat in trainee & set(moves):
+                if infos.get(seat, {}).get("invalid_reason"):
+                    invalid[seat] += 1
+                else:
+                    legal_moves += 1
+        outcome = env.outcome() if env.done else dict.fromkeys(env.possible_agents, 0)
+        rows.append([(outcome[s] - penalty * invalid[s], outcome[s] > 0) for s in sorted(trainee)])
+    return rows, legal_moves
+
+
+def references(cfg: Any) -> list[Reference]:
+    """The in-process references (constants, then the game's bots) on the config's held-out seeds;
+    empty when the opponents are not scripted bots of the game (nothing to play them with here)."""
+    spec = get_game(cfg.game.id)
+    if cfg.game.bot not in spec.bots:
+        return []
+    key = (cfg.model_dump_json(include={"game", "policies", "eval", "rollout"}),)
+    if key in _CACHE:
+        return _CACHE[key]
+    out: list[Reference] = []
+    for text in constant_moves(cfg):
+        rows, legal = play_reference(cfg, functools.partial(_constant, text=text))
+        if legal:  # a constant the game never accepts from these seats is no policy of theirs
+            out.append(Reference(f"constant:{text}", *summarize(rows)))
+    for name in ("random", "heuristic"):
+        if name in spec.bots:
+            rows, _ = play_reference(cfg, spec.bots[name])
+            out.append(Reference(name, *summarize(rows)))
+    _CACHE[key] = out
+    return out
+
+
+_CACHE: dict[tuple[str], list[Reference]] = {}
+
+
+def _constant(env: GameEnv, seat: int, rng: random.Random, *, text: str) -> Action | str:
+    """The constant move as the game takes it: a flag statement as text, an action kind as an Action."""
+    kinds = {legal.kind for legal in env.legal_actions(seat)}
+    return Action(text) if text in kinds and text not in ("say", "final") else text
+
+
+# --- printing ---------------------------------------------------------------------------------------------
+
+
+def reference_line(name: str, metric: str, est: Estimate) -> str:
+    """``reference: <name> <metric> <value> (95% CI <lo>..<hi>)``."""
+    return f"reference: {name} {metric} {est.mean:.2f} (95% CI {est.lo:.2f}..{est.hi:.2f})"
+
+
+def reference_metrics(refs: Sequence[Reference]) -> dict[str, float]:
+    """Metrics-file keys ``reference/<name>/<metric>[_lo|_hi]`` (``:`` in a name becomes ``_``)."""
+    out: dict[str, float] = {}
+    for ref in refs:
+        base = f"reference/{ref.name.replace(':', '_')}"
+        for metric, est in (("reward_mean", ref.reward), ("win_rate", ref.win_rate)):
+            out[f"{base}/{metric}"] = est.mean
+            out[f"{base}/{metric}_lo"] = est.lo
+            out[f"{base}/{metric}_hi"] = est.hi
+    return out
+
+
+def beats(final: Estimate, refs: Sequence[Reference], metric: str) -> tuple[list[str], list[str]]:
+    """(names of the references whose value lies below the final CI's lower bound, the others)."""
+    above = [r.name for r in refs if final.lo > r.metric(metric).mean]
+    return above, [r.name for r in refs if r.name not in above]
+
+
+def reference_lines(cfg: Any, initial: Estimate, final: Estimate) -> list[str]:
+    """The summary's block before the ``learning:`` line: one ``reference:`` line per reference policy
+    (``initial`` first), then which of them the final estimate's 95% CI lies above (its lower bound above
+    the reference's value on the same seeds)."""
+    metric = cfg.eval.metric
+    refs = [Reference("initial", initial, initial), *references(cfg)]
+    lines = [reference_line(r.name, metric, r.metric(metric)) for r in refs]
+    if len(refs) == 1:
+        lines.append(f"  (no in-process references: the opponents ({cfg.game.bot}) are not scripted bots)")
+    above, below = beats(final, refs[1:], metric)
+    verdict = f"  final {metric} 95% CI lower bound {final.lo:.2f}: above {', '.join(above) or 'none'}"
+    if below:
+        verdict += f"; not above {', '.join(below)}"
+    return [*lines, verdict]
