@@ -31,7 +31,8 @@ def test_every_service_has_a_server_dockerfile_and_docs() -> None:
     for service in SERVICES:
         folder = ROOT / "services" / service
         assert (folder / f"wolfpack_{service}" / "server.py").is_file(), service
-        assert f'"{service}": (' in (ROOT / "deploy" / "docker" / "requirements.py").read_text()  # image extras
+        images = (ROOT / "deploy" / "docker" / "requirements.py").read_text()  # extras of each image
+        assert f'"{service}": (' in images, service
         assert service in (ROOT / "docs" / "architecture.md").read_text()
 
 
