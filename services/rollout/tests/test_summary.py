@@ -8,7 +8,7 @@ import pytest
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import curriculum_service_pb2 as cur_pb
-from wolfpack_rollout.summary import RolloutSummary, summarize
+from wolfpack_rollout.summary import EpisodeFailure, RolloutSummary, summarize
 
 WIN, LOSS, DRAW, ABORTED = (
     common_pb2.OUTCOME_KIND_WIN,
@@ -90,3 +90,22 @@ def test_rates_use_the_driver_counters_when_given(elapsed: float, per_s: float, 
     assert (s.generated_tokens, s.truncated_responses, s.compressed_prompts) == (120, 3, 4)
     assert s.backpressure_wait_s == 1.5
     assert s.tokens_per_s == pytest.approx(per_s) and s.episodes_per_min == pytest.approx(per_min)
+
+
+def test_each_reason_keeps_its_first_failure_detail_and_where() -> None:
+    examples = [
+        EpisodeFailure(1, "no_turns", "the episode ended before any policy seat acted", "werewolf_v1/6p seed 15"),
+        EpisodeFailure(2, "inference_unavailable", "DEADLINE_EXCEEDED: Deadline Exceeded", "bargaining_v1/easy seed 3"),
+        EpisodeFailure(3, "no_turns", "a later one", "werewolf_v1/6p seed 16"),
+        EpisodeFailure(4, "context_overflow", "", ""),
+        EpisodeFailure(5, "not_counted", "an example whose reason is not in the counts is ignored", "x"),
+    ]  # fmt: skip
+    failures = {"no_turns": 2, "inference_unavailable": 1, "context_overflow": 1}
+    s = summarize([], failures, 10.0, failure_examples=examples)
+    assert s.failed == 4 and s.interrupted == 0
+    assert s.failure_details == {
+        "no_turns": "werewolf_v1/6p seed 15: the episode ended before any policy seat acted",
+        "inference_unavailable": "bargaining_v1/easy seed 3: DEADLINE_EXCEEDED: Deadline Exceeded",
+        "context_overflow": "",
+    }
+    assert summarize([], failures, 10.0).failure_details == {}, "no examples given: counts only"

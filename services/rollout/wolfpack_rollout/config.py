@@ -19,6 +19,10 @@ The rules below are the *documented, counted* ones the rollout summary reports:
   DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED) is retried ``retries`` times with exponential backoff
   from ``backoff_s``; after that the episode fails with a reason (``inference_unavailable``, ...). A failed
   episode is counted by reason and never appended half-written.
+
+The dataclass defaults suit a GPU policy or the tiny test model. ``cpu_profile`` gives the overrides for a
+policy generated on the same few CPU cores as the services (``wolfpack rollout`` applies them to the flags
+it is not given when the machine has at most ``CPU_PROFILE_MAX_CORES`` cores).
 """
 
 from __future__ import annotations
@@ -125,3 +129,28 @@ class RolloutConfig:
                 sampling["stop"] = tuple(sampling["stop"])
             values["sampling"] = SamplingConfig(**sampling)
         return cls(**values)
+
+
+CPU_PROFILE_MAX_CORES = 8
+"""Machines with at most this many cores get ``cpu_profile`` from ``wolfpack rollout``."""
+
+
+def cpu_profile(cpus: int) -> dict[str, Any]:
+    """``RolloutConfig`` overrides for a policy generated on the same ``cpus`` CPU cores as the services.
+
+    Why: with the dataclass defaults on two cores (16 episodes in flight, 64 tokens, the whole history in
+    every prompt, SmolLM2-135M) one GenerateBatch of sixteen 400-700-token Werewolf prompts outlasted the
+    environment's 120 s turn timeout: every policy move was defaulted while the model was still
+    generating, no generation was recorded in 15 minutes, and Werewolf episodes whose trainee had only
+    defaulted moves failed ``no_turns``. So: a few episodes in flight (enough to batch the decode steps),
+    short answers (a move is a line; 32 tokens hold a sentence and a ``FINAL_BID``), the ``memory`` prompt
+    (opening context plus the last steps, not the growing history), and a turn timeout and generate
+    deadline long enough that a slow model is waited for instead of having its moves defaulted (a
+    trajectory of defaulted moves teaches nothing) or its batch generated again from scratch."""
+    return {
+        "concurrency": max(2, min(cpus, 4)),
+        "prompt_mode": "memory",
+        "max_tokens": 32,
+        "turn_timeout_s": 600.0,
+        "generate_timeout_s": 600.0,
+    }

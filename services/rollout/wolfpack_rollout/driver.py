@@ -37,7 +37,7 @@ import os
 import socket
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +63,7 @@ from wolfpack_environment.client import EnvironmentClient
 from wolfpack_inference.client import generate_batch
 from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.prompts import render_messages
-from wolfpack_rollout.summary import RolloutSummary, summarize
+from wolfpack_rollout.summary import EpisodeFailure, RolloutSummary, summarize
 from wolfpack_rollout.trajectory import EpisodeResult, TurnRecord, build_trajectory
 
 __all__ = [
@@ -109,6 +109,7 @@ class EpisodeFailed(Exception):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+        self.detail = detail
 
 
 @dataclass
@@ -130,10 +131,14 @@ class RolloutStats:
     backpressure_waits: int = 0
     backpressure_wait_s: float = 0.0
     failures: Counter[str] = field(default_factory=Counter)
+    recent_failures: deque[EpisodeFailure] = field(default_factory=lambda: deque(maxlen=256))
+    """The latest failed episodes with their detail (bounded: a long-running worker keeps only these)."""
 
-    def fail(self, reason: str) -> None:
+    def fail(self, reason: str, detail: str = "", task: cur_pb.Task | None = None) -> None:
         self.episodes_failed += 1
         self.failures[reason] += 1
+        where = f"{task.bucket or task.game.game_id} seed {task.seed}" if task is not None else ""
+        self.recent_failures.append(EpisodeFailure(self.episodes_failed, reason, detail, where))
 
 
 @dataclass(eq=False)
@@ -361,6 +366,7 @@ class RolloutDriver:
         self.trajectories = []
         started = time.monotonic()
         failed_before = Counter(self.stats.failures)
+        numbered_before = self.stats.episodes_failed
         before = _CounterDelta(
             self.stats.generated_tokens,
             self.stats.truncated_responses,
@@ -401,7 +407,8 @@ class RolloutDriver:
             self.stats.compressed_prompts - before.compressed_prompts,
             self.stats.backpressure_wait_s - before.backpressure_wait_s,
         )
-        return summarize(self.trajectories, failures, time.monotonic() - started, delta)
+        examples = [f for f in self.stats.recent_failures if f.number > numbered_before]
+        return summarize(self.trajectories, failures, time.monotonic() - started, delta, examples)
 
     # ------------------------------------------------------------------ the loop
     async def _drive(
@@ -502,12 +509,12 @@ class RolloutDriver:
             if ep.truncated:
                 self.stats.truncated_episodes += 1
         except EpisodeFailed as exc:
-            self.stats.fail(exc.reason)
+            self.stats.fail(exc.reason, exc.detail, ep.task)
             ep.span.set_attribute("error.type", exc.reason)
-            log.warning("episode failed", extra={"trajectory_id": ep.trajectory_id, "reason": str(exc)})
+            log.warning("episode failed: %s", exc, extra={"trajectory_id": ep.trajectory_id, "reason": exc.reason})
             await self._close_quietly(ep)
         except Exception as exc:
-            self.stats.fail(f"internal:{type(exc).__name__}")
+            self.stats.fail(f"internal:{type(exc).__name__}", str(exc), ep.task)
             ep.span.record_exception(exc)
             log.exception("episode failed", extra={"trajectory_id": ep.trajectory_id})
             await self._close_quietly(ep)
@@ -537,7 +544,7 @@ class RolloutDriver:
             worker_id=self.worker_id,
         )  # fmt: skip
         if not traj.turns:
-            raise EpisodeFailed("no_turns", "the episode ended before any policy seat acted")
+            raise EpisodeFailed("no_turns", _no_turns_detail(ep, self.config))
         token = otel_context.attach(ep.context)
         try:
             scored = await self._retrying(
@@ -717,6 +724,20 @@ def _attempt(ep: _Episode, obs: env_pb.Observation) -> int:
     """0 for a new decision; n for the n-th re-prompt of the same turn."""
     prev = ep.last.get(obs.seat)
     return prev.attempt + 1 if prev is not None and prev.turn_id == obs.turn_id else 0
+
+
+def _no_turns_detail(ep: _Episode, config: RolloutConfig) -> str:
+    """Why an episode has no policy turn: the seat never had one (eliminated before acting), or every
+    decision it was asked for was defaulted at the environment's turn timeout while the model was still
+    generating (an overloaded policy: the fix is less load, not a retry)."""
+    if not ep.decisions:
+        return "the episode ended before any policy seat was asked to act (e.g. eliminated first)"
+    return (
+        f"{ep.decisions} decision(s) asked, none answered before the episode ended: the environment "
+        f"defaulted them at its turn timeout while the model was generating (policy too slow for "
+        f"concurrency {config.concurrency}, max_tokens {config.sampling.max_tokens}; lower them or raise "
+        f"turn_timeout_s)"
+    )
 
 
 def _generate_failure(code: grpc.StatusCode, message: str) -> EpisodeFailed:

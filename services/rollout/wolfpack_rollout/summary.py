@@ -7,7 +7,7 @@ the opponent kind the curriculum chose; invalid and defaulted moves count traine
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +32,19 @@ class _Counters(Protocol):
     def backpressure_wait_s(self) -> float: ...
 
 
+@dataclass(frozen=True)
+class EpisodeFailure:
+    """One failed episode as the driver counted it: the reason it is counted under, what went wrong in
+    words (the status message, the exception), and which task it was (``bucket seed N``), so a failure
+    can be reproduced and not only counted."""
+
+    number: int
+    """1-based count of this failure in the driver's life (the CLI prints the ones it has not printed)."""
+    reason: str
+    detail: str = ""
+    where: str = ""
+
+
 @dataclass
 class RolloutSummary:
     """Totals of one ``run``/``play``: counts, rates by role and opponent kind, failures by reason."""
@@ -52,6 +65,10 @@ class RolloutSummary:
     win_rate_by_role: dict[str, tuple[float, int]] = field(default_factory=dict)
     win_rate_by_opponent: dict[str, tuple[float, int]] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
+    failure_details: dict[str, str] = field(default_factory=dict)
+    """Per failure reason, the detail of its first failed episode (``where: detail``)."""
+    interrupted: int = 0
+    """Episodes started but neither delivered nor failed when the run was stopped (Ctrl-C)."""
 
     @property
     def episodes_per_min(self) -> float:
@@ -74,9 +91,16 @@ def summarize(
     failures: Mapping[str, int],
     elapsed_s: float,
     counters: _Counters | None = None,
+    failure_examples: Iterable[EpisodeFailure] = (),
 ) -> RolloutSummary:
+    """Totals of ``trajectories`` (the delivered ones) and ``failures`` (count by reason);
+    ``failure_examples`` give each reason its first detail; ``counters`` are the driver's (else what the
+    trajectories tell)."""
     s = RolloutSummary(episodes=len(trajectories), failed=sum(failures.values()), elapsed_s=elapsed_s)
     s.failures = dict(sorted(failures.items()))
+    for f in failure_examples:
+        if f.reason in s.failures and f.reason not in s.failure_details:
+            s.failure_details[f.reason] = ": ".join(x for x in (f.where, f.detail) if x)
     by_role: dict[str, list[float]] = defaultdict(list)
     by_opp: dict[str, list[float]] = defaultdict(list)
     rewards: list[float] = []
