@@ -511,7 +511,9 @@ class RolloutDriver:
         except EpisodeFailed as exc:
             self.stats.fail(exc.reason, exc.detail, ep.task)
             ep.span.set_attribute("error.type", exc.reason)
-            log.warning("episode failed: %s", exc, extra={"trajectory_id": ep.trajectory_id, "reason": exc.reason})
+            log.warning(
+                "episode failed: %s", exc, extra={"trajectory_id": ep.trajectory_id, "reason": exc.reason}
+            )
             await self._close_quietly(ep)
         except Exception as exc:
             self.stats.fail(f"internal:{type(exc).__name__}", str(exc), ep.task)
