@@ -119,7 +119,7 @@ VALUE_SETS = {
 
 def test_chart_lints_without_errors_with_every_example() -> None:
     for values in VALUE_SETS.values():
-        report = helm_python.lint(str(CHART), values)
+        report = helm_python.lint(str(CHART), values, strict=True, kube_version=K8S_VERSION)
         assert not report["errors"], report
         assert all(m["severity"] < 3 for m in report["messages"]), report["messages"]
 
