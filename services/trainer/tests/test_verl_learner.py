@@ -223,3 +223,19 @@ def test_kl_to_a_frozen_reference(model_dir: Path) -> None:
     assert "actor/kl_loss" in metrics
     assert torch.equal(learner.compute_ref_log_probs(batch), ref0)
     assert not torch.equal(learner.compute_log_probs(batch), batch.old_log_probs)
+
+
+def test_any_sample_count_trains_padding_rows_train_nothing(learner: Any) -> None:
+    """An update's sample count is whatever the episodes produced: 7 samples with mini-batches of 4 are
+    padded to 8 with a row that carries no mask, so the update runs two optimiser steps and the log-probs
+    of the real rows come back unpadded."""
+    batch = make_batch(int(learner.engine.module.config.vocab_size), seed=5).select(list(range(7)))
+    padded = learner._padded(batch, 4)
+    assert len(padded) == 8 and padded.response_mask[7].sum() == 0
+    assert torch.equal(padded.response_mask[:7], batch.response_mask)
+    logp = learner.compute_log_probs(batch)
+    assert logp.shape == (7, R)
+    batch.old_log_probs = logp
+    batch.advantages = torch.ones(7, R) * batch.response_mask
+    metrics = learner.update(batch)
+    assert metrics["actor/optimizer_steps"] == 2

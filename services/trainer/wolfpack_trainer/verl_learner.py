@@ -8,21 +8,27 @@ trained here and one trained by ``main_ppo`` see the same maths. The trainer loo
 (verl key names already); this module only turns it into the TensorDicts verl's worker takes, the way
 ``verl/trainer/ppo/ray_trainer.py`` does, and back.
 
-One process drives one engine: a single GPU here, or one rank per GPU when started under ``torchrun``
-(``RANK``/``WORLD_SIZE`` set; each rank must call the same methods with the same batch). Attention is
+One process drives one engine on a single GPU (or the CPU), or verl's Ray worker groups drive one rank per
+GPU (``extra.ray_gpus``); under ``torchrun`` each rank must call the same methods with the same batch. Attention is
 ``sdpa`` without padding removal (no flash-attn wheel on the GPU hosts). On a machine without CUDA the
 learner still runs (FSDP2 on gloo) through a small CPU platform for verl, which has none: slow, but it
 lets CI exercise this exact code path.
 
 ``config.extra`` keys: ``strategy`` ("fsdp2" default, or "fsdp" = FSDP1), ``param_offload``,
 ``optimizer_offload``, ``gradient_checkpointing``, ``infer_micro_batch_size``, ``total_training_steps``
-(LR schedule length), ``warmup_steps``. LoRA (``lora_rank`` > 0) goes through verl's own FSDP + peft path;
-its KL reference is the base with the adapter disabled, and versions leave as peft adapters. Not supported
-here: a value head (PPO with GAE runs verl's critic worker in ``main_ppo``); it fails at construction.
+(LR schedule length), ``warmup_steps``, ``critic_lr`` (default 10 x ``lr``), ``mixed_precision``;
+``ray_gpus`` (or ``ray: true`` = every visible GPU) runs the workers as verl Ray worker groups with FSDP
+over that many GPUs, ``ray_address`` joining an existing Ray cluster (``verl_workers.py``).
+
+LoRA (``lora_rank`` > 0) goes through verl's own FSDP + peft path; its KL reference is the base with the
+adapter disabled, and versions leave as peft adapters. ``value_head`` (PPO with GAE) adds verl's critic (a
+value model on the same base, verl's value loss, its own optimiser). Batches of any size are padded with
+rows that train on nothing to the even splits verl's dispatch and micro-batches need.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import socket
@@ -205,16 +211,23 @@ class VerlFsdpLearner(Learner):
 
     def __init__(self, config: LearnerConfig) -> None:
         super().__init__(config)
+        extra = dict(config.extra)
         # ``auto`` takes CUDA where there is one; ``cuda`` without one is an error (resolve_device), never a
         # silent CPU run. verl's CPU platform shim is installed only for an explicit or resolved ``cpu``.
         self.device = resolve_device(config.device)
         self.use_cuda = self.device.startswith("cuda")
+        # ``ray_gpus`` > 0 (or ``ray: true`` = every visible GPU): the workers run as verl Ray worker groups,
+        # FSDP over that many GPUs; ``ray_address`` joins an existing cluster. Else one in-process worker.
+        ray_gpus = int(extra.get("ray_gpus", 0)) or (torch.cuda.device_count() if extra.get("ray") else 0)
+        if ray_gpus and not self.use_cuda:
+            raise ValueError("verl_fsdp over Ray needs CUDA devices (ray_gpus > 0 with device cpu)")
         if not self.use_cuda:
             use_cpu_platform()
         for key, value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
                            ("VERL_LOGGING_LEVEL", "WARN")):  # fmt: skip
             os.environ.setdefault(key, value)
-        _init_process_group(self.use_cuda)
+        if not ray_gpus:
+            _init_process_group(self.use_cuda)
         torch.manual_seed(config.seed)
         random.seed(config.seed)
 
@@ -226,10 +239,10 @@ class VerlFsdpLearner(Learner):
             PolicyLossConfig,
             TrainingWorkerConfig,
         )
-        from verl.workers.engine_workers import TrainingWorker
         from verl.workers.utils.losses import ppo_loss
 
-        extra = dict(config.extra)
+        from wolfpack_trainer.verl_workers import Workers
+
         self.strategy = str(extra.get("strategy", "fsdp2"))
         if not self.use_cuda and self.strategy != "fsdp2":
             raise ValueError("without CUDA only FSDP2 runs (verl's FSDP1 path syncs module states over NCCL)")
@@ -237,6 +250,7 @@ class VerlFsdpLearner(Learner):
         loss = config.loss
         micro = max(1, config.micro_batch_size)
         infer_micro = int(extra.get("infer_micro_batch_size", micro))
+        self._micro, self._infer_micro = micro, infer_micro
         self.model_config = HFModelConfig(
             path=self.model_path, load_tokenizer=False, use_remove_padding=False,
             enable_gradient_checkpointing=bool(extra.get("gradient_checkpointing", False)),
@@ -282,29 +296,23 @@ class VerlFsdpLearner(Learner):
         actor_engine: Any = (
             self.actor_config.engine
         )  # typed as verl's BaseConfig; it is the FSDP engine config
-        self.worker = TrainingWorker(
-            config=TrainingWorkerConfig(
+        configs: dict[str, Any] = {
+            "actor": TrainingWorkerConfig(
                 model_type="language_model", model_config=self.model_config, engine_config=actor_engine,
                 optimizer_config=self.actor_config.optim, checkpoint_config=self.actor_config.checkpoint,
             )
-        )  # fmt: skip
-        self.worker.reset()  # from_pretrained + FSDP wrap + AdamW + LR scheduler
-        self.worker.set_loss_fn(partial(ppo_loss, config=self.actor_config))
-        self.ref_worker: Any = None
+        }  # fmt: skip
         self.lora = config.lora_rank > 0
         if loss.kl_coef > 0 and not self.lora:  # the initial policy, frozen, for the KL term
             # Forward-only on a GPU (verl then offloads its params to pinned CPU memory between calls); on
             # CPU pinning needs an accelerator, so it is a regular engine whose optimizer never steps.
             frozen_engine: Any = engine(self.use_cuda)
-            self.ref_worker = TrainingWorker(
-                config=TrainingWorkerConfig(
-                    model_type="language_model", model_config=self.model_config, engine_config=frozen_engine,
-                    optimizer_config=None if self.use_cuda else self.actor_config.optim,  # type: ignore[arg-type]
-                    checkpoint_config=self.actor_config.checkpoint,
-                )
+            configs["ref"] = TrainingWorkerConfig(
+                model_type="language_model", model_config=self.model_config, engine_config=frozen_engine,
+                optimizer_config=None if self.use_cuda else self.actor_config.optim,  # type: ignore[arg-type]
+                checkpoint_config=self.actor_config.checkpoint,
             )  # fmt: skip
-            self.ref_worker.reset()
-        self.critic_worker: Any = None
+        critic_loss: Any = None
         if (
             config.value_head
         ):  # PPO with GAE: verl's critic, a value model on the same base, its own optimiser
@@ -312,7 +320,6 @@ class VerlFsdpLearner(Learner):
             from verl.workers.utils.losses import value_loss
 
             use_sdpa_value_model()
-
             critic_lr = float(extra.get("critic_lr", config.lr * 10))
             self.critic_config = FSDPCriticConfig(
                 strategy=self.strategy, ppo_micro_batch_size_per_gpu=micro, rollout_n=1,
@@ -324,21 +331,41 @@ class VerlFsdpLearner(Learner):
                 ),
                 model=self.model_config,
             )  # fmt: skip
-            self.critic_worker = TrainingWorker(
-                config=TrainingWorkerConfig(
-                    model_type="value_model", model_config=self.model_config,
-                    engine_config=self.critic_config.fsdp, optimizer_config=self.critic_config.optim,
-                    checkpoint_config=self.critic_config.checkpoint,
-                )
+            configs["critic"] = TrainingWorkerConfig(
+                # its own copy: verl's worker writes the model type (and num_labels=1) into the config it gets
+                model_type="value_model", model_config=copy.deepcopy(self.model_config),
+                engine_config=self.critic_config.fsdp,
+                optimizer_config=self.critic_config.optim, checkpoint_config=self.critic_config.checkpoint,
             )  # fmt: skip
-            self.critic_worker.reset()
-            self.critic_worker.set_loss_fn(partial(value_loss, config=self.critic_config))
+            critic_loss = partial(value_loss, config=self.critic_config)
+        self.workers = Workers(configs, ray_gpus=ray_gpus, ray_address=extra.get("ray_address"))
+        for name in configs:
+            self.workers.call(name, "reset")  # from_pretrained + FSDP wrap + AdamW + LR scheduler
+        self.workers.call("actor", "set_loss_fn", partial(ppo_loss, config=self.actor_config))
+        if critic_loss is not None:
+            self.workers.call("critic", "set_loss_fn", critic_loss)
 
     # --- batches -------------------------------------------------------------------------------------
 
     @property
     def engine(self) -> Any:
-        return self.worker.engine
+        """The actor's in-process engine (not with Ray: its engines live in the workers)."""
+        return self.workers.engine("actor")
+
+    def _padded(self, batch: TrainBatch, multiple: int) -> TrainBatch:
+        """``batch`` grown to a multiple of ``multiple`` rows with copies of row 0 that train on nothing
+        (response mask, advantages and rewards 0): verl's data-parallel dispatch, mini- and micro-batches
+        need even splits, while an update's sample count is whatever the episodes produced."""
+        n = len(batch)
+        short = -n % max(multiple, 1)
+        if short == 0:
+            return batch
+        out = batch.select(list(range(n)) + [0] * short)
+        for key in ("response_mask", "advantages", "token_level_rewards", "returns", "values"):
+            value = getattr(out, key)
+            if value is not None:
+                value[n:] = 0
+        return out
 
     def _dataproto(self, batch: TrainBatch, with_training: bool) -> Any:
         from verl import DataProto
@@ -378,38 +405,32 @@ class VerlFsdpLearner(Learner):
         tu.assign_non_tensor(td, **non_tensor)
         return td
 
-    def _infer(self, worker: Any, batch: TrainBatch, *, base_only: bool = False) -> torch.Tensor:
+    def _infer(self, worker: str, batch: TrainBatch, key: str = "log_probs", **flags: Any) -> torch.Tensor:
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
-        td = self._tensordict(
-            batch, False, calculate_entropy=False, compute_loss=False, **({"no_lora_adapter": True} if base_only else {})
-        )  # fmt: skip
-        out = worker.infer_batch(td)
-        logp = no_padding_2_padding(tu.get(out, "log_probs"), td).float().cpu()
-        return logp * (batch.response_mask > 0).float()
+        n = len(batch)
+        padded = self._padded(batch, self.workers.world_size * self._infer_micro)
+        if key == "log_probs":  # a language model's forward; the critic's has no entropy to skip
+            flags.setdefault("calculate_entropy", False)
+        td = self._tensordict(padded, False, compute_loss=False, **flags)
+        out = self.workers.data(worker, "infer_batch", td)
+        got = no_padding_2_padding(tu.get(out, key), td).float().cpu()[:n]
+        return got * (batch.response_mask > 0).float()
 
     def compute_log_probs(self, batch: TrainBatch) -> torch.Tensor:
-        return self._infer(self.worker, batch)
+        return self._infer("actor", batch)
 
     def compute_values(self, batch: TrainBatch) -> torch.Tensor | None:
         """V(s) per response token from verl's critic (None without ``value_head``)."""
-        if self.critic_worker is None:
-            return None
-        from verl.utils import tensordict_utils as tu
-        from verl.workers.utils.padding import no_padding_2_padding
-
-        td = self._tensordict(batch, False, compute_loss=False)
-        out = self.critic_worker.infer_batch(td)
-        values = no_padding_2_padding(tu.get(out, "values"), td).float().cpu()
-        return values * (batch.response_mask > 0).float()
+        return self._infer("critic", batch, "values") if "critic" in self.workers else None
 
     def compute_ref_log_probs(self, batch: TrainBatch) -> torch.Tensor | None:
         """The KL reference: the frozen initial weights, or with LoRA the base with the adapter disabled
         (verl's "ref in actor": no second copy of the model)."""
         if self.lora and self.config.loss.kl_coef > 0:
-            return self._infer(self.worker, batch, base_only=True)
-        return None if self.ref_worker is None else self._infer(self.ref_worker, batch)
+            return self._infer("actor", batch, no_lora_adapter=True)
+        return self._infer("ref", batch) if "ref" in self.workers else None
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
         if batch.advantages is None or batch.old_log_probs is None:
@@ -418,18 +439,19 @@ class VerlFsdpLearner(Learner):
             raise ValueError("kl_coef > 0 needs batch.ref_log_prob")
         from verl.utils import tensordict_utils as tu
 
-        n = len(batch)
-        mini = self.config.mini_batch_size if 0 < self.config.mini_batch_size <= n else n
-        if n % mini:
-            raise ValueError(f"batch of {n} samples is not a multiple of mini_batch_size {mini}")
+        n, world = len(batch), self.workers.world_size
+        want = self.config.mini_batch_size if 0 < self.config.mini_batch_size <= n else n
+        unit = world * self._micro  # every rank gets whole micro-batches of every mini-batch
+        mini = -(-want // unit) * unit
+        padded = self._padded(batch, mini)
 
         def td() -> Any:  # one per worker: train_mini_batch consumes its non-tensor keys
             return self._tensordict(
-                batch, True, calculate_entropy=True, compute_loss=True, global_batch_size=mini, mini_batch_size=mini,
+                padded, True, calculate_entropy=True, compute_loss=True, global_batch_size=mini, mini_batch_size=mini,
                 epochs=self.config.ppo_epochs, seed=self.config.seed + self.step, dataloader_kwargs={"shuffle": True},
             )  # fmt: skip
 
-        metrics = tu.get(self.worker.train_mini_batch(td()), "metrics")
+        metrics = tu.get(self.workers.data("actor", "train_mini_batch", td()), "metrics")
         self.step += 1
         out: dict[str, float] = {}
         for key, value in metrics.items():
@@ -437,15 +459,16 @@ class VerlFsdpLearner(Learner):
             if not values:
                 continue
             out[_METRIC_NAMES.get(key, key if "/" in key else f"actor/{key}")] = sum(values) / len(values)
-        if self.use_cuda:  # evidence in the metrics that the update ran on the card, and how much it took
-            out["perf/learner_max_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        if self.use_cuda:  # evidence in the metrics that the update ran on the card(s), and how much it took
+            out["perf/learner_max_memory_gb"] = float(self.workers.call("actor", "max_memory_gb"))
         out["actor/optimizer_steps"] = float(
-            len(metrics.get("grad_norm", [])) or n // mini * self.config.ppo_epochs
+            len(metrics.get("grad_norm", [])) or len(padded) // mini * self.config.ppo_epochs
         )
-        if self.critic_worker is not None:
+        out["perf/learner_gpus"] = float(world if self.use_cuda else 0)
+        if "critic" in self.workers:
             if batch.values is None or batch.returns is None:
                 raise ValueError("value_head needs batch.values and batch.returns (GAE)")
-            critic = tu.get(self.critic_worker.train_mini_batch(td()), "metrics")
+            critic = tu.get(self.workers.data("critic", "train_mini_batch", td()), "metrics")
             for key, value in critic.items():
                 values = [_scalar(v) for v in (value if isinstance(value, list) else [value])]
                 if values:
@@ -455,79 +478,41 @@ class VerlFsdpLearner(Learner):
     # --- state ---------------------------------------------------------------------------------------
 
     def _full_state(self) -> dict[str, torch.Tensor]:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        # clone: with cpu_offload on a CPU engine the returned tensors alias the live parameters
-        state = get_model_state_dict(self.engine.module, options=opts)
-        return {k: v.detach().clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
+        """The actor's full weights on the CPU (a collective over its ranks; rank 0's copy)."""
+        state: dict[str, torch.Tensor] = self.workers.call("actor", "full_state", False)["model"]
+        return state
 
     def state_dict(self) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        scheduler = getattr(self.engine, "lr_scheduler", None)
+        actor = self.workers.call("actor", "full_state", True)
         out = {
             "step": self.step,
-            "model": self._full_state(),
-            "optimizer": get_optimizer_state_dict(self.engine.module, self.engine.optimizer, options=opts),
-            "lr_scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "model": actor["model"],
+            "optimizer": actor.get("optimizer"),
+            "lr_scheduler": actor.get("lr_scheduler"),
             "torch_rng": torch.get_rng_state(),
             "py_rng": random.getstate(),
             "config_model": self.config.model,
         }
-        if self.critic_worker is not None:
-            from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-            critic = self.critic_worker.engine
-            out["critic"] = {
-                "model": {
-                    k: v.detach().clone()
-                    for k, v in get_model_state_dict(critic.module, options=opts).items()
-                    if isinstance(v, torch.Tensor)
-                },
-                "optimizer": get_optimizer_state_dict(critic.module, critic.optimizer, options=opts),
-            }
+        if "critic" in self.workers:
+            out["critic"] = self.workers.call("critic", "full_state", True)
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        set_model_state_dict(self.engine.module, dict(state["model"]), options=opts)
-        set_optimizer_state_dict(
-            self.engine.module, self.engine.optimizer, dict(state["optimizer"]), options=opts
-        )
-        scheduler = getattr(self.engine, "lr_scheduler", None)
-        if scheduler is not None and state.get("lr_scheduler") is not None:
-            scheduler.load_state_dict(state["lr_scheduler"])
-        if self.critic_worker is not None and "critic" in state:
-            critic = self.critic_worker.engine
-            set_model_state_dict(critic.module, dict(state["critic"]["model"]), options=opts)
-            set_optimizer_state_dict(
-                critic.module, critic.optimizer, dict(state["critic"]["optimizer"]), options=opts
-            )
+        self.workers.call(
+            "actor", "load_full_state",
+            {"model": state["model"], "optimizer": state.get("optimizer"), "lr_scheduler": state.get("lr_scheduler")},
+        )  # fmt: skip
+        if "critic" in self.workers and "critic" in state:
+            self.workers.call("critic", "load_full_state", state["critic"])
         self.step = int(state["step"])
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["py_rng"])
 
-    def _peft_model(self) -> Any:
-        module = self.engine.module
-        return getattr(module, "_fsdp_wrapped_module", module)
-
     def _adapter(self) -> tuple[dict[str, torch.Tensor], str]:
         """The LoRA adapter as peft saves it (``lora_A``/``lora_B`` keys without the adapter name) and its
         ``adapter_config.json`` text: the same format as the cpu learner's adapters."""
-        import json
-
         tensors = {k.replace(".default.", "."): v for k, v in self._full_state().items() if ".lora_" in k}
-        cfg = self._peft_model().peft_config["default"].to_dict()
-        text = json.dumps(cfg, sort_keys=True, default=lambda o: sorted(o) if isinstance(o, set) else str(o))
-        return tensors, text
+        return tensors, str(self.workers.call("actor", "peft_config_json"))
 
     def export_weights(self) -> ExportedWeights:
         """Full weights under HF names, or the LoRA adapter (what inference's PushWeights takes)."""

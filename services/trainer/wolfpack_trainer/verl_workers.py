@@ -1,0 +1,156 @@
+"""verl's ``TrainingWorker`` with the few calls the ``verl_fsdp`` learner needs beyond verl's own, and the one
+way to run a set of them: in this process (one GPU, or the CPU) or as verl Ray worker groups (several GPUs,
+this host or an existing Ray cluster).
+
+Why a subclass: verl's worker trains and infers, but hands its weights only to a co-located vLLM through its
+checkpoint engine. Wolfpack pushes weights to a separate inference service and checkpoints the whole run, so
+the worker also gathers its full state (``full_state``, every rank takes part in the collective, rank 0
+returns it) and loads one (``load_full_state``). They are registered with verl's dispatch modes, so the same
+methods work on a local worker and across a worker group.
+
+Why verl's worker groups rather than our own process pool: placement (``RayResourcePool``), rank set-up,
+data-parallel dispatch of batches and the collection of results are verl's (``RayWorkerGroup``), the same
+machinery ``main_ppo`` runs, and ``ray.init(address=...)`` joins a cluster that spans hosts.
+
+This module imports verl at import time: the learner imports it only once verl is known to be there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import torch
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.workers.engine_workers import TrainingWorker
+
+F = TypeVar("F", bound=Callable[..., Any])
+_register: Any = register  # verl's decorators are untyped
+
+
+def _one_to_all(fn: F) -> F:
+    """verl's ``ONE_TO_ALL`` dispatch: every rank runs the call with the same arguments."""
+    out: F = _register(dispatch_mode=getattr(Dispatch, "ONE_TO_ALL"))(fn)  # noqa: B009 (untyped enum)
+    return out
+
+
+class StateWorker(TrainingWorker):  # type: ignore[misc]
+    """``TrainingWorker`` + full-state gather/load and a memory probe (see the module docstring)."""
+
+    @_one_to_all
+    def full_state(self, with_optimizer: bool) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        engine: Any = self.engine
+        # clone: with cpu_offload on a CPU engine the returned tensors alias the live parameters
+        model = {
+            k: v.detach().clone()
+            for k, v in get_model_state_dict(engine.module, options=opts).items()
+            if isinstance(v, torch.Tensor)
+        }
+        out: dict[str, Any] = {"model": model}
+        if with_optimizer and getattr(engine, "optimizer", None) is not None:
+            out["optimizer"] = get_optimizer_state_dict(engine.module, engine.optimizer, options=opts)
+            scheduler = getattr(engine, "lr_scheduler", None)
+            out["lr_scheduler"] = scheduler.state_dict() if scheduler is not None else None
+        return out if self.rank == 0 else {}
+
+    @_one_to_all
+    def load_full_state(self, state: Mapping[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        engine: Any = self.engine
+        set_model_state_dict(engine.module, dict(state["model"]), options=opts)
+        if state.get("optimizer") is not None:
+            set_optimizer_state_dict(engine.module, engine.optimizer, dict(state["optimizer"]), options=opts)
+        scheduler = getattr(engine, "lr_scheduler", None)
+        if scheduler is not None and state.get("lr_scheduler") is not None:
+            scheduler.load_state_dict(state["lr_scheduler"])
+
+    @_one_to_all
+    def max_memory_gb(self) -> float:
+        return torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+
+    @_one_to_all
+    def peft_config_json(self) -> str:
+        """The LoRA adapter's peft config as JSON ("" without one)."""
+        import json
+
+        engine: Any = self.engine
+        module = getattr(engine.module, "_fsdp_wrapped_module", engine.module)
+        if not hasattr(module, "peft_config"):
+            return ""
+        cfg = module.peft_config["default"].to_dict()
+        return json.dumps(cfg, sort_keys=True, default=lambda o: sorted(o) if isinstance(o, set) else str(o))
+
+
+class Workers:
+    """Named ``StateWorker``s, local or a verl Ray worker group each; calls look the same either way.
+
+    ``call(name, method, *args)``: a ``ONE_TO_ALL`` method, rank 0's result. ``data(name, method, td)``: a
+    data-parallel method (``infer_batch``/``train_mini_batch``), the gathered result.
+    """
+
+    def __init__(
+        self, configs: Mapping[str, Any], *, ray_gpus: int = 0, ray_address: str | None = None
+    ) -> None:
+        self.ray = ray_gpus > 0
+        self.world_size = max(ray_gpus, 1)
+        if not self.ray:
+            self.local = {name: StateWorker(config=cfg) for name, cfg in configs.items()}
+            self.groups: dict[str, Any] = {}
+            return
+        import ray
+        from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+        from verl.single_controller.ray.base import create_colocated_worker_cls
+
+        if not ray.is_initialized():
+            env = {
+                k: v
+                for k, v in os.environ.items()
+                if k.startswith(("PYTHONPATH", "WOLFPACK_", "HF_", "VERL_"))
+            }
+            env.setdefault("TOKENIZERS_PARALLELISM", "false")
+            ray.init(address=ray_address or None, runtime_env={"env_vars": env}, log_to_driver=True)
+        remote = ray.remote(StateWorker)
+        classes = {name: RayClassWithInitArgs(cls=remote, config=cfg) for name, cfg in configs.items()}
+        pool = RayResourcePool(process_on_nodes=[ray_gpus], use_gpu=True, max_colocate_count=1)
+        group: Any = RayWorkerGroup(
+            resource_pool=pool,
+            ray_cls_with_init=create_colocated_worker_cls(class_dict=classes),
+            device_name="cuda",
+        )
+        self.local = {}
+        self.groups = group.spawn(prefix_set=classes.keys())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.local or name in self.groups
+
+    def call(self, name: str, method: str, *args: Any) -> Any:
+        if not self.ray:
+            return getattr(self.local[name], method)(*args)
+        out = getattr(self.groups[name], method)(*args)
+        return out[0] if isinstance(out, list) else out
+
+    def data(self, name: str, method: str, td: Any) -> Any:
+        if not self.ray:
+            return getattr(self.local[name], method)(td)
+        out = getattr(self.groups[name], method)(td)
+        return out.get() if hasattr(out, "get") else out
+
+    def engine(self, name: str) -> Any:
+        """The in-process engine (local workers only: tests and the CPU path inspect it)."""
+        if self.ray:
+            raise RuntimeError("the engine lives in Ray workers; use full_state / call")
+        return self.local[name].engine
