@@ -131,8 +131,8 @@ async def test_bad_requests_get_clear_codes_and_the_game_goes_on(env_client: Env
 @pytest.mark.parametrize("game", ["werewolf_v1", "ultimatum_v1"])
 @pytest.mark.parametrize(
     "answer",
-    ["", " \n\t ", "\x00\x01\x7f\ufffd\ufffd", "\u200b" * 50, "x" * 50_000, "pass " * 10_000],
-    ids=["empty", "blank", "binary", "zero-width", "huge", "huge-repeated-action"],
+    ["", " \n\t ", "\x00\x01\x7f\ufffd\ufffd", "\udcff\udcfe", "\u200b" * 50, "x" * 50_000, "pass " * 10_000],
+    ids=["empty", "blank", "binary", "lone-surrogates", "zero-width", "huge", "huge-repeated-action"],
 )
 async def test_whatever_a_model_answers_is_a_move_the_game_judges(
     env_client: EnvironmentClient, game: str, answer: str

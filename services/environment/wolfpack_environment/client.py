@@ -186,6 +186,17 @@ class EnvironmentClient:
         return resp.closed
 
 
+def wire_text(text: str) -> str:
+    """``text`` as a proto string can carry it: lone surrogates (a decoder's ``surrogateescape`` output,
+    never valid UTF-8) become U+FFFD. Without this an answer with one fails to serialise before it is
+    sent, and the episode is lost instead of the game judging the answer as a move."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 class SeatSession:
     """One seat of one episode."""
 
@@ -207,7 +218,7 @@ class SeatSession:
     async def act(self, turn_id: int, decision: Decision) -> pb.ActResponse:
         req = pb.ActRequest(episode_id=self.episode_id, token=self.token, turn_id=turn_id)
         if isinstance(decision, str):
-            req.raw_text = decision
+            req.raw_text = wire_text(decision)
         else:
             req.action.CopyFrom(decision)
         return await self.client.stub.Act(req)
@@ -302,7 +313,7 @@ class _PlayCall:
             episode_id=obs.episode_id, token=self.tokens[(obs.episode_id, obs.seat)], turn_id=obs.turn_id
         )
         if isinstance(decision, str):
-            act.raw_text = decision
+            act.raw_text = wire_text(decision)
         else:
             act.action.CopyFrom(decision)
         self.mail.set()
