@@ -8,6 +8,7 @@ import grpc
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import wolfpack_rewards
 from wolfpack import telemetry
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import reward_service_pb2 as pb
@@ -45,6 +46,17 @@ async def test_score_bargaining_named_spec(
     assert [o.outcome for o in resp.trajectory.outcomes] == [common_pb2.OUTCOME_KIND_WIN] * 2  # verifier wins
     assert "seat 0: trajectory OUTCOME_KIND_DRAW" in resp.trajectory.metadata["reward.verifier_mismatch"]
     assert resp.trajectory.metadata["reward.verifier"].startswith("deal at 600")
+
+
+async def test_the_service_answers_what_the_library_computes(
+    stub: Stub, ww: Callable[..., trajectory_pb2.Trajectory], bargaining: Scenario,
+    sc_traj: Callable[..., trajectory_pb2.Trajectory],
+) -> None:  # fmt: skip
+    """The server is an adapter: its response is ``wolfpack_rewards.score``'s, field for field."""
+    deal = sc_traj(bargaining, [(0, "<predict_next>ok</predict_next> FINAL_BID: 600", {}), (1, "ACCEPT", {})])
+    for traj, spec in [(ww(), ""), (ww("village"), "werewolf_outcome"), (deal, "scenario_shaped@1")]:
+        resp = await stub.Score(pb.ScoreRequest(trajectory=traj, spec=spec))
+        assert resp == wolfpack_rewards.score(traj, spec)
 
 
 @pytest.mark.parametrize(
