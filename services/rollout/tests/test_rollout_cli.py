@@ -6,7 +6,9 @@ real Redis stream)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import re
 import signal
 import socket
 import uuid
@@ -205,3 +207,40 @@ def test_flags_win_over_the_cpu_profile(monkeypatch: pytest.MonkeyPatch) -> None
     assert (c.concurrency, c.sampling.max_tokens, c.prompt_mode, c.turn_timeout_s) == (5, 64, "full", 30.0)
     bad = runner.invoke(app, ["rollout", "--concurrency", "0"])
     assert bad.exit_code == 2 and "concurrency must be >= 1" in bad.output and len(seen) == 2
+
+
+async def test_the_command_prints_failures_progress_and_summary(
+    stack: Any,
+    bargaining_curriculum: str,
+    redis_url: str,
+    redis_client: aioredis.Redis,
+    stream_key: str,
+    dead: str,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_rollout`` as ``wolfpack rollout`` runs it, addresses from the environment, output to a file
+    (not a terminal: plain progress lines): first with inference unreachable (each failure printed, exit
+    1, the reason table), then with it up (exit 0, the episodes in the stream)."""
+    out = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=out, width=200))
+    monkeypatch.setattr(cli, "PLAIN_PROGRESS_S", 0.0)
+    for key, value in {
+        "ENVIRONMENT_ADDR": stack.environment, "REWARD_ADDR": stack.reward, "CURRICULUM_ADDR": bargaining_curriculum,
+        "REDIS_URL": redis_url, "STREAM_TRAJECTORIES": stream_key, "RUN_DIR": str(tmp_path), "INFERENCE_ADDR": dead,
+    }.items():  # fmt: skip
+        monkeypatch.setenv(f"WOLFPACK_{key}", value)
+    config = RolloutConfig(concurrency=2, retries=0, backoff_s=0.01, sampling=SamplingConfig(max_tokens=8))
+    assert await cli._rollout(2, "train", config, True) == 1, "no episode delivered"
+    text = out.getvalue()
+    assert text.count("episode failed (#") == 2 and "bargaining_v1/easy seed" in text, text
+    assert "inference_unavailable" in text and "Failures by reason" in text
+    assert await redis_client.xlen(stream_key) == 0
+
+    out.truncate(0)
+    monkeypatch.setenv("WOLFPACK_INFERENCE_ADDR", stack.inference)
+    assert await cli._rollout(3, "train", config, True) == 0
+    text = out.getvalue()
+    assert re.search(r"\d+s: done \d+ · failed 0 · in flight \d+ · turns \d+ · tokens \d+", text), text
+    assert "Rollout summary" in text and "episode failed" not in text
+    assert await redis_client.xlen(stream_key) == 3

@@ -44,11 +44,14 @@ if TYPE_CHECKING:
 console = Console()
 REFRESH_S = 0.5
 """How often the progress line is redrawn and new failures printed."""
+PLAIN_PROGRESS_S = 30.0
+"""Without a terminal (no live bar) the progress line is printed this often."""
 DETAIL_CHARS = 200
 """A failure's detail is cut to this on its progress line (the summary keeps one per reason, cut too)."""
 
 
-def print_summary(s: RolloutSummary, out: Console = console, *, title: str = "Rollout summary") -> None:
+def print_summary(s: RolloutSummary, out: Console | None = None, *, title: str = "Rollout summary") -> None:
+    out = out or console
     head = Table(title=title)
     head.add_column("metric")
     head.add_column("value", justify="right")
@@ -212,18 +215,23 @@ async def _rollout(episodes: int, split: str, config: RolloutConfig, stream: boo
         bar = progress.add_task("episodes", total=episodes, status="connecting")
         try:
             async with connect(settings, config, addresses, stream=stream) as driver:
+                started = last_line = time.monotonic()
 
                 def tick() -> None:
+                    nonlocal last_line
                     st = driver.stats
                     progress.update(
                         bar, completed=st.episodes_finished + st.episodes_failed,
                         total=max(episodes, st.episodes_started), status=status_line(driver),
                     )  # fmt: skip
+                    # Not a terminal (a log file, CI): no live bar, so a plain line now and then.
+                    if not console.is_terminal and time.monotonic() - last_line >= PLAIN_PROGRESS_S:
+                        last_line = time.monotonic()
+                        console.print(f"{time.monotonic() - started:.0f}s: {status_line(driver)}")
 
                 def failed(f: EpisodeFailure) -> None:
                     progress.console.print(failure_line(f))
 
-                started = time.monotonic()
                 try:
                     summary, stopped = await play_with_progress(
                         driver, episodes, split, stop, on_refresh=tick, on_failure=failed
