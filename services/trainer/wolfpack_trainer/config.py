@@ -123,6 +123,9 @@ class RolloutSection(_Strict):
 
 class TrainSection(_Strict):
     updates: int = 10
+    max_minutes: float = Field(default=0.0, ge=0.0)
+    """Training-time budget (0: none): the run ends after the update that passes it, with its checkpoint,
+    final evaluation and learning line; a rerun resumes towards ``updates``."""
     push_every: int = 1
     checkpoint_every: int = 1
     max_staleness: int = 2

@@ -340,12 +340,15 @@ class Trainer:
                 evals.append(self._record_eval(await self._evaluate()))
                 if self.state.step > 0:
                     await _off_loop(self.checkpoint)
+            t_train = time.monotonic()
             while self.state.step < total and not self.stop_requested:
                 t0 = time.monotonic()
                 deliveries = await self._gather(consumer, producer, self.state.step)
                 t_collect = time.monotonic() - t0
                 metrics = await _off_loop(self._train_update, [d.message for d in deliveries])
                 step = self.state.step
+                if 0 < cfg.train.max_minutes * 60 < time.monotonic() - t_train:
+                    total = step  # the time budget ends the run here: commit, final evaluation, learning line
                 if step % cfg.train.push_every == 0:
                     await self._publish()
                 self._pending_ack = [*self._pending_ack, *deliveries]
