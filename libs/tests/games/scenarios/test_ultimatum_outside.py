@@ -46,7 +46,8 @@ def test_generator_puts_offers_on_both_sides_of_the_outside_option() -> None:
         )
         offer = pot - target
         assert pot == 10 and 3 <= outside <= 7 and 1 <= abs(offer - outside) <= 3
-        assert sc.params["rule"] == "outside" and sc.difficulty == "medium" and sc.max_turns == 4
+        assert sc.params["rule"] == "outside" and sc.params["outside"] == outside
+        assert sc.difficulty == "medium" and sc.max_turns == 4
         sides.append(offer > outside)
         assert min(verify(sc, get_family("ultimatum").solution(sc)).outcomes.values()) >= 0
     assert 0.4 < sum(sides) / len(sides) < 0.6
@@ -70,6 +71,7 @@ def test_outside_verdict_table(transcript: list[tuple[int, str]], outcomes: dict
         update={
             "id": "",
             "split": None,
+            "params": {**sc.params, "outside": 5},
             "players": [
                 sc.players[0].model_copy(update={"private": {"target": 4}}),
                 sc.players[1].model_copy(update={"private": {"threshold": 5}}),
@@ -85,3 +87,16 @@ def test_only_reading_offer_and_outside_option_wins_every_game() -> None:
     accept, reject = _responder_wins("ACCEPT"), _responder_wins("REJECT")
     assert 0.35 < accept < 0.65 and 0.35 < reject < 0.65 and accept + reject == pytest.approx(1.0)
     assert _responder_wins("random") < 0.55
+
+
+def test_the_outside_option_is_public_and_must_match_the_threshold() -> None:
+    sc = generate_scenario("ultimatum", 7, "outside")
+    outside = sc.param_int("outside")
+    env = make_game("ultimatum_v1", "outside")
+    env.reset(seed=7)
+    env.step({0: f"OFFER: {outside + 1}"})
+    assert f"(outside option {outside})" in env.observe(0).text  # the proposer sees it too
+    bad = sc.model_dump()
+    bad.update(id="", split=None, params={**sc.params, "outside": outside + 1})
+    with pytest.raises(ValueError, match="outside option"):
+        type(sc).model_validate(bad)

@@ -88,9 +88,11 @@ class UltimatumTracker(Tracker):
         return []
 
     def status(self) -> str:
-        return (
-            "No offer yet." if self.offer is None else f"Offer on the table: {self.offer} for the responder."
-        )
+        if self.offer is None:
+            return "No offer yet."
+        if outside_rule(self.scenario):  # public in this variant: both numbers side by side
+            return f"Offer: {self.offer}; outside option: {self.scenario.param_int(OUTSIDE)}."
+        return f"Offer on the table: {self.offer} for the responder."
 
     def verdict(self) -> VerificationResult:
         sc = self.scenario
@@ -193,33 +195,30 @@ class Ultimatum(Family):
         outside = rng.randint(*OUTSIDE_OPTION)
         gap = rng.randint(*OUTSIDE_GAP)
         offer = outside - gap if rng.random() < 0.5 else outside + gap
-        a, b = rng.sample(NAMES, 2)
-        public = (
-            f"{a} (proposer) and {b} (responder) split a pot of {pot}. {a} makes one offer; {b} accepts it, "
-            f"or rejects it and takes an outside option instead ({a} then gets nothing). At most 4 messages."
-        )
+        a, b = NAMES[0], NAMES[1]  # fixed names: the prompts differ in the two numbers only
+        # Short texts: the demo's tiny model reads every token of them on every turn.
+        public = f"{a} offers {b} part of {pot}; {b} may take an outside option of {outside} instead."
         return Scenario(
             family=self.name,
             difficulty="medium",
             template="ultimatum-outside-option",
             tags=["ultimatum", "outside-option", "2p"],
             public=public,
-            params={"pot": pot, "first": 0, "rule": OUTSIDE},
+            params={"pot": pot, "first": 0, "rule": OUTSIDE, OUTSIDE: outside},
             players=[
                 PlayerInfo(
                     seat=PROPOSER,
                     name=a,
                     role="proposer",
                     private={"target": pot - offer},
-                    brief=f"You win if you keep at least {pot - offer} of {pot}; less is a draw; a rejection loses.",
+                    brief=f"Keep at least {pot - offer} to win; a rejection loses.",
                 ),
                 PlayerInfo(
                     seat=RESPONDER,
                     name=b,
                     role="responder",
                     private={"threshold": outside},
-                    brief=f"Your outside option is {outside}. ACCEPT gets you the offer, REJECT gets you {outside}. "
-                    "Take the larger to win; taking the smaller loses.",
+                    brief="Take the larger of the offer and the outside option to win.",
                 ),
             ],
             max_turns=4,
@@ -229,6 +228,8 @@ class Ultimatum(Family):
         rule = scenario.params.get("rule", "")
         if rule not in ("", OUTSIDE):
             raise ValueError(f"unknown ultimatum rule {rule!r}; rules: {OUTSIDE!r} (or none)")
+        if rule == OUTSIDE and scenario.param_int(OUTSIDE) != scenario.private_int(RESPONDER, "threshold"):
+            raise ValueError("the public outside option must be the responder's threshold")
         pot = scenario.param_int("pot")
         if pot < 1 or not 0 <= scenario.private_int(PROPOSER, "target") <= pot:
             raise ValueError("0 <= proposer target <= pot")
@@ -242,6 +243,10 @@ class Ultimatum(Family):
         return UltimatumTracker(scenario)
 
     def instructions(self, scenario: Scenario, seat: int) -> str:
+        if outside_rule(scenario):
+            if seat == PROPOSER:
+                return "Make one offer: `OFFER: <amount for the responder>`."
+            return "`ACCEPT` the offer or `REJECT` it for the outside option."
         if seat == PROPOSER:
             return "Talk freely. Make your single offer with a line `OFFER: <amount for the responder>`."
         return "Talk freely. Once an offer is made, answer with `ACCEPT` or `REJECT` (this ends the game)."
@@ -260,7 +265,7 @@ class Ultimatum(Family):
             if tracker.offer is not None:
                 return "That is my final offer."
             if outside_rule(sc):  # exactly what leaves it its target: on either side of the outside option
-                return f"Here is my offer.\nOFFER: {pot - sc.private_int(PROPOSER, 'target')}"
+                return f"OFFER: {pot - sc.private_int(PROPOSER, 'target')}"
             offer = min(pot - sc.private_int(PROPOSER, "target"), pot // 2)
             return f"A fair split, I think.\nOFFER: {max(offer, 1 if pot > 1 else 0)}"
         if tracker.offer is None:
