@@ -95,7 +95,7 @@ def test_the_outside_option_is_public_and_must_match_the_threshold() -> None:
     env = make_game("ultimatum_v1", "outside")
     env.reset(seed=7)
     env.step({0: f"OFFER: {outside + 1}"})
-    assert f"(outside option {outside})" in env.observe(0).text  # the proposer sees it too
+    assert f"outside option: {outside}." in env.observe(0).text  # the proposer sees it too
     bad = sc.model_dump()
     bad.update(id="", split=None, params={**sc.params, "outside": outside + 1})
     with pytest.raises(ValueError, match="outside option"):
