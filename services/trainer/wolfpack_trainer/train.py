@@ -346,15 +346,25 @@ class Trainer:
                 deliveries = await self._gather(consumer, producer, self.state.step)
                 t_collect = time.monotonic() - t0
                 metrics = await _off_loop(self._train_update, [d.message for d in deliveries])
+                t_trained = time.monotonic()
                 step = self.state.step
                 if 0 < cfg.train.max_minutes * 60 < time.monotonic() - t_train:
                     total = step  # the time budget ends the run here: commit, final evaluation, learning line
                 if step % cfg.train.push_every == 0:
                     await self._publish()
+                    recent = self.state.published[-len(self.learners) :]
+                    metrics["perf/save_s"] = sum(float(p.get("save_s", 0.0)) for p in recent)
+                    metrics["perf/push_s"] = sum(float(p.get("push_s", 0.0)) for p in recent)
+                t_published = time.monotonic()
                 self._pending_ack = [*self._pending_ack, *deliveries]
                 if step % cfg.train.checkpoint_every == 0 or step == total or self.stop_requested:
                     await self._commit(consumer)
+                # The time split of an update: collect (play: generate + environment + reward, or the stream),
+                # train (log-probs, advantages, optimiser), publish (directory + push), checkpoint + ack.
                 metrics["perf/collect_s"] = t_collect
+                metrics["perf/train_s"] = t_trained - t0 - t_collect
+                metrics["perf/publish_s"] = t_published - t_trained
+                metrics["perf/commit_s"] = time.monotonic() - t_published
                 metrics["perf/update_s"] = time.monotonic() - t0 - t_collect
                 metrics["stream/redelivered_skipped"] = float(self.state.redelivered_skipped)
                 self.metrics.log(step, metrics)
@@ -713,10 +723,11 @@ class ResumeError(RuntimeError):
 
 def config_fingerprint(config: TrainConfig) -> dict[str, Any]:
     """What a resumed run must share with the checkpoint: what the config file sets, but ``train.updates``
-    (a finished run may be extended). Defaults are left out: a default changed in the code is not an
+    and ``train.max_minutes`` (a finished run may be extended). Defaults are left out: a default changed in the code is not an
     edit of the recipe, and would otherwise refuse every earlier run directory."""
     data = config.model_dump(mode="json", exclude_unset=True)
-    data.get("train", {}).pop("updates", None)
+    for key in ("updates", "max_minutes"):  # how long to train, not what: a rerun may extend either
+        data.get("train", {}).pop(key, None)
     return data
 
 
