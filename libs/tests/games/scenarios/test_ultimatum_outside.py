@@ -45,7 +45,7 @@ def test_generator_puts_offers_on_both_sides_of_the_outside_option() -> None:
             sc.private_int(0, "target"),
         )
         offer = pot - target
-        assert pot == 10 and 3 <= outside <= 7 and 1 <= abs(offer - outside) <= 3
+        assert pot == 10 and 4 <= outside <= 6 and 1 <= abs(offer - outside) <= 2
         assert sc.params["rule"] == "outside" and sc.params["outside"] == outside
         assert sc.difficulty == "medium" and sc.max_turns == 4
         sides.append(offer > outside)

@@ -19,14 +19,18 @@ learns nothing about the game. Here the responder's threshold is an *outside opt
 rejecting: ACCEPT gets the offer, REJECT gets the outside option (the proposer gets nothing either way
 it is rejected). The responder wins if it takes the larger of the two (both, on a tie) and loses if it
 takes the smaller; no decision by the turn limit loses for both. The proposer wins an accepted offer
-that leaves it its target, draws an accepted one that does not, and loses a rejection. The numbers are
-small (pot 10, outside option 3..7) and the proposer's target leaves an offer 1-3 below or above the
-outside option, each side with probability 1/2, so the heuristic proposer's single offer (exactly
-``pot - target`` here, no half-pot cap) falls on either side of it: every constant answer wins about
-half the games and only reading the offer *and* the outside option wins them all (the heuristic
-responder: ACCEPT iff offer >= outside option). The generated scenario is labelled ``medium`` (the
-difficulty levels stay the three of every family) and carries ``params["rule"] = "outside"``, which the
-verdict and the bots read.
+that leaves it its target, draws an accepted one that does not, and loses a rejection. The outside
+option is public (the status line shows it beside the offer: "Offer: 5; outside option: 6."), as in
+bargaining with outside options (Binmore, Shaked & Sutton 1989). The numbers are small (pot 10, outside
+option 4..6) and the proposer's target leaves an offer 1-2 below or above the outside option, each side
+with probability 1/2, so the heuristic proposer's single offer (exactly ``pot - target`` here, no
+half-pot cap) falls on either side of it: every constant answer wins about half the games, a policy
+that reads only the offer at most 11 of 12 (an offer of 5 is above an option of 4 and below one of 6),
+and only reading the offer *and* the option wins them all (the heuristic responder: ACCEPT iff offer >=
+outside option). Names are fixed and texts short, so the prompts of a tiny CPU model differ in the two
+numbers only. The generated scenario is labelled ``medium`` (the difficulty levels stay the three of
+every family) and carries ``params["rule"] = "outside"`` and ``params["outside"]`` (equal to the
+responder's private ``threshold``), which the verdict, the status line and the bots read.
 """
 
 from __future__ import annotations
@@ -48,9 +52,9 @@ SLACK: dict[Difficulty, tuple[float, float]] = {
 OUTSIDE = "outside"
 """The outside-option variant's name (registry variant) and its ``params["rule"]`` value."""
 OUTSIDE_POT = 10
-OUTSIDE_OPTION = (3, 7)
+OUTSIDE_OPTION = (4, 6)
 """Range of the responder's outside option in the ``outside`` variant (inclusive)."""
-OUTSIDE_GAP = (1, 3)
+OUTSIDE_GAP = (1, 2)
 """How far below or above the outside option the proposer's planned offer lies (inclusive)."""
 
 
@@ -279,6 +283,8 @@ class Ultimatum(Family):
         assert isinstance(tracker, UltimatumTracker)
         if seat == PROPOSER and tracker.offer is None and rng.random() < 0.6:
             return f"OFFER: {rng.randint(0, tracker.scenario.param_int('pot'))}"
+        if seat == RESPONDER and tracker.offer is not None and outside_rule(tracker.scenario):
+            return rng.choice(("ACCEPT", "REJECT"))  # a random decision, never chat: the demo's initial clone
         if seat == RESPONDER and tracker.offer is not None and rng.random() < 0.6:
             return rng.choice(("ACCEPT", "REJECT"))
         return rng.choice((PASS_TEXT, "Be reasonable.", "你先说吧。"))
