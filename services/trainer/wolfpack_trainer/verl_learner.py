@@ -55,6 +55,8 @@ _METRIC_NAMES = {
     "actor/ppo_kl": "actor/ppo_kl",
     "actor/pg_clipfrac_lower": "actor/pg_clipfrac_lower",
     "actor/entropy": "actor/entropy",
+    "actor/entropy_loss": "actor/entropy",  # verl's name for the mean entropy it aggregates into the loss
+    "entropy_loss": "actor/entropy",
     "actor/kl_loss": "actor/kl_loss",
     "kl_loss": "actor/kl_loss",
     "grad_norm": "actor/grad_norm",
