@@ -26,7 +26,7 @@ def generate_scenario(family: str, seed: int, difficulty: Difficulty | str = "me
     also be one of the family's own variants (``Family.seats`` keys beyond the three levels, e.g.
     ultimatum's ``outside``), which the family's ``generate`` handles."""
     fam = get_family(family)
-    if difficulty not in DIFFICULTIES and difficulty not in fam.seats:
+    if not isinstance(difficulty, str) or (difficulty not in DIFFICULTIES and difficulty not in fam.seats):
         raise ValueError(f"unknown difficulty {difficulty!r}; use one of {', '.join(fam.seats)}")
     diff: Difficulty = difficulty  # type: ignore[assignment]
     return fam.generate(_rng(family, diff, seed), diff)
