@@ -126,7 +126,7 @@ def test_an_estimator_name_registers_once() -> None:
     before = dict(algos.ESTIMATORS)
     with pytest.raises(ValueError, match="already registered"):
         algos.register_estimator("grpo")(algos.rloo)
-    assert before == algos.ESTIMATORS
+    assert before == dict(algos.ESTIMATORS)
 
 
 def test_outcome_estimators_return_seat_returns_and_count_groups(

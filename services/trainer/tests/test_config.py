@@ -66,7 +66,7 @@ def _write(tmp_path: Path, base: str = "demo-ultimatum", **patch: object) -> Pat
             {"policies__0__learner": "verl_fsdp", "rollout__mode": "local"},
             "does not support rollout.mode local",
         ),
-        ({"policies__0__learner": "nope"}, "unknown learner 'nope'; learners: cpu"),
+        ({"policies__0__learner": "nope"}, "unknown learner 'nope'; valid: cpu"),
         ({"policies__0__device": "tpu"}, "device 'tpu'"),
         ({"algo__estimator": "gae"}, "gae needs value_head"),
         # seats, roles, opponents

@@ -19,6 +19,7 @@ verl-agent does with its trajectory index).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from wolfpack.registry import Registry
 from wolfpack_trainer.batch import Sample
 from wolfpack_trainer.learners.base import LossConfig, TrainBatch
 
@@ -57,26 +59,28 @@ class Advantages:
 
 
 EstimatorFn = Callable[[TrainBatch, Sequence[Sample], AlgoConfig], Advantages]
-ESTIMATORS: dict[str, EstimatorFn] = {}
+
+BUILTIN_ESTIMATOR_MODULES = ("wolfpack_trainer.gigpo",)
+"""Modules that register more estimators (GiGPO builds on ``grpo`` here, so it imports this module): the
+registry's loader imports them by name on first lookup, a plugin lookup rather than an import cycle."""
+
+
+def _load_builtin_estimators() -> None:
+    for module in BUILTIN_ESTIMATOR_MODULES:
+        importlib.import_module(module)
+
+
+ESTIMATORS: Registry[EstimatorFn] = Registry("advantage estimator", loader=_load_builtin_estimators)
 
 
 def register_estimator(name: str) -> Callable[[EstimatorFn], EstimatorFn]:
-    def deco(fn: EstimatorFn) -> EstimatorFn:
-        if name in ESTIMATORS:
-            raise ValueError(f"estimator {name!r} is already registered")
-        ESTIMATORS[name] = fn
-        return fn
-
-    return deco
+    """Decorator registering an estimator under ``name``; a name taken by another one is an error."""
+    return ESTIMATORS.register(name)
 
 
 def get_estimator(name: str) -> EstimatorFn:
-    """The estimator registered as ``name``; a miss lists the valid names."""
-    from wolfpack_trainer import gigpo as _  # noqa: F401  # registers "gigpo"
-
-    if name not in ESTIMATORS:
-        raise KeyError(f"unknown advantage estimator {name!r}; estimators: {', '.join(sorted(ESTIMATORS))}")
-    return ESTIMATORS[name]
+    """The estimator registered as ``name``; a miss (``KeyError``) lists the valid names."""
+    return ESTIMATORS.get(name)
 
 
 def compute_advantages(batch: TrainBatch, samples: Sequence[Sample], config: AlgoConfig) -> Advantages:

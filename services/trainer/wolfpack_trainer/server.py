@@ -15,8 +15,7 @@ from wolfpack import rpc
 from wolfpack.settings import Settings
 from wolfpack.v1 import trainer_service_pb2 as pb
 from wolfpack.v1 import trainer_service_pb2_grpc as pb_grpc
-from wolfpack_trainer.service import TrainerServicer
-from wolfpack_trainer.train import Trainer
+from wolfpack_trainer.service import LiveJob, TrainerServicer
 
 SERVICE = "trainer"
 FULL_NAME = pb.DESCRIPTOR.services_by_name["TrainerService"].full_name
@@ -30,7 +29,7 @@ def registrar(servicer: TrainerServicer) -> Callable[[grpc.aio.Server], Sequence
     return register
 
 
-def register_live(trainer: Trainer) -> Callable[[grpc.aio.Server], Sequence[str]]:
+def register_live(trainer: LiveJob) -> Callable[[grpc.aio.Server], Sequence[str]]:
     """The registrar of a server in front of the job running in this process."""
     return registrar(TrainerServicer(trainer=trainer, runs_dir=trainer.run_dir.parent))
 

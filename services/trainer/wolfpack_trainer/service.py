@@ -13,7 +13,7 @@ import json
 import shutil
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
@@ -21,7 +21,29 @@ from wolfpack.errors import ServiceError
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import trainer_service_pb2 as pb
 from wolfpack.v1 import trainer_service_pb2_grpc as pb_grpc
-from wolfpack_trainer.train import RunState, Trainer
+from wolfpack_trainer.state import RunState
+
+if TYPE_CHECKING:
+    from wolfpack_trainer.config import TrainConfig
+
+
+class LiveJob(Protocol):
+    """What the servicer reads of a job running in this process (``train.Trainer`` is one). A protocol,
+    not an import of the loop: the loop starts this service in front of itself (``train._run_serving``),
+    so importing it here would close an import cycle."""
+
+    @property
+    def cfg(self) -> TrainConfig: ...
+
+    @property
+    def state(self) -> RunState: ...
+
+    @property
+    def run_dir(self) -> Path: ...
+
+    def checkpoint(self) -> Path:
+        """Write a checkpoint under the job's lock (never half an update); its directory."""
+        ...
 
 
 def _last_metrics(run_dir: Path) -> dict[str, float]:
@@ -114,7 +136,7 @@ def _status(state: RunState, run: str, metrics: dict[str, float], **kw: Any) -> 
 
 
 class TrainerServicer(pb_grpc.TrainerServiceServicer):
-    def __init__(self, trainer: Trainer | None = None, runs_dir: Path | None = None) -> None:
+    def __init__(self, trainer: LiveJob | None = None, runs_dir: Path | None = None) -> None:
         self.trainer = trainer
         self.runs_dir = runs_dir
 

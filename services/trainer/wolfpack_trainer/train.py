@@ -58,6 +58,7 @@ from wolfpack_trainer.metrics import (
     transcript,
 )
 from wolfpack_trainer.publish import Publisher
+from wolfpack_trainer.state import RunState
 
 MAX_USED_IDS = 200_000
 CRASH_ENV = "WOLFPACK_TRAINER_CRASH_AT"
@@ -66,24 +67,6 @@ CRASH_EXIT = 75
 TRANSCRIPTS_PER_EVAL = 3
 """Episodes written to TensorBoard text per evaluation (and from the update of an evaluation step)."""
 T = TypeVar("T")
-
-
-@dataclass
-class RunState:
-    """What a checkpoint stores besides the learners: enough to resume without losing or reusing data."""
-
-    step: int = 0
-    versions: dict[str, int] = field(default_factory=dict)
-    used_ids: list[str] = field(default_factory=list)
-    trajectories_used: int = 0
-    dropped_stale: int = 0
-    evals: list[dict[str, Any]] = field(default_factory=list)
-    model_path: str = ""
-    published: list[dict[str, Any]] = field(default_factory=list)
-    redelivered_skipped: int = 0
-    """Entries delivered again after a crash between checkpoint and ack, skipped as already used."""
-    config: dict[str, Any] = field(default_factory=dict)
-    """The config this run was trained with (``train.updates`` aside): a resume under another is refused."""
 
 
 @dataclass

@@ -23,6 +23,8 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 
+from wolfpack.registry import Registry
+
 TENSOR_KEYS: tuple[str, ...] = (
     "prompts",
     "responses",
@@ -280,17 +282,13 @@ class Learner(abc.ABC):
 
 L = TypeVar("L", bound=type[Learner])
 
-LEARNERS: dict[str, type[Learner]] = {}
-
 
 def register_learner(name: str) -> Callable[[L], L]:
     """Class decorator registering a ``Learner`` subclass under ``name`` (e.g. "cpu", "verl_fsdp")."""
 
     def deco(cls: L) -> L:
-        if not name or name in LEARNERS:
-            raise ValueError(f"learner name {name!r} is empty or already registered")
+        LEARNERS.add(name, cls)  # an empty name or one taken by another class is a ValueError
         cls.name = name
-        LEARNERS[name] = cls
         return cls
 
     return deco
@@ -318,12 +316,15 @@ class UnknownLearnerError(KeyError):
     pass
 
 
-def get_learner(name: str) -> type[Learner]:
-    """The learner class registered as ``name``; a miss lists the valid names.
+LEARNERS: Registry[type[Learner]] = Registry(
+    "learner", loader=load_builtin_learners, error=UnknownLearnerError
+)
+"""name -> ``Learner`` subclass; the first lookup imports the built-in learner modules (``BUILTIN_LEARNERS``)."""
 
-    Built-in learners register on import of ``wolfpack_trainer.learners``; GPU ones import lazily there so
-    a CPU machine without verl still gets the CPU learner."""
-    load_builtin_learners()
-    if name not in LEARNERS:
-        raise UnknownLearnerError(f"unknown learner {name!r}; learners: {', '.join(sorted(LEARNERS))}")
-    return LEARNERS[name]
+
+def get_learner(name: str) -> type[Learner]:
+    """The learner class registered as ``name``; a miss (``UnknownLearnerError``) lists the valid names.
+
+    Built-in learners register on the first lookup; the GPU one registers only where verl imports, so a
+    CPU machine without verl still gets the CPU learner."""
+    return LEARNERS.get(name)
