@@ -110,13 +110,13 @@ def status_line(driver: RolloutDriver) -> str:
     )
 
 
-def partial_summary(driver: RolloutDriver, started: float, shown_from: int = 0) -> RolloutSummary:
+def partial_summary(driver: RolloutDriver, started: float) -> RolloutSummary:
     """What the driver delivered so far, as ``run`` would summarise it (the CLI's driver is fresh, so its
     counters are this run's); episodes started but neither delivered nor failed count as interrupted."""
     st = driver.stats
     s = summarize(
         driver.trajectories, st.failures, time.monotonic() - started, st,
-        [f for f in st.recent_failures if f.number > shown_from],
+        st.recent_failures,
     )  # fmt: skip
     s.interrupted = max(0, st.episodes_started - st.episodes_finished - st.episodes_failed)
     return s
