@@ -72,7 +72,7 @@ class Publisher:
         from wolfpack import rpc
         from wolfpack.settings import load_settings
         from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
-        from wolfpack_inference.push import tensor_chunks
+        from wolfpack_inference.client import tensor_chunks
 
         assert self.inference_addr is not None
         exported = learner.export_weights()

@@ -68,10 +68,10 @@ _METRIC_NAMES = {
 
 
 def resolve_model_path(spec: str, cache_dir: str) -> str:
-    """``tiny`` / ``smollm2`` / a GGUF file → a checkpoint directory (the inference package builds and caches
-    those); anything else is a local directory or HF id, used as is."""
+    """``tiny`` / ``smollm2`` / a GGUF file → a checkpoint directory (``wolfpack.models`` builds and caches
+    those, for inference too); anything else is a local directory or HF id, used as is."""
     if spec in ("tiny", "smollm2") or spec.endswith(".gguf"):
-        from wolfpack_inference.models import resolve_model
+        from wolfpack.models import resolve_model
 
         return resolve_model(spec, Path(cache_dir))
     return spec

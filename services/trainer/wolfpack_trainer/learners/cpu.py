@@ -36,9 +36,9 @@ from wolfpack_trainer.learners.base import (
 
 def resolve_model_path(spec: str, cache_dir: str) -> str:
     """``tiny`` / ``smollm2`` / a path or HF id → a loadable checkpoint (the inference package builds
-    and caches the first two; it is the one place that knows how)."""
+    and caches the first two in ``wolfpack.models``, the one place that knows how)."""
     if spec in ("tiny", "smollm2") or spec.endswith(".gguf"):
-        from wolfpack_inference.models import resolve_model
+        from wolfpack.models import resolve_model
 
         return resolve_model(spec, Path(cache_dir))
     return spec
