@@ -67,7 +67,7 @@ def _lint_imports(config: Path) -> subprocess.CompletedProcess[str]:
 def test_import_contracts_are_kept() -> None:
     result = _lint_imports(ROOT / ".importlinter")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 kept, 0 broken" in result.stdout
+    assert "4 kept, 0 broken" in result.stdout
 
 
 def test_import_contracts_catch_a_service_importing_another(tmp_path: Path) -> None:
@@ -77,6 +77,17 @@ def test_import_contracts_catch_a_service_importing_another(tmp_path: Path) -> N
     config.write_text(text)
     result = _lint_imports(config)
     assert result.returncode != 0 and "-> wolfpack_environment.client" in result.stdout
+
+
+def test_import_contracts_catch_a_cycle_in_the_trainer(tmp_path: Path) -> None:
+    """The trainer's acyclic contract with its one package-level edge no longer excused: broken, naming it."""
+    edge = "    wolfpack_trainer.learners.cpu -> wolfpack_trainer.algos\n"
+    text = (ROOT / ".importlinter").read_text()
+    assert edge in text
+    config = tmp_path / "importlinter.ini"
+    config.write_text(text.replace(edge, ""))
+    result = _lint_imports(config)
+    assert result.returncode != 0 and ".learners -> .algos" in result.stdout
 
 
 def test_retried_methods_are_the_ones_the_protos_mark() -> None:
@@ -108,7 +119,10 @@ def test_every_pluggable_part_uses_the_one_registry_shape() -> None:
     from wolfpack_games.scenarios.families import FAMILIES
     from wolfpack_inference.backends import BACKENDS
     from wolfpack_rewards.specs import SPECS
+    from wolfpack_trainer.algos import ESTIMATORS
+    from wolfpack_trainer.learners import LEARNERS
 
     assert "werewolf_v1" in GAMES and "bargaining" in FAMILIES
     assert {"transformers", "vllm", "openai"} <= set(BACKENDS) and "werewolf_outcome@1" in SPECS
-    assert all(isinstance(r, Registry) for r in (GAMES, FAMILIES, BACKENDS, SPECS))
+    assert {"grpo", "gigpo"} <= set(ESTIMATORS) and "cpu" in LEARNERS
+    assert all(isinstance(r, Registry) for r in (GAMES, FAMILIES, BACKENDS, SPECS, ESTIMATORS, LEARNERS))
