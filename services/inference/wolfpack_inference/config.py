@@ -34,7 +34,7 @@ class PolicyConfig(BaseModel):
     max_batch: int = Field(default=32, ge=1)
     batch_wait_ms: float = Field(default=5.0, ge=0)
     torch_threads: int = Field(
-        default=0, ge=0, description="CPU threads; 0: 1 for tiny models, else torch's."
+        default=0, ge=0, description="CPU threads; 0: 1 for tiny models or on <= 2 cores, else torch's."
     )
     # vllm
     gpu_memory_utilization: float = 0.8

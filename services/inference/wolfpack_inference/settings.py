@@ -40,6 +40,9 @@ class InferenceSettings(BaseSettings):
         default=False, description="Remove <think> blocks from returned text (ids kept)."
     )
     max_batch: int = Field(default=32, description="Most requests merged into one micro-batch.")
+    torch_threads: int = Field(
+        default=0, ge=0, description="CPU threads (transformers backend); 0: 1 on small models or <= 2 cores."
+    )
     batch_wait_ms: float = Field(default=5.0, description="How long a micro-batch waits for company.")
     cache_dir: Path = Field(
         default=Path.home() / ".cache" / "wolfpack" / "inference", description="Models cache."
@@ -68,5 +71,6 @@ class InferenceSettings(BaseSettings):
                 strip_think=self.strip_think,
                 max_batch=self.max_batch,
                 batch_wait_ms=self.batch_wait_ms,
+                torch_threads=self.torch_threads,
             )
         ]

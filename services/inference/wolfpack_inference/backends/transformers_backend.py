@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import os
 import random
 import threading
 import time
@@ -204,10 +205,15 @@ SMALL_MODEL_PARAMS = 20_000_000
 def _set_threads(model: Any, device: str, threads: int) -> None:
     """CPU intra-op threads. ``0`` = auto: one thread for models under ``SMALL_MODEL_PARAMS``, whose
     matmuls are too small to split (on the 2-core dev machine, under load from other processes, a tiny
-    model's decode step measured 17 ms with 2 threads and 1.2 ms with 1); torch's default otherwise."""
+    model's decode step measured 17 ms with 2 threads and 1.2 ms with 1), and for any model on a machine
+    of two cores or fewer, which this service shares with the environment, rollout and trainer processes
+    (SmolLM2-135M there: a decode step 2.7-3.1 s with 2 threads against 0.25 s with 1 under load, and
+    `wolfpack rollout --episodes 20` on a fresh stack 47.8 min against 8.7 min); torch's default otherwise."""
     if device != "cpu":
         return
-    if threads == 0 and sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS:
+    if threads == 0 and (
+        (os.cpu_count() or 1) <= 2 or sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS
+    ):
         threads = 1
     if threads > 0:
         torch.set_num_threads(threads)
