@@ -46,7 +46,9 @@ def test_check_refuses_an_unresolvable_opponent_in_one_line(tmp_path: Path) -> N
 
 def test_check_takes_overrides_and_refuses_unknown_keys() -> None:
     demo = str(CONFIGS / "demo-ultimatum.yaml")
-    ok = runner.invoke(app, ["train", "-c", demo, "--check", "rollout.episodes_per_update=16"])
+    ok = runner.invoke(
+        app, ["train", "-c", demo, "--check", "rollout.episodes_per_update=16", "eval.episodes=64"]
+    )
     assert ok.exit_code == 0, ok.output
     assert "80 episodes planned" in ok.output  # 16 for the update, 64 held-out
     bad = runner.invoke(app, ["train", "-c", demo, "--check", "train.updatez=2"])
