@@ -98,13 +98,14 @@ async def play_served(
     driver: Any, tasks: Sequence[Any], temperature: float
 ) -> list[trajectory_pb2.Trajectory]:
     """``driver.play(tasks)`` (the rollout driver: nothing goes to the stream) sampling at the evaluation's
-    ``temperature``; the driver's own sampling settings are restored afterwards."""
-    config = driver.config
+    ``temperature`` where the driver has a ``config.sampling`` to set; its own settings come back after."""
+    config = getattr(driver, "config", None)
     sampling = getattr(config, "sampling", None)
-    if sampling is not None and sampling.temperature != temperature:
-        driver.config = dataclasses.replace(
-            config, sampling=dataclasses.replace(sampling, temperature=temperature)
-        )
+    if sampling is None or sampling.temperature == temperature:
+        return list(await driver.play(tasks))
+    driver.config = dataclasses.replace(
+        config, sampling=dataclasses.replace(sampling, temperature=temperature)
+    )
     try:
         return list(await driver.play(tasks))
     finally:
