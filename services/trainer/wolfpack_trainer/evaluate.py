@@ -101,7 +101,7 @@ async def play_served(
     ``temperature`` where the driver has a ``config.sampling`` to set; its own settings come back after."""
     config = getattr(driver, "config", None)
     sampling = getattr(config, "sampling", None)
-    if sampling is None or sampling.temperature == temperature:
+    if config is None or sampling is None or sampling.temperature == temperature:
         return list(await driver.play(tasks))
     driver.config = dataclasses.replace(
         config, sampling=dataclasses.replace(sampling, temperature=temperature)
