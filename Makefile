@@ -22,7 +22,10 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(BIN)/wolfpack up --check --base-port 0 --timeout 600  # first run may fetch and convert SmolLM2
 	$(BIN)/wolfpack play werewolf --players 9 --seed 7 --bots heuristic
-	$(BIN)/wolfpack train --config configs/demo-ultimatum.yaml $(DEMO_ARGS)  # ends with the `learning:` line
+	$(BIN)/wolfpack train --config configs/demo-ultimatum-local.yaml $(DEMO_ARGS)  # ends with the `learning:` line
+# The same task through the services (rollout -> environment/inference/reward -> stream -> PushWeights) is
+# configs/demo-ultimatum.yaml: it runs, but the tiny model on whole prompts only learns constant:ACCEPT there
+# (configs/README.md), so the demo's learning line comes from the in-process run, which clears every constant.
 
 up: setup
 	$(BIN)/wolfpack up
