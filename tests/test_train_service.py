@@ -112,6 +112,9 @@ class _Watched:
             self.served_at_first_play = {k: v.detach().clone() for k, v in model.state_dict().items()}
         return await self.driver.play(tasks)
 
+    def __getattr__(self, name: str) -> Any:  # everything else (config, stats, ...) is the driver's
+        return getattr(self.driver, name)
+
 
 @pytest.mark.slow
 async def test_warm_start_then_service_rollouts(
