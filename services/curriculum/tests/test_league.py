@@ -95,3 +95,14 @@ def test_pfsp_falls_back_to_uniform_when_every_weight_is_zero() -> None:
     rng = random.Random(5)
     draws = Counter(sample_opponent(trainee, hopeless, CFG, rng).opponent_id for _ in range(400))
     assert set(draws) == {"a", "b"} and 140 < draws["a"] < 260  # Binomial(400, 1/2): sd 10
+
+
+def test_extreme_finite_ratings_do_not_overflow() -> None:
+    """A finite but huge rating (a registered opponent's, or long drift) gives a 0/1 expectation instead of
+    an OverflowError inside NextTasks (found by the curriculum fuzz test)."""
+    from wolfpack_curriculum.league import expected
+
+    assert expected(0.0, 1e300) < 1e-299
+    assert expected(1e300, 0.0) == 1.0
+    assert expected(-1e308, 1e308) < 1e-299
+    assert expected(1500.0, 1500.0) == 0.5

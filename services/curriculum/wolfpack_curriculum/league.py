@@ -47,7 +47,10 @@ class Entry:
 
 
 def expected(r_a: float, r_b: float) -> float:
-    return 1.0 / (1.0 + float(10.0 ** ((r_b - r_a) / 400.0)))
+    # Clamped: finite but extreme ratings (a registered opponent's, or drift over a long league) must not
+    # overflow the power; past a 10**300 odds ratio the answer is 0 or 1 to double precision anyway.
+    x = min(max((r_b - r_a) / 400.0, -300.0), 300.0)
+    return 1.0 / (1.0 + float(10.0**x))
 
 
 def rate(trainee: Entry, opponent: Entry, score: float, cfg: LeagueConfig) -> tuple[Entry, Entry]:
