@@ -182,14 +182,9 @@ def _run(
     from wolfpack_trainer.config import TrainConfig
     from wolfpack_trainer.evaluate import reference_lines
     from wolfpack_trainer.metrics import update_line
-    from wolfpack_trainer.train import ResumeError, check_resumable, learning_line, run_training
+    from wolfpack_trainer.train import ResumeError, learning_line, run_training
 
-    assert isinstance(cfg, TrainConfig)
-    try:
-        check_resumable(out, cfg)  # before the bar: one clear line, nothing built
-    except ResumeError as exc:
-        console.print(f"[red]{exc}[/]", highlight=False)
-        raise typer.Exit(2) from None
+    assert isinstance(cfg, TrainConfig)  # train() has refused a run of another config before calling this
     total = updates if updates is not None else cfg.train.updates
     start = time.monotonic()
     from transformers.utils import logging as hf_logging

@@ -32,7 +32,7 @@ import copy
 import os
 import random
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
@@ -201,6 +201,17 @@ def _init_process_group(use_cuda: bool) -> None:
 
 def _scalar(value: Any) -> float:
     return float(value.value if hasattr(value, "value") else value)
+
+
+def _means(metrics: Mapping[str, Any], name: Callable[[str], str]) -> dict[str, float]:
+    """verl's per-micro-batch metric lists (or scalars) as one mean each, under ``name(key)``; empty lists
+    are left out."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        values = [_scalar(v) for v in (value if isinstance(value, list) else [value])]
+        if values:
+            out[name(key)] = sum(values) / len(values)
+    return out
 
 
 @register_learner("verl_fsdp")
@@ -455,12 +466,7 @@ class VerlFsdpLearner(Learner):
 
         metrics = tu.get(self.workers.data("actor", "train_mini_batch", td()), "metrics")
         self.step += 1
-        out: dict[str, float] = {}
-        for key, value in metrics.items():
-            values = [_scalar(v) for v in (value if isinstance(value, list) else [value])]
-            if not values:
-                continue
-            out[_METRIC_NAMES.get(key, key if "/" in key else f"actor/{key}")] = sum(values) / len(values)
+        out = _means(metrics, lambda key: _METRIC_NAMES.get(key, key if "/" in key else f"actor/{key}"))
         if self.use_cuda:  # evidence in the metrics that the update ran on the card(s), and how much it took
             out["perf/learner_max_memory_gb"] = float(self.workers.call("actor", "max_memory_gb"))
         out["actor/optimizer_steps"] = float(
@@ -471,10 +477,7 @@ class VerlFsdpLearner(Learner):
             if batch.values is None or batch.returns is None:
                 raise ValueError("value_head needs batch.values and batch.returns (GAE)")
             critic = tu.get(self.workers.data("critic", "train_mini_batch", td()), "metrics")
-            for key, value in critic.items():
-                values = [_scalar(v) for v in (value if isinstance(value, list) else [value])]
-                if values:
-                    out[key if key.startswith("critic/") else f"critic/{key}"] = sum(values) / len(values)
+            out.update(_means(critic, lambda key: key if key.startswith("critic/") else f"critic/{key}"))
         return out
 
     # --- state ---------------------------------------------------------------------------------------
