@@ -36,3 +36,9 @@ def test_budget_stops_after_the_update_that_passes_it(tmp_path: Path, tiny: str,
     assert (tmp_path / "run" / "checkpoints" / "LATEST").read_text().strip().endswith("1")
     state = json.loads((tmp_path / "run" / "checkpoints" / "update_000001" / "state.json").read_text())
     assert state["step"] == 1
+    # the update's time split: its parts add up to the update's time after collecting
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    update = next(r for r in rows if "perf/update_s" in r)
+    parts = [update[k] for k in ("perf/train_s", "perf/publish_s", "perf/commit_s")]
+    assert all(p >= 0 for p in parts) and update["perf/collect_s"] > 0 and update["perf/train_s"] > 0
+    assert abs(sum(parts) - update["perf/update_s"]) < 0.05
