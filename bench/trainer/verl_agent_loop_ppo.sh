@@ -42,7 +42,7 @@ PY
 export WOLFPACK_ENVIRONMENT_ADDR=$ENV_ADDR
 
 MODEL=$(python3 -c "from pathlib import Path; from wolfpack_inference.models import tiny_model; print(tiny_model(Path('$WORK'), hidden_size=256, layers=2, max_positions=4096))" | tail -1)
-python3 -m wolfpack_trainer.agent_loop "$WORK/train.parquet" --rows "$ROWS" --game werewolf_v1 --variant 6p \
+python3 -m wolfpack_trainer.learners.verl.agent_loop "$WORK/train.parquet" --rows "$ROWS" --game werewolf_v1 --variant 6p \
   --seats 0,1,2,3,4,5 --max-turn-tokens 48
 
 set -x
@@ -58,7 +58,7 @@ python3 -m verl.trainer.main_ppo \
   actor_rollout_ref.rollout.gpu_memory_utilization=0.3 actor_rollout_ref.rollout.enforce_eager=True \
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 \
   actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
-  actor_rollout_ref.rollout.agent.agent_loop_config_path="$ROOT/services/trainer/wolfpack_trainer/agent_loops.yaml" \
+  actor_rollout_ref.rollout.agent.agent_loop_config_path="$ROOT/services/trainer/wolfpack_trainer/learners/verl/agent_loops.yaml" \
   actor_rollout_ref.rollout.agent.default_agent_loop=wolfpack actor_rollout_ref.rollout.agent.num_workers=1 \
   trainer.logger=console trainer.val_before_train=False trainer.test_freq=-1 trainer.save_freq=-1 \
   trainer.n_gpus_per_node="$NGPU" trainer.nnodes=1 trainer.total_training_steps="$STEPS" trainer.total_epochs=1 \

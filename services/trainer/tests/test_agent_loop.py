@@ -33,7 +33,7 @@ from wolfpack_environment.server import EnvironmentServicer
 from wolfpack_environment.server import register as register_environment
 from wolfpack_environment.sessions import EpisodeManager
 from wolfpack_inference.models import tiny_model
-from wolfpack_trainer.agent_loop import (
+from wolfpack_trainer.learners.verl.agent_loop import (
     AGENT_NAME,
     CONFIG_PATH,
     EpisodeSpec,
@@ -275,13 +275,13 @@ def test_observation_delta_keeps_whole_new_lines() -> None:
 def test_config_file_registers_the_loop() -> None:
     entries: Any = OmegaConf.load(CONFIG_PATH)
     assert [(e.name, e._target_) for e in entries] == [
-        (AGENT_NAME, "wolfpack_trainer.agent_loop.WolfpackAgentLoop")
+        (AGENT_NAME, "wolfpack_trainer.learners.verl.agent_loop.WolfpackAgentLoop")
     ]
 
 
 def test_dataset_writer(tmp_path: Path) -> None:
     pd = pytest.importorskip("pandas")
-    from wolfpack_trainer.agent_loop import main
+    from wolfpack_trainer.learners.verl.agent_loop import main
 
     main([str(tmp_path / "d.parquet"), "--rows", "4", "--seats", "0,2", "--seed0", "7"])
     df = pd.read_parquet(tmp_path / "d.parquet")

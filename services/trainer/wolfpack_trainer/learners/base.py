@@ -294,7 +294,7 @@ def register_learner(name: str) -> Callable[[L], L]:
     return deco
 
 
-BUILTIN_LEARNERS = ("wolfpack_trainer.learners.cpu", "wolfpack_trainer.verl_learner")
+BUILTIN_LEARNERS = ("wolfpack_trainer.learners.cpu", "wolfpack_trainer.learners.verl.learner")
 
 
 def load_builtin_learners() -> None:

@@ -28,7 +28,7 @@ Register it with an agent-loop config file (``agent_loops.yaml`` beside this mod
 Each dataset row says which game to play in ``extra_info["wolfpack"]`` (or a top-level ``wolfpack``
 column): ``game_id``, ``variant``, ``seed``, ``seat``, ``default_bot``, ``bots``, ``reward_spec``, ...
 (``EpisodeSpec``). Rows with the same seed are the same game, so GRPO's n samples of one row compare
-answers in one game. ``python -m wolfpack_trainer.agent_loop --help`` writes such a dataset.
+answers in one game. ``python -m wolfpack_trainer.learners.verl.agent_loop --help`` writes such a dataset.
 
 The environment service's address comes from the agent-loop config key ``environment`` or from
 ``WOLFPACK_ENVIRONMENT_ADDR`` (the Ray workers inherit the driver's environment).
@@ -515,7 +515,7 @@ def dataset_rows(
 def main(argv: Sequence[str] | None = None) -> None:
     """Write a parquet dataset for verl's ``main_ppo`` that plays Wolfpack games with this loop."""
     ap = argparse.ArgumentParser(
-        prog="python -m wolfpack_trainer.agent_loop",
+        prog="python -m wolfpack_trainer.learners.verl.agent_loop",
         description="Write a verl dataset (parquet) whose rows play Wolfpack games through the agent loop "
         f"registered in {CONFIG_PATH.name} (agent name {AGENT_NAME!r}).",
     )

@@ -18,7 +18,7 @@ lets CI exercise this exact code path.
 ``optimizer_offload``, ``gradient_checkpointing``, ``infer_micro_batch_size``, ``total_training_steps``
 (LR schedule length), ``warmup_steps``, ``critic_lr`` (default 10 x ``lr``), ``mixed_precision``;
 ``ray_gpus`` (or ``ray: true`` = every visible GPU) runs the workers as verl Ray worker groups with FSDP
-over that many GPUs, ``ray_address`` joining an existing Ray cluster (``verl_workers.py``).
+over that many GPUs, ``ray_address`` joining an existing Ray cluster (``workers.py``).
 
 LoRA (``lora_rank`` > 0) goes through verl's own FSDP + peft path; its KL reference is the base with the
 adapter disabled, and versions leave as peft adapters. ``value_head`` (PPO with GAE) adds verl's critic (a
@@ -254,7 +254,7 @@ class VerlFsdpLearner(Learner):
         )
         from verl.workers.utils.losses import ppo_loss
 
-        from wolfpack_trainer.verl_workers import Workers
+        from wolfpack_trainer.learners.verl.workers import Workers
 
         self.strategy = str(extra.get("strategy", "fsdp2"))
         if not self.use_cuda and self.strategy != "fsdp2":
