@@ -9,6 +9,7 @@ after invalid output arrive as a new observation with ``feedback`` set.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
@@ -128,6 +129,18 @@ class EnvironmentClient:
     def seat(self, episode_id: str, token: str) -> SeatSession:
         return SeatSession(self, episode_id, token)
 
+    def play_stream(
+        self, *, include_text: bool = True, close_finished: bool = False, rejected_results_only: bool = False
+    ) -> PlayStream:
+        """A new ``PlaySeats`` call at the message level (``PlayStream``: create/join/act, ``read``); close
+        it with ``await stream.close()``. Streams get no default deadline: one lasts as long as its games."""
+        return PlayStream(
+            self.stub,
+            include_text=include_text,
+            close_finished=close_finished,
+            rejected_results_only=rejected_results_only,
+        )
+
     async def play_seats(
         self,
         seats: Sequence[tuple[str, int, str]],
@@ -246,55 +259,66 @@ class SeatSession:
         return last if last.done else await self.observation()
 
 
-@dataclass
-class _Episode:
-    created: CreatedEpisode
-    finals: dict[int, pb.Observation] = field(default_factory=dict)
+class PlayStream:
+    """One ``PlaySeats`` call, client side, at the message level: everything to send (creates, joins,
+    acts) goes to one outbox that a writer task flushes as one message whenever it is not empty, so
+    answers are batched whatever mix of fast and slow deciders produced them; ``read`` returns the
+    server's next message. The one PlaySeats client: ``play_seats``/``play_episodes`` (answers from a
+    ``decide`` function) and the rollout driver (answers from inference) both play through it. The
+    options go out with the first message."""
 
-
-class _PlayCall:
-    """One ``PlaySeats`` call, client side. The caller's task reads server messages (``next_finished``)
-    and answers synchronous decisions at once; async decisions run as tasks. Everything to send (acts,
-    creates, joins) goes to one outbox that a writer task flushes as one message whenever it is not
-    empty, so answers are batched whatever mix of fast and slow deciders produced them."""
-
-    def __init__(self, stub: pb_grpc.EnvironmentServiceAsyncStub, decide: Decider, include_text: bool,
-                 close_finished: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        stub: pb_grpc.EnvironmentServiceAsyncStub,
+        *,
+        include_text: bool = True,
+        close_finished: bool = False,
+        rejected_results_only: bool = False,
+    ) -> None:
         self.call = stub.PlaySeats()
-        self.decide = decide
-        self.tokens: dict[tuple[str, int], str] = {}
-        self.episodes: dict[str, _Episode] = {}
         self.outbox = pb.PlaySeatsRequest(
-            include_text=include_text, close_finished=close_finished, rejected_results_only=True
+            include_text=include_text,
+            close_finished=close_finished,
+            rejected_results_only=rejected_results_only,
         )
         self.mail = asyncio.Event()
         self.mail.set()  # the first message goes out even when empty (it carries the stream options)
-        self.tasks: set[asyncio.Task[None]] = set()
         self.failure: BaseException | None = None
-        self.writer: asyncio.Task[None] | None = None
-
-    async def __aenter__(self) -> _PlayCall:
+        """Why writing failed (the next ``read`` raises it)."""
         self.writer = asyncio.create_task(self._write_loop())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        for task in self.tasks:
-            task.cancel()
-        if self.writer is not None:
-            self.writer.cancel()
-        self.call.cancel()
 
     def create(self, req: pb.CreateEpisodeRequest) -> None:
         self.outbox.create.append(req)
         self.mail.set()
 
-    def join(self, episode_id: str, seat: int, token: str) -> None:
-        self.tokens[(episode_id, seat)] = token
-        if episode_id not in self.episodes:
-            self.episodes[episode_id] = _Episode(CreatedEpisode(episode_id, "", {}, 0))
-        self.episodes[episode_id].created.seat_tokens[seat] = token
+    def join(self, episode_id: str, token: str) -> None:
         self.outbox.join.add(episode_id=episode_id, token=token)
         self.mail.set()
+
+    def act(self, episode_id: str, token: str, turn_id: int, decision: Decision) -> None:
+        act = self.outbox.acts.add(episode_id=episode_id, token=token, turn_id=turn_id)
+        if isinstance(decision, str):
+            act.raw_text = wire_text(decision)
+        else:
+            act.action.CopyFrom(decision)
+        self.mail.set()
+
+    async def read(self) -> pb.PlaySeatsResponse:
+        """The server's next message; raises the writer's failure, or ``ConnectionError`` at the stream's
+        end (the server never ends a call whose client is still writing)."""
+        message = await self.call.read()
+        if self.failure is not None:
+            raise self.failure
+        if message is grpc.aio.EOF:
+            raise ConnectionError("the PlaySeats stream ended")
+        assert isinstance(message, pb.PlaySeatsResponse)
+        return message
+
+    async def close(self) -> None:
+        self.writer.cancel()
+        self.call.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.writer
 
     async def _write_loop(self) -> None:
         try:
@@ -308,15 +332,53 @@ class _PlayCall:
         except BaseException as exc:  # the read side reports it
             self.failure = exc
 
+
+@dataclass
+class _Episode:
+    created: CreatedEpisode
+    finals: dict[int, pb.Observation] = field(default_factory=dict)
+
+
+class _PlayCall:
+    """``play_seats``/``play_episodes`` over one ``PlayStream``: the caller's task reads server messages
+    (``next_finished``) and answers synchronous decisions at once; async decisions run as tasks."""
+
+    def __init__(self, stub: pb_grpc.EnvironmentServiceAsyncStub, decide: Decider, include_text: bool,
+                 close_finished: bool) -> None:  # fmt: skip
+        self.stub = stub
+        self.options = {"include_text": include_text, "close_finished": close_finished}
+        self.decide = decide
+        self.tokens: dict[tuple[str, int], str] = {}
+        self.episodes: dict[str, _Episode] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.failure: BaseException | None = None
+        self.stream: PlayStream | None = None
+
+    async def __aenter__(self) -> _PlayCall:
+        self.stream = PlayStream(self.stub, rejected_results_only=True, **self.options)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self.tasks:
+            task.cancel()
+        if self.stream is not None:
+            await self.stream.close()
+
+    def create(self, req: pb.CreateEpisodeRequest) -> None:
+        assert self.stream is not None
+        self.stream.create(req)
+
+    def join(self, episode_id: str, seat: int, token: str) -> None:
+        assert self.stream is not None
+        self.tokens[(episode_id, seat)] = token
+        if episode_id not in self.episodes:
+            self.episodes[episode_id] = _Episode(CreatedEpisode(episode_id, "", {}, 0))
+        self.episodes[episode_id].created.seat_tokens[seat] = token
+        self.stream.join(episode_id, token)
+
     def _answer(self, obs: pb.Observation, decision: Decision) -> None:
-        act = self.outbox.acts.add(
-            episode_id=obs.episode_id, token=self.tokens[(obs.episode_id, obs.seat)], turn_id=obs.turn_id
-        )
-        if isinstance(decision, str):
-            act.raw_text = wire_text(decision)
-        else:
-            act.action.CopyFrom(decision)
-        self.mail.set()
+        assert self.stream is not None
+        self.stream.act(obs.episode_id, self.tokens[(obs.episode_id, obs.seat)], obs.turn_id, decision)
 
     async def _answer_later(self, obs: pb.Observation, pending: Awaitable[Decision]) -> None:
         try:
@@ -328,14 +390,15 @@ class _PlayCall:
 
     async def next_finished(self) -> list[tuple[CreatedEpisode, dict[int, pb.Observation]]]:
         """Read server messages, answering decisions, until at least one episode has ended."""
+        assert self.stream is not None
         ended: list[tuple[CreatedEpisode, dict[int, pb.Observation]]] = []
         while not ended:
-            message = await self.call.read()
+            try:
+                message = await self.stream.read()
+            except ConnectionError:
+                raise ConnectionError("the PlaySeats stream ended before the episodes did") from None
             if self.failure is not None:
                 raise self.failure
-            if message is grpc.aio.EOF:
-                raise ConnectionError("the PlaySeats stream ended before the episodes did")
-            assert isinstance(message, pb.PlaySeatsResponse)
             for created in message.created:
                 if created.HasField("error"):
                     code = code_of(created.error).name
