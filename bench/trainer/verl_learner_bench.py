@@ -33,18 +33,23 @@ from wolfpack_trainer.learners.base import LearnerConfig, LossConfig, TrainBatch
 SHAPES: dict[str, dict[str, Any]] = {
     "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                  intermediate_size=512, vocab_size=2048, tie_word_embeddings=False),
+    # SmolLM2-135M-Instruct's shape (Llama): the model the GPU recipes train
+    "smollm2": dict(arch="llama", hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3, intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True),
     "0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
                  intermediate_size=4864, vocab_size=151936, tie_word_embeddings=True),
 }  # fmt: skip
 
 
 def build_model(shape: str, out: Path, max_positions: int) -> tuple[Path, int]:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(**SHAPES[shape], max_position_embeddings=max_positions, bos_token_id=1, eos_token_id=2,
-                      pad_token_id=0, attn_implementation="sdpa")  # fmt: skip
+    spec = dict(SHAPES[shape])
+    llama = spec.pop("arch", "qwen2") == "llama"
+    cfg = (LlamaConfig if llama else Qwen2Config)(**spec, max_position_embeddings=max_positions, bos_token_id=1,
+                                                  eos_token_id=2, pad_token_id=0, attn_implementation="sdpa")  # fmt: skip
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(cfg)
+    model = (LlamaForCausalLM if llama else Qwen2ForCausalLM)(cfg)
     model.save_pretrained(out)
     return out, sum(p.numel() for p in model.parameters())
 
@@ -120,6 +125,18 @@ def run(strategy: str, model_dir: Path, args: argparse.Namespace, vocab: int) ->
             times.append(time.perf_counter() - t0)
         losses.append(metrics["actor/pg_loss"])
         norms.append(metrics["actor/grad_norm"])
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
+        with profile(activities=acts) as prof:
+            t0 = time.perf_counter()
+            learner.update(batch)
+            sync(args.device)
+        key = "cuda_time_total" if args.device.startswith("cuda") else "cpu_time_total"
+        print(f"profiled update ({strategy}): {time.perf_counter() - t0:.2f} s wall")
+        print(prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60))
+        print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
     after = learner.export_weights().tensors
     moved = max((after[k].float() - before[k].float()).abs().max().item() for k in before)
     new = learner.compute_log_probs(batch)
@@ -152,6 +169,9 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=3, help="timed updates (after one warm-up)")
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument(
+        "--profile", action="store_true", help="print torch.profiler's top ops of one more update"
+    )
     args = ap.parse_args()
     from rich.console import Console
     from rich.table import Table

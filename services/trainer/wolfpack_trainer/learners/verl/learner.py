@@ -32,6 +32,7 @@ import copy
 import os
 import random
 import socket
+import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from functools import partial
@@ -228,6 +229,9 @@ class VerlFsdpLearner(Learner):
         # ``auto`` takes CUDA where there is one; ``cuda`` without one is an error (resolve_device), never a
         # silent CPU run. verl's CPU platform shim is installed only for an explicit or resolved ``cpu``.
         self.device = resolve_device(config.device)
+        self._timing = dict.fromkeys(
+            ("perf/learner_prep_s", "perf/learner_infer_s", "perf/learner_train_s"), 0.0
+        )
         self.use_cuda = self.device.startswith("cuda")
         # ``ray_gpus`` > 0 (or ``ray: true`` = every visible GPU): the workers run as verl Ray worker groups,
         # FSDP over that many GPUs; ``ray_address`` joins an existing cluster. Else one in-process worker.
@@ -423,12 +427,17 @@ class VerlFsdpLearner(Learner):
         from verl.workers.utils.padding import no_padding_2_padding
 
         n = len(batch)
+        t0 = time.perf_counter()
         padded = self._padded(batch, self.workers.world_size * self._infer_micro)
         if key == "log_probs":  # a language model's forward; the critic's has no entropy to skip
             flags.setdefault("calculate_entropy", False)
         td = self._tensordict(padded, False, compute_loss=False, **flags)
+        t1 = time.perf_counter()
         out = self.workers.data(worker, "infer_batch", td)
+        t2 = time.perf_counter()
         got = no_padding_2_padding(tu.get(out, key), td).float().cpu()[:n]
+        self._timing["perf/learner_prep_s"] += t1 - t0 + time.perf_counter() - t2
+        self._timing["perf/learner_infer_s"] += t2 - t1
         return got * (batch.response_mask > 0).float()
 
     def compute_log_probs(self, batch: TrainBatch) -> torch.Tensor:
@@ -464,7 +473,12 @@ class VerlFsdpLearner(Learner):
                 epochs=self.config.ppo_epochs, seed=self.config.seed + self.step, dataloader_kwargs={"shuffle": True},
             )  # fmt: skip
 
-        metrics = tu.get(self.workers.data("actor", "train_mini_batch", td()), "metrics")
+        t0 = time.perf_counter()
+        data = td()
+        t1 = time.perf_counter()
+        metrics = tu.get(self.workers.data("actor", "train_mini_batch", data), "metrics")
+        self._timing["perf/learner_prep_s"] += t1 - t0
+        self._timing["perf/learner_train_s"] += time.perf_counter() - t1
         self.step += 1
         out = _means(metrics, lambda key: _METRIC_NAMES.get(key, key if "/" in key else f"actor/{key}"))
         if self.use_cuda:  # evidence in the metrics that the update ran on the card(s), and how much it took
@@ -476,8 +490,14 @@ class VerlFsdpLearner(Learner):
         if "critic" in self.workers:
             if batch.values is None or batch.returns is None:
                 raise ValueError("value_head needs batch.values and batch.returns (GAE)")
+            t0 = time.perf_counter()
             critic = tu.get(self.workers.data("critic", "train_mini_batch", td()), "metrics")
+            self._timing["perf/learner_train_s"] += time.perf_counter() - t0
             out.update(_means(critic, lambda key: key if key.startswith("critic/") else f"critic/{key}"))
+        # where the learner's time went since the last update: forward-only passes (old/ref log-probs,
+        # values), the training passes, and building verl's tensordicts on the CPU around them
+        out.update(self._timing)
+        self._timing = dict.fromkeys(self._timing, 0.0)
         return out
 
     # --- state ---------------------------------------------------------------------------------------
