@@ -4,9 +4,16 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.wolfpack-setup
 
-.PHONY: setup demo test lint typecheck proto proto-check bench clean up mutate
+.PHONY: setup chromium demo test lint typecheck proto proto-check bench clean up mutate
 
-setup: $(STAMP)
+setup: $(STAMP) chromium
+
+# The browser tests of `wolfpack web` drive Debian's chromium through Playwright (its own browser download
+# is unreachable here); installed once, as root, when missing.
+chromium:
+	@test -x /usr/bin/chromium || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "warning: /usr/bin/chromium is missing (apt-get install chromium); the web browser tests will fail"
 
 # Re-run pip only when the dependency list changed. torch (inference/trainer extras) is installed with
 # an exact pin first so pip never resolves a multi-GB CUDA build on CPU machines.
@@ -14,7 +21,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e ".[dev,environment,inference,trainer]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,environment,inference,trainer,web]"
 	@touch $(STAMP)
 
 # The training job resumes its run directory: a rerun continues, or (finished) prints the summary and
@@ -40,7 +47,7 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy libs/wolfpack libs/wolfpack_games libs/wolfpack_rewards services/environment/wolfpack_environment services/reward/wolfpack_reward \
 		services/inference/wolfpack_inference services/curriculum/wolfpack_curriculum \
-		services/rollout/wolfpack_rollout services/trainer/wolfpack_trainer
+		services/rollout/wolfpack_rollout services/trainer/wolfpack_trainer services/web/wolfpack_web
 
 proto: setup
 	$(BIN)/python proto/generate.py
