@@ -8,6 +8,7 @@ third of building its ``legal_actions`` entries field by field, and the same tem
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -210,13 +211,15 @@ class EpisodeFactory:
             raise SessionError(f"scenario {scenario_id} is a {scenario.family} scenario, not {game_id}")
         return scenario
 
-    def __call__(self, request: pb.CreateEpisodeRequest) -> Episode:
-        """Validate ``request`` and start its episode (raises ``SessionError`` on bad input)."""
+    def __call__(self, request: pb.CreateEpisodeRequest, options: dict[str, Any] | None = None) -> Episode:
+        """Validate ``request`` and start its episode (raises ``SessionError`` on bad input). ``options``:
+        the request's options already parsed (``await parsed_options(request)``), else parsed here."""
         if not request.game.game_id:
             raise SessionError("game.game_id is required")
         seats = seat_plans(request)
         # Option values are YAML scalars/collections sent as strings ("true", "[1, 2]", "revote").
-        options: dict[str, Any] = parse_options(request.options)
+        if options is None:
+            options = parse_options(request.options)
         if request.scenario_id:
             options["scenario"] = self._scenario(request.scenario_id, request.game.game_id)
         # The episode span starts under the current context: the item's own trace context when the
@@ -236,5 +239,18 @@ class EpisodeFactory:
                 otel_context.detach(token)
 
 
-Create = Callable[[pb.CreateEpisodeRequest], Episode]
+Create = Callable[[pb.CreateEpisodeRequest, "dict[str, Any] | None"], Episode]
 """What PlaySeats needs to start an episode (an ``EpisodeFactory``)."""
+
+OFF_LOOP_OPTION_CHARS = 2_048
+"""Options longer than this in all are parsed in a worker thread: YAML of 64 KiB (the bound) takes
+~0.1 s to build, during which the event loop (health checks, every other caller) would stand still."""
+
+
+async def parsed_options(request: pb.CreateEpisodeRequest) -> dict[str, Any] | None:
+    """The request's options parsed off the event loop when they are long (``OFF_LOOP_OPTION_CHARS``);
+    ``None`` for short ones, which the factory parses inline for less than a thread hop costs."""
+    raw = request.options
+    if not raw or sum(len(v) for v in raw.values()) <= OFF_LOOP_OPTION_CHARS:
+        return None
+    return await asyncio.to_thread(parse_options, dict(raw))

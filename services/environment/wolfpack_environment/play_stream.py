@@ -6,22 +6,43 @@ every joined seat's new decisions in one message (both directions batched). Epis
 are forgotten at once, so a stream that plays episode after episode for hours holds only the live ones.
 Per-item failures (a bad create, an act with a foreign token) become that item's ``google.rpc.Status``;
 the stream goes on.
+
+Bounded work per message: a message's creates past ``MAX_CREATES_PER_MESSAGE`` fail alone with
+RESOURCE_EXHAUSTED (send them in a later message), and applying a message gives the event loop back every
+``HANDLE_SLICE_S`` of work, so one message of costly creates (options at their bounds: ~10 ms each) never
+leaves health checks and other callers unanswered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from wolfpack.errors import to_status
 from wolfpack.v1 import environment_service_pb2 as pb
-from wolfpack_environment.convert import Create, Observations, action_from_pb, action_to_pb, created_pb
-from wolfpack_environment.sessions import Episode, EpisodeManager, SessionError
+from wolfpack_environment.convert import (
+    Create,
+    Observations,
+    action_from_pb,
+    action_to_pb,
+    created_pb,
+    parsed_options,
+)
+from wolfpack_environment.sessions import Episode, EpisodeManager, ResourceExhaustedError, SessionError
 
 log = logging.getLogger(__name__)
+
+MAX_CREATES_PER_MESSAGE = 1024
+"""Creates one PlaySeats message may carry; the rest of the message's creates fail alone with
+RESOURCE_EXHAUSTED. Above any rollout's in-flight episodes per stream (the driver sends at most its
+concurrency at once), far below what freezes a server."""
+
+HANDLE_SLICE_S = 0.005
+"""Longest stretch of one message's work (creates, joins, acts) before the event loop gets a turn."""
 
 
 @dataclass(slots=True)
@@ -71,7 +92,7 @@ class PlayStream:
                     if item is None:
                         client_done = True
                     elif isinstance(item, pb.PlaySeatsRequest):
-                        self.handle(item, results, created)
+                        await self.handle(item, results, created)
                 response = pb.PlaySeatsResponse(results=results, created=created)
                 self.decisions(response.decisions)
                 if results or created or response.decisions:
@@ -85,15 +106,31 @@ class PlayStream:
             self.queue.put_nowait("changed")
         self.dirty.add(ep.episode_id)
 
-    def handle(
+    async def handle(
         self, req: pb.PlaySeatsRequest, results: list[pb.SeatActResult], created: list[pb.CreatedEpisode]
     ) -> None:
         self.include_text = self.include_text or req.include_text
         self.close_finished = self.close_finished or req.close_finished
         self.rejected_results_only = self.rejected_results_only or req.rejected_results_only
-        for create in req.create:
+        clock = time.perf_counter
+        yield_at = clock() + HANDLE_SLICE_S
+        too_many = (
+            to_status(ResourceExhaustedError(
+                f"a PlaySeats message carries at most {MAX_CREATES_PER_MESSAGE} creates; this one had "
+                f"{len(req.create)}: send the rest in a later message"
+            ))
+            if len(req.create) > MAX_CREATES_PER_MESSAGE
+            else None
+        )  # fmt: skip
+        for n, create in enumerate(req.create):
+            if clock() > yield_at:
+                await asyncio.sleep(0)  # one slice per loop turn: health and other streams get theirs
+                yield_at = clock() + HANDLE_SLICE_S
+            if too_many is not None and n >= MAX_CREATES_PER_MESSAGE:
+                created.append(pb.CreatedEpisode(request_id=create.request_id, error=too_many))
+                continue
             try:
-                ep = self.create(create)
+                ep = self.create(create, await parsed_options(create))
             except Exception as exc:  # a bad request, or a bug: this create fails alone, the stream goes on
                 if not isinstance(exc, SessionError):
                     log.exception("PlaySeats: create failed")
@@ -104,6 +141,9 @@ class PlayStream:
                 self._join_seat(ep, seat)
             created.append(pb.CreatedEpisode(episode=created_pb(ep), request_id=create.request_id))
         for ref in req.join:
+            if clock() > yield_at:
+                await asyncio.sleep(0)
+                yield_at = clock() + HANDLE_SLICE_S
             try:
                 ep = self.manager.get(ref.episode_id)
                 seat = self.manager.seat_of(ep, ref.token)
@@ -112,6 +152,9 @@ class PlayStream:
                 continue
             self._join_seat(ep, seat)
         for act in req.acts:
+            if clock() > yield_at:
+                await asyncio.sleep(0)
+                yield_at = clock() + HANDLE_SLICE_S
             result = self._act(act)
             if result is None:
                 continue

@@ -21,6 +21,7 @@ from wolfpack_environment.convert import (
     action_to_pb,
     created_pb,
     episode_state_pb,
+    parsed_options,
 )
 from wolfpack_environment.play_stream import PlayStream
 from wolfpack_environment.sessions import EpisodeManager
@@ -48,7 +49,7 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         return resp
 
     async def CreateEpisode(self, request: pb.CreateEpisodeRequest, context: Any) -> pb.CreateEpisodeResponse:
-        return created_pb(self.create(request))
+        return created_pb(self.create(request, await parsed_options(request)))
 
     async def Observe(self, request: pb.ObserveRequest, context: Any) -> AsyncIterator[pb.ObserveResponse]:
         ep = self.manager.get(request.episode_id)
