@@ -9,14 +9,16 @@ from __future__ import annotations
 import asyncio
 import importlib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from wolfpack import SERVICES
-from wolfpack.settings import Settings, SettingsError, describe_settings, load_settings
+
+if TYPE_CHECKING:  # settings (pydantic-settings) load in the commands that use them: local commands such
+    from wolfpack.settings import Settings  # as ``wolfpack play`` start sooner without them
 
 app = typer.Typer(
     name="wolfpack",
@@ -29,6 +31,8 @@ console = Console()
 
 
 def settings_or_exit(**overrides: object) -> Settings:
+    from wolfpack.settings import SettingsError, load_settings
+
     try:
         return load_settings(**overrides)
     except SettingsError as exc:
@@ -100,6 +104,8 @@ def serve(
 @app.command()
 def config() -> None:
     """List every WOLFPACK_* setting with its default and meaning."""
+    from wolfpack.settings import describe_settings
+
     table = Table(title="Wolfpack settings (environment variables)")
     for col in ("variable", "default", "meaning"):
         table.add_column(col)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-import grpc
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -19,6 +18,8 @@ console = Console()
 
 
 async def _league(addr: str, register: str, policy: str, version: int, bot: str) -> int:
+    import grpc  # here, not at the top: every ``wolfpack`` command imports this module to mount it
+
     from wolfpack.settings import load_settings
     from wolfpack_curriculum.client import CurriculumClient
     from wolfpack_curriculum.league import Entry, LeagueConfig, pfsp_weights

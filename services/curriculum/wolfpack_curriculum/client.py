@@ -5,12 +5,14 @@ entries it reads from the trajectory stream, so RPC and stream reports agree).""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from wolfpack import rpc
-from wolfpack.settings import Settings, load_settings
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import curriculum_service_pb2 as pb
-from wolfpack.v1 import curriculum_service_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    from wolfpack.settings import Settings
+    from wolfpack.v1 import curriculum_service_pb2_grpc as pb_grpc
 
 FINGERPRINT_CHARS = 2000
 """Cap on a failure fingerprint's length (the head of the trainee's opening prompt or the scenario)."""
@@ -64,9 +66,15 @@ class CurriculumClient:
     """Connects to ``target`` (host:port); use ``async with CurriculumClient(...) as curriculum``."""
 
     def __init__(self, target: str, settings: Settings | None = None) -> None:
+        # gRPC, the telemetry SDK and settings load with the first client, not with this module:
+        # ``outcome_of`` and ``trainee_seats`` are used by purely local commands (``wolfpack play``'s CLI).
+        from wolfpack import rpc
+        from wolfpack.settings import load_settings
+        from wolfpack.v1 import curriculum_service_pb2_grpc as pb_grpc
+
         self.settings = settings or load_settings()
         self.channel = rpc.channel(target, self.settings)
-        self.stub = pb_grpc.CurriculumServiceStub(self.channel)
+        self.stub: pb_grpc.CurriculumServiceStub = pb_grpc.CurriculumServiceStub(self.channel)
 
     async def __aenter__(self) -> CurriculumClient:
         return self

@@ -1,0 +1,57 @@
+"""``wolfpack play`` is a purely local command: it must not load gRPC, the OpenTelemetry SDK, Redis or
+torch. Every ``wolfpack`` command imports each service's CLI module to mount its commands, so a module
+that imports a client at its top drags the whole RPC stack into local commands (it did: ~0.25 s and
+18 MiB through ``wolfpack_rollout.summary`` -> ``wolfpack_curriculum.client`` -> ``wolfpack.rpc``).
+
+The command runs in a fresh interpreter, as a user runs it; the module set is read at its exit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("grpc", "opentelemetry.sdk", "redis", "torch", "transformers", "wolfpack.rpc", "wolfpack.telemetry")
+
+PROBE = """
+import atexit, json, sys
+atexit.register(lambda: sys.stderr.write("MODULES " + json.dumps(sorted(sys.modules)) + "\\n"))
+sys.argv = ["wolfpack", *sys.argv[1:]]
+from wolfpack.cli.main import main
+main()
+"""
+
+
+def modules_of(*args: str) -> tuple[str, set[str]]:
+    """(stdout, modules loaded at exit) of ``wolfpack *args`` in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
+    return done.stdout, set(json.loads(line.removeprefix("MODULES ")))
+
+
+def heavy_in(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+def test_wolfpack_play_loads_no_rpc_telemetry_redis_or_torch() -> None:
+    out, modules = modules_of("play", "werewolf", "--seed", "3")
+    assert "Summary: werewolf_v1/6p seed 3" in out  # the command really ran
+    assert "wolfpack_games.werewolf" in modules
+    assert heavy_in(modules) == []
+
+
+def test_the_probe_sees_heavy_modules_where_a_command_loads_them() -> None:
+    """The control case: ``wolfpack config`` is local too, but ``serve``-side imports are visible to the
+    probe when something loads them (here ``-c`` imports ``wolfpack.rpc`` before the command)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import wolfpack.rpc\n" + PROBE, "config"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
+    modules = set(json.loads(line.removeprefix("MODULES ")))
+    assert "grpc" in heavy_in(modules) and "wolfpack.telemetry" in heavy_in(modules)
