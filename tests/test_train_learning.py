@@ -32,7 +32,7 @@ from wolfpack_inference.server import InferenceServicer
 from wolfpack_inference.server import register as register_inference
 from wolfpack_reward.server import register as register_reward
 from wolfpack_rollout.config import RolloutConfig, SamplingConfig
-from wolfpack_rollout.connect import Addresses, connect
+from wolfpack_rollout.client import Addresses, connect
 from wolfpack_trainer.config import TrainConfig, load_config
 from wolfpack_trainer.evaluate import references
 from wolfpack_trainer.publish import Publisher

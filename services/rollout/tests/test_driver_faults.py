@@ -190,6 +190,7 @@ async def test_play_stream_routes_late_and_foreign_results(stack: Any) -> None:
 
     from wolfpack.v1 import environment_service_pb2 as env_pb
     from wolfpack.v1 import environment_service_pb2_grpc as env_grpc
+    from wolfpack_environment.client import PlayStream
     from wolfpack_rollout.driver import RolloutStats, _Episode, _PlayStream
     from wolfpack_rollout.trajectory import TurnRecord
 
@@ -205,7 +206,8 @@ async def test_play_stream_routes_late_and_foreign_results(stack: Any) -> None:
     decided: list[Any] = []
     stats = RolloutStats()
     async with rpc.channel(stack.environment, stack.settings) as ch:
-        stream = _PlayStream(env_grpc.EnvironmentServiceStub(ch), {"ep": ep}, decided.extend, stats)
+        transport = PlayStream(env_grpc.EnvironmentServiceStub(ch))
+        stream = _PlayStream(transport, {"ep": ep}, decided.extend, stats)
         try:
             msg = env_pb.PlaySeatsResponse()
             msg.results.add(episode_id="ghost", seat=3, turn_id=8, accepted=True)

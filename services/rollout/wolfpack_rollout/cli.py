@@ -185,7 +185,7 @@ def _on_sigint(stop: asyncio.Event) -> Callable[[], None]:
 
 async def _rollout(episodes: int, split: str, config: RolloutConfig, stream: bool) -> int:
     from wolfpack.cli.main import settings_or_exit
-    from wolfpack_rollout.connect import Addresses, connect
+    from wolfpack_rollout.client import Addresses, connect
     from wolfpack_rollout.driver import EpisodeFailed
 
     settings = settings_or_exit()

@@ -1,12 +1,19 @@
-"""``connect``: a ready ``RolloutDriver`` from addresses, with every client it needs opened and closed for
-you (the rollout service, ``wolfpack rollout``, the bench and the trainer all start drivers this way).
+"""The rollout package's published client side: what another service (the trainer) may import of it.
 
-    async with connect(settings, RolloutConfig(concurrency=32)) as driver:
-        summary = await driver.run(100)
+* ``connect`` — a ready ``RolloutDriver`` from addresses, with every client it needs opened and closed
+  for you (the rollout service, ``wolfpack rollout``, the bench and the trainer's service mode):
 
-Addresses come from ``Addresses`` (defaults: the settings' ``WOLFPACK_<SERVICE>_ADDR`` / base port, or the
-``up.json`` of a running ``wolfpack up`` in the run dir). Without a Redis URL there is no stream: ``run``
-then reports outcomes to the curriculum by RPC and trajectories stay in ``driver.trajectories``.
+      async with connect(settings, RolloutConfig(concurrency=32)) as driver:
+          summary = await driver.run(100)
+
+  Addresses come from ``Addresses`` (defaults: the settings' ``WOLFPACK_<SERVICE>_ADDR`` / base port, or
+  the ``up.json`` of a running ``wolfpack up`` in the run dir). Without a Redis URL there is no stream:
+  ``run`` then reports outcomes to the curriculum by RPC and trajectories stay in ``driver.trajectories``.
+* the player itself (``RolloutDriver``, ``RolloutConfig``, ``SamplingConfig``) and the ``backends`` seam,
+  so the trainer's local mode plays through the same loop over in-process backends.
+
+Why the driver is published rather than copied: there is one episode player (docs/architecture.md);
+everything here builds on libs and other services' client modules (import-linter's "clients" contract).
 """
 
 from __future__ import annotations
@@ -24,8 +31,24 @@ from wolfpack.stream import ProtoStreamProducer
 from wolfpack.v1 import trajectory_pb2
 from wolfpack_curriculum.client import CurriculumClient
 from wolfpack_environment.client import EnvironmentClient
-from wolfpack_rollout.config import RolloutConfig
-from wolfpack_rollout.driver import RolloutDriver
+from wolfpack_rollout.backends import BatchItem, Environment, EpisodeStream, Inference, Reward
+from wolfpack_rollout.config import RolloutConfig, SamplingConfig
+from wolfpack_rollout.driver import EpisodeFailed, PromptEncoder, RolloutDriver
+
+__all__ = [
+    "Addresses",
+    "BatchItem",
+    "Environment",
+    "EpisodeFailed",
+    "EpisodeStream",
+    "Inference",
+    "PromptEncoder",
+    "Reward",
+    "RolloutConfig",
+    "RolloutDriver",
+    "SamplingConfig",
+    "connect",
+]
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,10 @@ class RolloutConfig:
     """k of the ``memory`` prompt mode."""
     system_prompt: str = ""
     """Optional system message put before every prompt."""
+    max_prompt_tokens: int = 0
+    """Keep only the last N tokens of each templated prompt (0: all), sent as a token prompt: the latest part
+    of the observation and the generation prompt. Needs the policy's tokenizer (``RolloutDriver``'s
+    ``encode_prompt``, which the trainer passes), so the trainer's local and service modes see one prompt."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Sampling of policy turns."""
     max_turns: int = 64
@@ -106,6 +110,8 @@ class RolloutConfig:
             raise ValueError(f"prompt_mode must be 'full' or 'memory', not {self.prompt_mode!r}")
         if self.memory_steps < 1:
             raise ValueError("memory_steps must be >= 1")
+        if self.max_prompt_tokens < 0:
+            raise ValueError("max_prompt_tokens must be >= 0")
         if self.max_turns < 1:
             raise ValueError("max_turns must be >= 1")
         if self.context_overflow not in ("compress", "truncate"):

@@ -53,14 +53,10 @@ from wolfpack.stream import ProtoStreamProducer
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import curriculum_service_pb2 as cur_pb
 from wolfpack.v1 import environment_service_pb2 as env_pb
-from wolfpack.v1 import environment_service_pb2_grpc as env_grpc
 from wolfpack.v1 import inference_service_pb2 as inf_pb
-from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
 from wolfpack.v1 import reward_service_pb2 as rew_pb
-from wolfpack.v1 import reward_service_pb2_grpc as rew_grpc
 from wolfpack_curriculum.client import CurriculumClient, outcome_of
-from wolfpack_environment.client import EnvironmentClient
-from wolfpack_inference.client import generate_batch
+from wolfpack_rollout.backends import Environment, EpisodeStream, GrpcInference, GrpcReward, Inference, Reward
 from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.prompts import render_messages
 from wolfpack_rollout.summary import EpisodeFailure, RolloutSummary, summarize
@@ -68,6 +64,7 @@ from wolfpack_rollout.trajectory import EpisodeResult, TurnRecord, build_traject
 
 __all__ = [
     "EpisodeFailed",
+    "PromptEncoder",
     "RolloutConfig",
     "RolloutDriver",
     "RolloutStats",
@@ -77,6 +74,9 @@ __all__ = [
 ]
 
 Task = cur_pb.Task
+PromptEncoder = Callable[[Sequence[common_pb2.ChatMessage]], list[int]]
+"""Chat messages -> the policy's prompt token ids (its chat template, generation prompt included): what
+``RolloutConfig.max_prompt_tokens`` crops. The trainer passes its tokenizer's; the services have none."""
 log = logging.getLogger(__name__)
 tracer = telemetry.tracer(__name__)
 
@@ -182,63 +182,43 @@ def _error_of(item: env_pb.SeatActResult | env_pb.CreatedEpisode) -> tuple[str, 
 
 
 class _PlayStream:
-    """One PlaySeats call: an outbox flushed by a writer task, and a reader that routes server messages to
-    episodes and hands decisions to ``on_decisions``."""
+    """The driver's side of one PlaySeats call: routes the server's messages to episodes (results to their
+    records, ends to their futures) and hands decisions to ``on_decisions``; the transport is the
+    environment backend's ``EpisodeStream`` (over gRPC: the environment client's ``PlayStream``)."""
 
     def __init__(
         self,
-        stub: Any,
+        transport: EpisodeStream,
         episodes: dict[str, _Episode],
         on_decisions: Callable[[list[tuple[_Episode, env_pb.Observation]]], None],
         stats: RolloutStats,
     ) -> None:
-        self.call = stub.PlaySeats()
+        self.transport = transport
         self.episodes = episodes
         self.on_decisions = on_decisions
         self.stats = stats
-        self.outbox = env_pb.PlaySeatsRequest(
-            include_text=True, close_finished=False, rejected_results_only=False
-        )
-        self.mail = asyncio.Event()
-        self.mail.set()  # the first message carries the stream options
         self.failure: BaseException | None = None
-        self.writer = asyncio.create_task(self._write_loop())
         self.reader = asyncio.create_task(self._read_loop())
 
     async def close(self) -> None:
-        for task in (self.writer, self.reader):
-            task.cancel()
-        self.call.cancel()
-        for task in (self.writer, self.reader):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        self.reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.reader
+        with contextlib.suppress(Exception):
+            await self.transport.close()
 
     @property
     def broken(self) -> bool:
         return self.failure is not None or self.reader.done()
 
     def create(self, req: env_pb.CreateEpisodeRequest) -> None:
-        self.outbox.create.append(req)
-        self.mail.set()
+        self.transport.create(req)
 
     def act(self, ep: _Episode, seat: int, turn_id: int, text: str) -> None:
         token = ep.seat_tokens.get(seat)
         if token is None or ep.closed:
             return
-        self.outbox.acts.add(episode_id=ep.episode_id, token=token, turn_id=turn_id, raw_text=text)
-        self.mail.set()
-
-    async def _write_loop(self) -> None:
-        try:
-            while True:
-                await self.mail.wait()
-                self.mail.clear()
-                message, self.outbox = self.outbox, env_pb.PlaySeatsRequest()
-                await self.call.write(message)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            self._broke(exc)
+        self.transport.act(ep.episode_id, token, turn_id, text)
 
     def _broke(self, exc: BaseException) -> None:
         if self.failure is None:
@@ -250,11 +230,7 @@ class _PlayStream:
     async def _read_loop(self) -> None:
         try:
             while True:
-                message = await self.call.read()
-                if message is grpc.aio.EOF:
-                    raise ConnectionError("the PlaySeats stream ended")
-                assert isinstance(message, env_pb.PlaySeatsResponse)
-                self._handle(message)
+                self._handle(await self.transport.read())
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -314,21 +290,31 @@ class RolloutDriver:
         self,
         config: RolloutConfig,
         *,
-        environment: EnvironmentClient,
-        inference_channel: grpc.aio.Channel,
-        reward_channel: grpc.aio.Channel,
+        environment: Environment,
+        inference_channel: grpc.aio.Channel | None = None,
+        reward_channel: grpc.aio.Channel | None = None,
         curriculum: CurriculumClient | None = None,
         producer: ProtoStreamProducer[trajectory_pb2.Trajectory] | None = None,
-        play_channel: grpc.aio.Channel | None = None,
+        inference: Inference | None = None,
+        reward: Reward | None = None,
+        encode_prompt: PromptEncoder | None = None,
     ) -> None:
+        """The services over gRPC (``environment`` an ``EnvironmentClient``, the channels of inference and
+        reward), or any ``backends`` in their place (``inference``/``reward`` instead of the channels): the
+        trainer's local mode plays in process this way. ``encode_prompt`` lets ``max_prompt_tokens`` crop."""
         self.config = config
         self.environment = environment
-        # PlaySeats lasts as long as the rollout; ``rpc.channel`` gives streams no default deadline, so it
-        # runs on the environment client's channel (credentials, retries, tracing included).
-        self.play_channel = play_channel or environment.channel
-        self.play_stub = env_grpc.EnvironmentServiceStub(self.play_channel)
-        self.inference = inf_grpc.InferenceServiceStub(inference_channel)
-        self.reward = rew_grpc.RewardServiceStub(reward_channel)
+        if inference is None:
+            if inference_channel is None:
+                raise ValueError("RolloutDriver needs inference_channel or an inference backend")
+            inference = GrpcInference(inference_channel)
+        if reward is None:
+            if reward_channel is None:
+                raise ValueError("RolloutDriver needs reward_channel or a reward backend")
+            reward = GrpcReward(reward_channel)
+        self.inference: Inference = inference
+        self.reward: Reward = reward
+        self.encode_prompt = encode_prompt
         self.curriculum = curriculum
         self.producer = producer
         self.worker_id = config.worker_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -419,6 +405,10 @@ class RolloutDriver:
         """Play every task ``tasks`` yields (``concurrency`` at a time) and hand each scored trajectory to
         ``sink(seq, task, trajectory)``, ``seq`` being the task's position in ``tasks``. If ``tasks``
         raises, the episodes already started still finish (and are delivered) before it propagates."""
+        if self.config.max_prompt_tokens and self.encode_prompt is None:
+            raise ValueError(
+                "max_prompt_tokens needs a prompt encoder (the policy's tokenizer: RolloutDriver(encode_prompt=...))"
+            )
         episodes: dict[str, _Episode] = {}
         slots = asyncio.Semaphore(self.config.concurrency)
         lifecycles: set[asyncio.Task[None]] = set()
@@ -432,8 +422,10 @@ class RolloutDriver:
                     if stream is None or stream.broken:
                         if stream is not None:
                             await stream.close()
+                        # every act's result comes back (an accepted one carries the applied action)
+                        transport = self.environment.play_stream(include_text=True, close_finished=False)
                         stream = _PlayStream(
-                            self.play_stub, episodes, self._on_decisions_for(episodes), self.stats
+                            transport, episodes, self._on_decisions_for(episodes), self.stats
                         )
                     ep = self._new_episode(task)
                     ep.stream = stream
@@ -550,7 +542,7 @@ class RolloutDriver:
         token = otel_context.attach(ep.context)
         try:
             scored = await self._retrying(
-                lambda: self.reward.Score(rew_pb.ScoreRequest(trajectory=traj, spec=self.config.reward_spec)),
+                lambda: self.reward.score(rew_pb.ScoreRequest(trajectory=traj, spec=self.config.reward_spec)),
                 "reward_unavailable",
             )
         finally:
@@ -599,7 +591,12 @@ class RolloutDriver:
             policy_id=ep.policy_of[obs.seat], sampling=cfg.sampling.to_pb(),
             request_id=f"{ep.trajectory_id}:{obs.seat}:{obs.turn_id}:{_attempt(ep, obs)}",
         )  # fmt: skip
-        req.chat.messages.extend(messages)
+        if cfg.max_prompt_tokens and self.encode_prompt is not None:
+            # the last N tokens of the templated prompt, sent as tokens (inference never re-crops them):
+            # the same prompt in process and through the services
+            req.tokens.token_ids.extend(self.encode_prompt(messages)[-cfg.max_prompt_tokens :])
+        else:
+            req.chat.messages.extend(messages)
         telemetry.inject_into(req.trace, trace.set_span_in_context(span))
         return req
 
@@ -624,8 +621,8 @@ class RolloutDriver:
                     self._request(ep, obs, span) for (ep, obs), span in zip(items, spans, strict=True)
                 ]
                 try:
-                    async for item in generate_batch(
-                        self.inference, requests, timeout=self.config.generate_timeout_s
+                    async for item in self.inference.generate_batch(
+                        requests, timeout=self.config.generate_timeout_s
                     ):
                         ep, obs = items[item.index]
                         spans[item.index].end()
@@ -645,6 +642,13 @@ class RolloutDriver:
                             ep.end(failure=_generate_failure(exc.code(), exc.details() or ""))
                         return
                     retry = items
+                except Exception as exc:  # an in-process backend's bug: its episodes fail, the run goes on
+                    for span in spans:
+                        if span.is_recording():
+                            span.end()
+                    for ep, _ in items:
+                        ep.end(failure=EpisodeFailed(f"internal:{type(exc).__name__}", str(exc)))
+                    return
                 items = [(ep, obs) for ep, obs in retry if not ep.closed]
                 if items:
                     self.stats.retries += 1

@@ -83,7 +83,7 @@ def _write(tmp_path: Path, base: str = "demo-ultimatum", **patch: object) -> Pat
         # sections that would be unread
         ({"game__options": {"max_reprompts": 9}}, "game.options"),
         ({"rollout__mode": "local", "curriculum": {"aiw": {"top_k": 3}}}, "curriculum: applies only"),
-        ({"rollout__max_prompt_tokens": 64}, "max_prompt_tokens"),
+        ({"rollout__max_prompt_tokens": -1}, "max_prompt_tokens"),
         ({"rollout__mode": "local", "inference": {"backend": "vllm"}}, "inference: applies only"),
         ({"rollout__reward_spec": "nope@1"}, "unknown reward spec"),
         (

@@ -1,10 +1,12 @@
-"""The trainer's in-process rollout (``local_rollout.play``): real game engines, the real tiny-model tokenizer,
-a scripted policy function in place of the model (the only stand-in), and rewards from the reward library.
+"""The trainer's local mode: the rollout driver over in-process backends (``local_rollout``): real game
+engines, the real tiny-model tokenizer, a scripted policy function in place of the model (the only stand-in),
+and rewards from the reward library.
 
 What it shows: local trajectories are scored with the reward service's own specs (the same trajectory
 scored by the real reward service over gRPC gives the same proto), scenario transcripts are recorded so
-the spec's re-verification agrees with the game, and whatever the model answers (empty, blank, binary,
-huge) is a move the game judges, never a lost episode.
+the spec's re-verification agrees with the game, whatever the model answers (empty, blank, binary, huge) is
+a move the game judges, never a lost episode, and ``max_prompt_tokens`` crops the templated prompt to its tail.
+That a seed is the same game in process and through the environment service: ``test_same_game.py``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from wolfpack.v1 import reward_service_pb2 as reward_pb
 from wolfpack.v1 import reward_service_pb2_grpc as reward_grpc
 from wolfpack_inference.models import tiny_model
 from wolfpack_reward.server import register as register_reward
-from wolfpack_trainer.local_rollout import Generated, Task, play
+from wolfpack_rollout.client import RolloutConfig, SamplingConfig
+from wolfpack_trainer.local_rollout import Generated, Task, check_penalty, local_driver
+from wolfpack_trainer.train import service_task
 
 ANSWERS = {
     "ultimatum_v1": ["OFFER 5", "ACCEPT", "REJECT", "REJEPT", "I accept", ""],
@@ -52,7 +56,7 @@ def scripted(tokenizer: Any, answer: Callable[[int], str]) -> Any:
     calls = itertools.count()
     eos = int(tokenizer.eos_token_id)
 
-    def policy(policy_id: str, prompts: list[list[int]]) -> list[Generated]:
+    def policy(policy_id: str, prompts: list[list[int]], sampling: Any) -> list[Generated]:
         out = []
         for _ in prompts:
             ids = [*tokenizer(answer(next(calls)), add_special_tokens=False)["input_ids"], eos]
@@ -62,8 +66,21 @@ def scripted(tokenizer: Any, answer: Callable[[int], str]) -> Any:
     return policy
 
 
-def tasks(game: str, variant: str, seeds: Sequence[int]) -> list[Task]:
-    return [Task(game, variant, seed, {0: "p"}) for seed in seeds]
+def tasks(game: str, variant: str, seeds: Sequence[int]) -> list[Any]:
+    """Curriculum tasks (what the driver plays) for a trainee policy "p" in seat 0 against heuristic bots."""
+    return [service_task(Task(game, variant, seed, {0: "p"}), i) for i, seed in enumerate(seeds)]
+
+
+async def play(
+    tasks: Sequence[Any], policy: Any, tokenizer: Any, **config: Any
+) -> list[trajectory_pb2.Trajectory]:
+    driver = local_driver(
+        RolloutConfig(sampling=SamplingConfig(max_tokens=8), max_turns=400, **config), tokenizer, policy,
+        lambda: {"p": 3},
+    )  # fmt: skip
+    trajs = await driver.play(tasks)
+    assert driver.stats.episodes_failed == 0, driver.stats.recent_failures
+    return trajs
 
 
 def unscored(traj: trajectory_pb2.Trajectory) -> trajectory_pb2.Trajectory:
@@ -102,7 +119,7 @@ async def test_local_and_service_scoring_agree_on_the_same_trajectories(
     tokenizer: Any, reward_stub: reward_grpc.RewardServiceStub, game: str, variant: str, spec: str
 ) -> None:
     answers = ANSWERS[game]
-    trajs = play(
+    trajs = await play(
         tasks(game, variant, range(4)), scripted(tokenizer, lambda i: answers[i % len(answers)]), tokenizer
     )
     assert len(trajs) == 4
@@ -115,11 +132,15 @@ async def test_local_and_service_scoring_agree_on_the_same_trajectories(
         penalised += sum("invalid_penalty" in t.reward_components for t in traj.turns)
         trainee = [t for t in traj.turns if t.policy.policy_id]
         assert trainee and all(t.response_token_ids for t in trainee)
+        assert all(
+            t.policy.version == 3 and list(t.response_logprobs) == [-1.0] * len(t.response_token_ids)
+            for t in trainee
+        )
     assert penalised, "some scripted answers are invalid, so the penalty component is exercised"
 
 
-def test_a_scenario_trajectory_holds_the_scripted_seats_messages_in_play_order(tokenizer: Any) -> None:
-    (traj,) = play(
+async def test_a_scenario_trajectory_holds_the_scripted_seats_messages_in_play_order(tokenizer: Any) -> None:
+    (traj,) = await play(
         tasks("bargaining_v1", "easy", [1]), scripted(tokenizer, lambda i: "FINAL_BID: 600"), tokenizer
     )
     assert traj.HasField("scenario") and traj.scenario.family == "bargaining"
@@ -131,21 +152,25 @@ def test_a_scenario_trajectory_holds_the_scripted_seats_messages_in_play_order(t
     assert traj.metadata["reward.verifier"], "the spec re-verified the transcript"
 
 
-def test_a_different_invalid_penalty_is_refused_not_silently_applied(tokenizer: Any) -> None:
+def test_a_different_invalid_penalty_is_refused_not_silently_applied() -> None:
     with pytest.raises(ValueError, match=r"differs from reward spec scenario_shaped@1's 0.1"):
-        play(
-            tasks("ultimatum_v1", "easy", [0]),
-            scripted(tokenizer, lambda i: "ACCEPT"),
-            tokenizer,
-            invalid_penalty=0.3,
-        )
-    (traj,) = play(
-        tasks("ultimatum_v1", "easy", [0]),
-        scripted(tokenizer, lambda i: "ACCEPT"),
-        tokenizer,
-        invalid_penalty=0.1,
-    )
-    assert traj.reward_spec == "scenario_shaped@1"
+        check_penalty("", "ultimatum_v1", 0.3)
+    check_penalty("", "ultimatum_v1", 0.1)
+    check_penalty("", "ultimatum_v1", None)
+
+
+async def test_the_prompt_crop_keeps_the_tail_of_the_templated_prompt(tokenizer: Any) -> None:
+    """``max_prompt_tokens``: the turn's prompt ids are the last N of the whole templated prompt (the same
+    crop the warm start trains on, and what service mode sends as a token prompt)."""
+    from wolfpack_trainer.local_rollout import render_prompt
+
+    (traj,) = await play(tasks("ultimatum_v1", "outside", [5]), scripted(tokenizer, lambda i: "ACCEPT"), tokenizer,
+                         max_prompt_tokens=40, prompt_mode="full")  # fmt: skip
+    trainee = [t for t in traj.turns if t.policy.policy_id]
+    assert trainee
+    for turn in trainee:
+        whole = render_prompt(tokenizer, turn.observation_text)
+        assert len(whole) > 40 and list(turn.prompt_token_ids) == whole[-40:]
 
 
 @pytest.mark.parametrize("game", ["ultimatum_v1", "werewolf_v1"])
@@ -154,9 +179,11 @@ def test_a_different_invalid_penalty_is_refused_not_silently_applied(tokenizer: 
     ["", " \n\t ", "\x00\x01\x7f\ufffd", "x" * 20_000],
     ids=["empty", "blank", "binary", "huge"],
 )
-def test_whatever_the_model_answers_is_a_move_the_game_judges(tokenizer: Any, game: str, answer: str) -> None:
+async def test_whatever_the_model_answers_is_a_move_the_game_judges(
+    tokenizer: Any, game: str, answer: str
+) -> None:
     variant = "easy" if game == "ultimatum_v1" else "6p"
-    (traj,) = play(tasks(game, variant, [2]), scripted(tokenizer, lambda i: answer), tokenizer)
+    (traj,) = await play(tasks(game, variant, [2]), scripted(tokenizer, lambda i: answer), tokenizer)
     trainee = [t for t in traj.turns if t.policy.policy_id]
     assert trainee, "the trainee was asked"
     assert all(o.outcome != common_pb2.OUTCOME_KIND_ABORTED for o in traj.outcomes), (

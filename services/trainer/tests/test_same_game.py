@@ -1,7 +1,8 @@
-"""One seed is one game: the trainer's local mode (``local_rollout.play``) and its service mode (the
-curriculum ``Task`` from ``service_task``, created and played on a real environment gRPC server the way the
-rollout driver creates it) give the scripted seats the same moves, so given the same trainee moves every
-trainee observation and every seat's outcome are equal.
+"""One seed is one game: the trainer's local mode (the rollout driver over the in-process environment,
+``local_rollout.local_driver``) and its service mode (the same curriculum ``Task`` from ``service_task``,
+created and played on a real environment gRPC server the way the rollout driver creates it) give the
+scripted seats the same moves, so given the same trainee moves every trainee observation and every seat's
+outcome are equal.
 
 Why it can fail: the scripted bots draw from an RNG; if local play seeded it differently from the
 environment's session (it used ``seed * 7919 + 1``), or bound seats, roles or options differently, the
@@ -27,8 +28,9 @@ from wolfpack.v1 import environment_service_pb2 as env_pb
 from wolfpack_environment.client import EnvironmentClient
 from wolfpack_environment.server import EnvironmentServicer, register
 from wolfpack_environment.sessions import EpisodeManager, Limits
+from wolfpack_rollout.client import RolloutConfig
 from wolfpack_trainer.config import TrainConfig
-from wolfpack_trainer.local_rollout import Generated, play
+from wolfpack_trainer.local_rollout import Generated, local_driver
 from wolfpack_trainer.train import plan_tasks, service_task
 
 MOVES = {
@@ -101,17 +103,25 @@ async def env_client() -> AsyncIterator[EnvironmentClient]:
     await server.stop(0)
 
 
-def play_locally(cfg: TrainConfig, task: Any) -> tuple[dict[int, list[str]], dict[int, int]]:
+async def play_locally(cfg: TrainConfig, task: Any) -> tuple[dict[int, list[str]], dict[int, int]]:
     tok = TableTokenizer()
 
-    def policy(_policy_id: str, prompts: list[list[int]]) -> list[Generated]:
+    def policy(_policy_id: str, prompts: list[list[int]], _sampling: Any) -> list[Generated]:
         out = []
         for ids in prompts:
-            move = trainee_move(cfg.game.id, tok.decode(ids))
+            move = trainee_move(cfg.game.id, tok.decode(ids)) or " "
             out.append(Generated([tok.id_of(move)], [0.0], common_pb2.FINISH_REASON_STOP))
         return out
 
-    (traj,) = play([task], policy, tok, max_steps=2000)
+    versions = {p.id: 0 for p in cfg.policies}
+    # prompt_mode full: the prompt is the observation text itself, which the scripted trainee answers
+    driver = local_driver(
+        RolloutConfig(prompt_mode="full", max_turns=2000, language=cfg.game.language),
+        tok,
+        policy,
+        lambda: versions,
+    )
+    (traj,) = await driver.play([service_task(task, 0)])
     seen: dict[int, list[str]] = defaultdict(list)
     for turn in traj.turns:
         if turn.policy.policy_id:  # a trainee decision (scenario games also record the bots' messages)
@@ -152,12 +162,12 @@ async def test_the_same_seed_plays_the_same_game_in_local_and_service_mode(
     cfg = CASES[case]
     differing_games = 0
     for task in plan_tasks(cfg, [0, 1, 2, 7], 1, "u0"):
-        local_seen, local_outcomes = play_locally(cfg, task)
+        local_seen, local_outcomes = await play_locally(cfg, task)
         service_seen, service_outcomes = await play_through_the_service(cfg, task, env_client)
         assert set(local_seen) == set(service_seen) and local_seen, f"{case} seed {task.seed}: trainee seats"
         for seat, observations in local_seen.items():
             assert service_seen[seat] == observations, f"{case} seed {task.seed} seat {seat}"
         assert service_outcomes == local_outcomes, f"{case} seed {task.seed}"
-        other, _ = play_locally(cfg, dataclasses.replace(task, seed=task.seed + 100))
+        other, _ = await play_locally(cfg, dataclasses.replace(task, seed=task.seed + 100))
         differing_games += other != local_seen
     assert differing_games == 4  # the seed matters: another seed is another game

@@ -148,20 +148,13 @@ def _ensure_stack(stack: contextlib.ExitStack, cfg: Any, settings: Any, out: Pat
 def _service_parts(cfg: Any, settings: Any, out: Path, redis_url: str) -> tuple[Any, Any]:
     """Service mode: the rollout driver over the running stack (``wolfpack up``: addresses from settings or
     ``<run_dir>/up.json``) and a publisher that pushes every version to its inference service."""
-    from wolfpack_rollout.config import RolloutConfig, SamplingConfig
-    from wolfpack_rollout.connect import Addresses, connect
+    from wolfpack_rollout.client import Addresses, connect
+    from wolfpack_trainer.local_rollout import rollout_config
     from wolfpack_trainer.publish import Publisher
 
     a = Addresses.from_settings(settings)
     addresses = Addresses(a.environment, a.inference, a.reward, a.curriculum, redis_url, cfg.stream.name)
-    r = cfg.rollout
-    rollout = RolloutConfig(
-        concurrency=min(r.episodes_per_update, 64),
-        prompt_mode="full" if r.prompt == "full_history" else "memory",
-        sampling=SamplingConfig(max_tokens=r.max_tokens, temperature=r.temperature),
-        reward_spec=r.reward_spec,
-        language=cfg.game.language,
-    )
+    rollout = rollout_config(cfg, concurrency=min(cfg.rollout.episodes_per_update, 64))  # as local mode's
     publisher = Publisher(
         out / "policies", settings, inference_addr=a.inference, curriculum_addr=a.curriculum,
         save_dirs=cfg.train.save_versions,

@@ -115,8 +115,12 @@ class RolloutSection(_Strict):
     """The reward spec's penalty per invalid turn, restated (``None``: the spec's own); a different value is
     refused, since the spec (``reward_spec``, or the game's default) is what scores, in both modes."""
     prompt: Literal["observation", "full_history"] = "observation"
-    max_prompt_tokens: int = 0
-    """Local mode: keep only the last N prompt tokens (0: all). A cost knob for small CPU runs."""
+    """``observation``: step-independent prompts (the driver's ``memory`` mode: opening context plus what
+    is new since the seat's last decisions); ``full_history``: the environment's whole observation."""
+    max_prompt_tokens: int = Field(default=0, ge=0)
+    """Keep only the last N tokens of each templated prompt (0: all), in both modes: the rollout driver
+    sends the cropped ids as a token prompt (``RolloutConfig.max_prompt_tokens``), so local play and the
+    services see the same prompt. A cost knob for small CPU models."""
     opponents: list[OpponentMix] = Field(default_factory=list)
     reward_spec: str = ""
 
@@ -399,7 +403,6 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError("rollout.episodes_per_update must be a multiple of rollout.group_size")
     if local:
         unread = {
-            "rollout.prompt full_history": cfg.rollout.prompt == "full_history",
             "curriculum": cfg.curriculum is not None,
             "inference": cfg.inference != InferenceSection(),
         }
@@ -409,8 +412,6 @@ def check_config(cfg: TrainConfig) -> None:
                     f"{key}: applies only with rollout.mode service (the services' stack); local mode "
                     "would ignore it"
                 )
-    elif cfg.rollout.max_prompt_tokens:
-        raise ValueError("rollout.max_prompt_tokens: applies only with rollout.mode local")
     _check_reward_spec(cfg)
 
     ws = cfg.warmstart

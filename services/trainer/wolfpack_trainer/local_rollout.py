@@ -1,37 +1,48 @@
-"""In-process rollouts for a single machine: the learner's own model plays games and emits real
-``Trajectory`` protos (exact prompt/response ids and sampler logprobs), the same messages the rollout
-service puts on the stream.
+"""The trainer's local mode: the rollout driver (the one episode player) over in-process backends.
 
-Why it exists next to the rollout service: on a 2-core CPU box the demo and the learning-signal test
-cannot afford gRPC hops and a weight push per update for a model this small; playing with the learner's
-current weights is on-policy by construction. ``wolfpack train`` uses the rollout service's driver when
-the config says ``rollout.mode: service``; both paths feed the same ``batch.py``.
+Local mode plays exactly as service mode does — ``wolfpack_rollout``'s ``RolloutDriver`` loop (create →
+decisions → generate → act → close → build ``Trajectory`` → score) — only the three things it talks to
+live in this process instead of behind gRPC (the seam is ``wolfpack_rollout.backends``):
 
-Prompts are step-independent: the chat template applied to the seat's current observation text (which
-in scenarios holds the conversation so far). Logprobs follow the Turn convention: log softmax(logits / T)
-at the sampled token, before any truncation. Rewards are the reward service's own specs, scored in
-process by the library (``wolfpack_rewards.score``; the game's default spec unless one is named), so a
-local trajectory holds exactly what the service would have written: scenario games also record the
-scripted seats' messages in play order (the spec re-verifies the transcript) and carry their scenario.
+* ``LocalEnvironment`` — the game engines (``wolfpack_games``) with the environment service's session
+  rules: unlisted and scripted seats played by their bot from one ``random.Random(seed)`` per episode in
+  acting-seat order, a turn id per decision, free text parsed before the step, an invalid answer
+  re-prompted under the same turn id (feedback in the observation) until the game defaults it, events
+  and outcomes read back as ``GetEpisode`` gives them. No tokens' secrecy, deadlines or limits: nobody
+  else plays here.
+* ``LocalInference`` — the learner's own weights (``sample``: batched, KV cache, sampler logprobs at the
+  sampling temperature); chat prompts through the tokenizer's chat template, token prompts as given.
+* ``LocalReward`` — the reward service's specs from the library (``wolfpack_rewards.score``).
+
+Why in process: on a 2-core CPU box the demo and the learning tests cannot afford gRPC hops and a weight
+push per update for a model this small; sampling with the learner's current weights is on-policy by
+construction. A seed is the same game in both modes, and the trajectories are the same protos (exact
+prompt/response ids, sampler logprobs, scored by the same spec), because the player is the same code.
+``rollout_config`` is the one place a train config becomes the driver's settings, for both modes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import random
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 import torch
+import yaml
 from torch import nn
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
-from wolfpack_games import GameEnv, get_game, make_game
-from wolfpack_games.scenarios import GAME_CLASSES as SCENARIO_GAMES
-from wolfpack_games.scenarios.wire import scenario_to_pb
-from wolfpack_rewards import resolve_spec, score
-from wolfpack_rewards.outcome import SeatResult, outcome_value
+from wolfpack.v1 import environment_service_pb2 as env_pb
+from wolfpack.v1 import inference_service_pb2 as inf_pb
+from wolfpack.v1 import reward_service_pb2 as rew_pb
+from wolfpack_games import Action, GameEnv, get_game, make_game
+from wolfpack_rewards import ScoreError, resolve_spec, score
+from wolfpack_rollout.client import BatchItem, RolloutConfig, RolloutDriver, SamplingConfig
 
 
 @dataclass(frozen=True)
@@ -108,14 +119,30 @@ def sample(
     ]
 
 
-def render_prompt(tokenizer: Any, observation: str, max_tokens: int = 0) -> list[int]:
-    """The chat template over one user message, tokenized once; left-truncated to ``max_tokens``."""
+def chat_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """The chat template over ``messages`` with the generation prompt, tokenized once."""
     ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": observation}], add_generation_prompt=True, tokenize=True
+        [dict(m) for m in messages], add_generation_prompt=True, tokenize=True
     )
     if not isinstance(ids, list):
         ids = list(ids["input_ids"])
-    return list(ids[-max_tokens:]) if max_tokens > 0 else list(ids)
+    return [int(t) for t in ids]
+
+
+def render_prompt(tokenizer: Any, observation: str, max_tokens: int = 0) -> list[int]:
+    """The prompt of one observation as the driver sends it (one user message, chat template), cropped to
+    its last ``max_tokens`` tokens when > 0 (``RolloutConfig.max_prompt_tokens``; the warm start uses it)."""
+    ids = chat_ids(tokenizer, [{"role": "user", "content": observation}])
+    return ids[-max_tokens:] if max_tokens > 0 else ids
+
+
+def prompt_encoder(tokenizer: Any) -> Callable[[Sequence[common_pb2.ChatMessage]], list[int]]:
+    """The driver's ``encode_prompt`` for this tokenizer: what ``max_prompt_tokens`` crops, in both modes."""
+
+    def encode(messages: Sequence[common_pb2.ChatMessage]) -> list[int]:
+        return chat_ids(tokenizer, [{"role": m.role, "content": m.content} for m in messages])
+
+    return encode
 
 
 @dataclass(frozen=True)
@@ -138,192 +165,351 @@ class Task:
     """A served opponent policy for the other seats (service mode only; local play refuses it)."""
 
 
+def rollout_config(cfg: Any, *, concurrency: int = 64, temperature: float | None = None) -> RolloutConfig:
+    """The driver's settings for a train config (``TrainConfig``), the same in local and service mode."""
+    r = cfg.rollout
+    return RolloutConfig(
+        concurrency=max(1, concurrency),
+        prompt_mode="full" if r.prompt == "full_history" else "memory",
+        sampling=SamplingConfig(
+            max_tokens=r.max_tokens, temperature=r.temperature if temperature is None else temperature
+        ),
+        reward_spec=r.reward_spec,
+        language=cfg.game.language,
+        max_prompt_tokens=r.max_prompt_tokens,
+    )
+
+
+# --- in-process environment ---------------------------------------------------------------------------
+
+_OUTCOME = {1: common_pb2.OUTCOME_KIND_WIN, -1: common_pb2.OUTCOME_KIND_LOSS, 0: common_pb2.OUTCOME_KIND_DRAW}
+MAX_TEXT_CHARS = 8_000
+"""Characters of a free-text answer the game reads (the environment service's ``Limits.max_text_chars``)."""
+
+
 @dataclass
-class _Live:
-    task: Task
+class _Episode:
+    episode_id: str
+    game_id: str
+    variant: str
+    seed: int
     env: GameEnv
-    traj: trajectory_pb2.Trajectory
-    rng: random.Random
-    attempts: dict[int, int] = field(default_factory=dict)
-    """seat → how many times its current decision was re-prompted (``Turn.attempt``)."""
+    controllers: dict[int, common_pb2.SeatController.ValueType]
+    bots: dict[int, Callable[[GameEnv, int, random.Random], Action]]
+    bot_rng: random.Random
+    tokens: dict[str, int]  # token -> played seat
+    admin_token: str
+    open_turns: dict[int, int] = field(default_factory=dict)
+    seat_turns: dict[int, int] = field(default_factory=dict)
+    sent: dict[int, int] = field(default_factory=dict)  # seat -> turn id last sent (a re-prompt clears it)
+
+    def advance(self) -> None:
+        """Play every due scripted seat, then open a turn for each played seat that must decide (the
+        environment service's ``EpisodeManager._advance`` / ``_open_turns``)."""
+        env = self.env
+        moved = True
+        while moved and not env.done:
+            moved = False
+            for seat in env.acting_seats():
+                bot = self.bots.get(seat)
+                if bot is not None:
+                    env.step_seat(seat, bot(env, seat, self.bot_rng))
+                    moved = True
+        if env.done:
+            self.open_turns.clear()
+            return
+        acting = env.acting_seats()
+        for seat in [s for s in self.open_turns if s not in acting]:
+            del self.open_turns[seat]
+        for seat in sorted(s for s in acting if s not in self.open_turns and s not in self.bots):
+            self.open_turns[seat] = self.seat_turns[seat] = self.seat_turns.get(seat, 0) + 1
 
 
-PolicyFn = Callable[[str, list[list[int]]], list[Generated]]
-"""(policy id, prompts) → generations: how a batch of trainee decisions is answered."""
+class LocalEnvironment:
+    """``wolfpack_rollout.backends.Environment`` over the game engines in this process."""
+
+    def __init__(self) -> None:
+        self.episodes: dict[str, _Episode] = {}
+
+    def play_stream(
+        self, *, include_text: bool = True, close_finished: bool = False, rejected_results_only: bool = False
+    ) -> LocalPlayStream:
+        return LocalPlayStream(self, include_text=include_text, rejected_results_only=rejected_results_only)
+
+    def create(self, req: env_pb.CreateEpisodeRequest) -> _Episode:
+        """Start an episode as ``CreateEpisode`` does; raises ``ValueError`` naming what is wrong."""
+        if req.scenario_id:
+            raise ValueError("scenario_id needs the environment service's scenario store (service mode)")
+        spec = get_game(req.game.game_id)
+        env = make_game(req.game.game_id, req.game.variant)
+        options: dict[str, Any] = {k: yaml.safe_load(v) for k, v in req.options.items()}
+        if req.language and req.language != "en":
+            options["language"] = req.language
+        env.start(seed=req.seed, options=options)
+        default_bot = req.default_bot or spec.default_bot
+        controllers: dict[int, common_pb2.SeatController.ValueType] = dict.fromkeys(
+            env.possible_agents, common_pb2.SEAT_CONTROLLER_SCRIPTED
+        )
+        bot_names = dict.fromkeys(env.possible_agents, default_bot)
+        for b in req.seats:
+            controllers[b.seat] = b.controller
+            if b.controller == common_pb2.SEAT_CONTROLLER_SCRIPTED:
+                bot_names[b.seat] = b.bot or default_bot
+        bots = {}
+        for seat, controller in controllers.items():
+            if controller == common_pb2.SEAT_CONTROLLER_SCRIPTED:
+                if bot_names[seat] not in spec.bots:
+                    raise ValueError(f"unknown bot {bot_names[seat]!r} for {req.game.game_id}")
+                bots[seat] = spec.bots[bot_names[seat]]
+        episode_id = uuid.uuid4().hex
+        ep = _Episode(
+            episode_id, req.game.game_id, req.game.variant or spec.default_variant, req.seed, env,
+            controllers, bots, random.Random(req.seed),
+            tokens={f"{episode_id}:{s}": s for s, c in controllers.items() if c != common_pb2.SEAT_CONTROLLER_SCRIPTED},
+            admin_token=f"{episode_id}:admin",
+        )  # fmt: skip
+        ep.advance()
+        self.episodes[episode_id] = ep
+        return ep
+
+    def act(self, act: env_pb.SeatAct) -> env_pb.SeatActResult:
+        """Apply one answer as ``EnvironmentService`` does: parse, step, re-prompt or default."""
+        ep = self.episodes.get(act.episode_id)
+        seat = ep.tokens.get(act.token) if ep is not None else None
+        out = env_pb.SeatActResult(episode_id=act.episode_id, seat=seat or 0, turn_id=act.turn_id)
+        if ep is None or seat is None or ep.env.done or ep.open_turns.get(seat) != act.turn_id:
+            out.error.code = grpc.StatusCode.FAILED_PRECONDITION.value[0]
+            out.error.message = "not this seat's current turn"
+            return out
+        env = ep.env
+        move = act.raw_text[:MAX_TEXT_CHARS]
+        parsed = env.parse(seat, move).action
+        info = env.step_seat(seat, parsed if parsed is not None else move)
+        reason = str(info.get("invalid_reason", ""))
+        defaulted = bool(info.get("defaulted", False))
+        applied = info.get("default_action") if defaulted else parsed if not reason else None
+        out.accepted, out.reason, out.defaulted = not reason, reason, defaulted
+        if applied is not None:
+            out.action.kind, out.action.text = applied.kind, applied.text
+            if applied.target is not None:
+                out.action.target = applied.target
+        if out.accepted or defaulted:
+            del ep.open_turns[seat]
+        else:
+            ep.sent.pop(seat, None)  # re-prompt: the same turn id is due again, now with feedback
+        ep.advance()
+        return out
+
+    def observation(self, ep: _Episode, seat: int, include_text: bool, into: Any) -> None:
+        o = ep.env.observe(seat)
+        msg = into.add(episode_id=ep.episode_id, seat=seat, phase=o.phase, round=o.round, role=o.role)
+        if ep.env.done:
+            msg.done = True
+            msg.outcome = _OUTCOME[ep.env.outcome()[seat]]
+        else:
+            msg.turn_id = ep.open_turns.get(seat, 0)
+            msg.your_turn = o.your_turn and msg.turn_id != 0
+        if o.feedback:
+            msg.feedback = o.feedback
+        if include_text:
+            msg.text = o.text
+            msg.messages.add(role="user", content=o.text)
+
+    async def get_episode(self, episode_id: str, token: str) -> env_pb.GetEpisodeResponse:
+        ep = self.episodes[episode_id]
+        env = ep.env
+        obs = env.observe(0)
+        resp = env_pb.GetEpisodeResponse(
+            episode_id=episode_id, seed=ep.seed, phase=obs.phase, round=obs.round, done=env.done,
+            winner=env.winner() if env.done else "",
+        )  # fmt: skip
+        resp.game.game_id, resp.game.variant = ep.game_id, ep.variant
+        outcome = env.outcome() if env.done else {}
+        alive = getattr(env, "alive", None)
+        for s in env.possible_agents:
+            state = resp.seats.add(seat=s, controller=ep.controllers[s], role=env.role(s))
+            state.alive = bool(alive[s]) if alive is not None else not env.done
+            if s in outcome:
+                state.outcome = _OUTCOME[outcome[s]]
+        for e in env.events:
+            resp.events.add(
+                index=e.index, kind=e.kind, channel=e.channel, actor=e.actor, target=e.target, text=e.text,
+                phase=e.phase, round=e.round,
+            )  # fmt: skip
+        return resp
+
+    async def close_episode(self, episode_id: str, admin_token: str) -> bool:
+        ep = self.episodes.pop(episode_id, None)
+        if ep is not None:
+            ep.env.close()
+        return ep is not None
+
+
+class LocalPlayStream:
+    """One in-process PlaySeats call: ``create``/``act`` queue, ``read`` applies everything queued and
+    answers with one message (the results, the new decisions of every episode it touched, the final
+    observations of those that ended), so all due decisions reach inference as one batch."""
+
+    def __init__(self, env: LocalEnvironment, *, include_text: bool, rejected_results_only: bool) -> None:
+        self.env = env
+        self.include_text = include_text
+        self.rejected_results_only = rejected_results_only
+        self.creates: list[env_pb.CreateEpisodeRequest] = []
+        self.acts: list[env_pb.SeatAct] = []
+        self.mail = asyncio.Event()
+        self.closed = False
+
+    def create(self, req: env_pb.CreateEpisodeRequest) -> None:
+        self.creates.append(req)
+        self.mail.set()
+
+    def act(self, episode_id: str, token: str, turn_id: int, decision: str | common_pb2.Action) -> None:
+        if not isinstance(decision, str):
+            raise TypeError("the in-process environment takes free-text answers")
+        self.acts.append(
+            env_pb.SeatAct(episode_id=episode_id, token=token, turn_id=turn_id, raw_text=decision)
+        )
+        self.mail.set()
+
+    async def read(self) -> env_pb.PlaySeatsResponse:
+        while True:
+            if self.closed:
+                raise ConnectionError("the in-process PlaySeats stream was closed")
+            await self.mail.wait()
+            self.mail.clear()
+            await asyncio.sleep(0)  # let the episodes started in this turn of the loop queue theirs too
+            creates, self.creates = self.creates, []
+            acts, self.acts = self.acts, []
+            response = env_pb.PlaySeatsResponse()
+            touched: dict[str, _Episode] = {}
+            for req in creates:
+                created = response.created.add(request_id=req.request_id)
+                try:
+                    ep = self.env.create(req)
+                except Exception as exc:  # a bad request fails its episode alone, as in the service
+                    created.error.code = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+                    created.error.message = f"{type(exc).__name__}: {exc}"
+                    continue
+                created.episode.episode_id, created.episode.admin_token = ep.episode_id, ep.admin_token
+                created.episode.num_seats = len(ep.env.possible_agents)
+                for token, seat in sorted(ep.tokens.items(), key=lambda kv: kv[1]):
+                    created.episode.seat_tokens.add(seat=seat, token=token)
+                touched[ep.episode_id] = ep
+            for act in acts:
+                result = self.env.act(act)
+                if not (result.accepted and self.rejected_results_only):
+                    response.results.append(result)
+                ep_or_none = self.env.episodes.get(act.episode_id)
+                if ep_or_none is not None:
+                    touched[act.episode_id] = ep_or_none
+            for ep in touched.values():
+                played = sorted(ep.tokens.values())
+                if ep.env.done:
+                    for seat in played:
+                        self.env.observation(ep, seat, self.include_text, response.decisions)
+                    continue
+                for seat, turn_id in ep.open_turns.items():
+                    if ep.sent.get(seat) != turn_id:
+                        ep.sent[seat] = turn_id
+                        self.env.observation(ep, seat, self.include_text, response.decisions)
+            if response.created or response.results or response.decisions:
+                return response
+
+    async def close(self) -> None:
+        self.closed = True
+        self.mail.set()
+
+
+# --- in-process inference and reward --------------------------------------------------------------------
+
+PolicyFn = Callable[[str, list[list[int]], common_pb2.SamplingParams], list[Generated]]
+"""(policy id, prompts, sampling) → generations: how a batch of trainee decisions is answered."""
+
+
+class LocalInference:
+    """``wolfpack_rollout.backends.Inference`` from the learners in this process: each policy's prompts of
+    a batch are sampled together by ``policy``; responses carry the policy's current version."""
+
+    def __init__(self, tokenizer: Any, policy: PolicyFn, versions: Callable[[], Mapping[str, int]]) -> None:
+        self.tokenizer = tokenizer
+        self.policy = policy
+        self.versions = versions
+
+    async def generate_batch(
+        self, requests: Sequence[inf_pb.GenerateRequest], *, timeout: float | None = None
+    ) -> AsyncIterator[BatchItem]:
+        by_policy: dict[str, list[tuple[int, list[int]]]] = {}
+        for i, req in enumerate(requests):
+            if req.HasField("tokens"):
+                ids = [int(t) for t in req.tokens.token_ids]
+            else:
+                ids = chat_ids(
+                    self.tokenizer, [{"role": m.role, "content": m.content} for m in req.chat.messages]
+                )
+            by_policy.setdefault(req.policy_id, []).append((i, ids))
+        versions = self.versions()
+        for policy_id, items in by_policy.items():
+            if policy_id not in versions:
+                for i, _ in items:
+                    yield BatchItem(
+                        i, None, grpc.StatusCode.NOT_FOUND, f"policy {policy_id!r} is not in process"
+                    )
+                continue
+            gens = self.policy(policy_id, [ids for _, ids in items], requests[items[0][0]].sampling)
+            for (i, ids), gen in zip(items, gens, strict=True):
+                resp = inf_pb.GenerateResponse(prompt_token_ids=ids)
+                resp.completions.add(
+                    token_ids=gen.token_ids, logprobs=gen.logprobs, finish_reason=gen.finish,  # type: ignore[arg-type]
+                    text=self.tokenizer.decode(gen.token_ids, skip_special_tokens=True),
+                )  # fmt: skip
+                resp.usage.prompt_tokens, resp.usage.completion_tokens = len(ids), len(gen.token_ids)
+                resp.policy.policy_id, resp.policy.version = policy_id, versions[policy_id]
+                yield BatchItem(i, resp)
+
+
+class LocalReward:
+    """``wolfpack_rollout.backends.Reward`` from the reward library (the reward service's own specs)."""
+
+    async def score(self, request: rew_pb.ScoreRequest) -> rew_pb.ScoreResponse:
+        try:
+            return score(request.trajectory, request.spec)
+        except ScoreError as exc:  # what the service answers: INVALID_ARGUMENT (the episode fails by it)
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.INVALID_ARGUMENT, grpc.aio.Metadata(), grpc.aio.Metadata(), str(exc)
+            ) from None
+
+
+def local_driver(
+    config: RolloutConfig, tokenizer: Any, policy: PolicyFn, versions: Callable[[], Mapping[str, int]]
+) -> RolloutDriver:
+    """The rollout driver over in-process environment, inference and reward."""
+    return RolloutDriver(
+        dataclasses.replace(config, worker_id=config.worker_id or "local"),
+        environment=LocalEnvironment(),
+        inference=LocalInference(tokenizer, policy, versions),
+        reward=LocalReward(),
+        encode_prompt=prompt_encoder(tokenizer),
+    )
+
+
+def check_penalty(reward_spec: str, game_id: str, invalid_penalty: float | None) -> None:
+    """``rollout.invalid_penalty``, when given, must equal the spec's penalty for an invalid turn: a spec's
+    ``name@version`` says how its rewards were made, so a different penalty is a different (registered)
+    spec, never a silent override."""
+    configured = resolve_spec(reward_spec, game_id).config.penalties.invalid
+    if invalid_penalty is not None and invalid_penalty != configured:
+        raise ValueError(
+            f"invalid_penalty {invalid_penalty} differs from reward spec "
+            f"{resolve_spec(reward_spec, game_id).key}'s {configured}; name a spec variant with that "
+            "penalty instead (reward specs are registered by name@version)"
+        )
 
 
 def play(
-    tasks: Sequence[Task],
-    policy: PolicyFn,
-    tokenizer: Any,
-    *,
-    versions: Mapping[str, int] | None = None,
-    reward_spec: str = "",
-    invalid_penalty: float | None = None,
-    max_steps: int = 200,
-    sampling: common_pb2.SamplingParams | None = None,
-    max_prompt_tokens: int = 0,
+    tasks: Sequence[Any],
+    driver: RolloutDriver,
 ) -> list[trajectory_pb2.Trajectory]:
-    """Play every task to the end, batching the trainee decisions of all episodes at each step, and
-    score each trajectory with ``reward_spec`` (empty: the game's default, as the reward service does).
-
-    ``invalid_penalty``, when given, must equal the spec's penalty for an invalid turn: a spec's
-    ``name@version`` says how its rewards were made, so a different penalty is a different (registered)
-    spec, never a silent override. ``max_prompt_tokens`` > 0 keeps only the last that many prompt tokens
-    (the latest part of the observation and the generation prompt): a cost knob for small CPU runs."""
-    for game_id in {t.game_id for t in tasks}:
-        configured = resolve_spec(reward_spec, game_id).config.penalties.invalid
-        if invalid_penalty is not None and invalid_penalty != configured:
-            raise ValueError(
-                f"invalid_penalty {invalid_penalty} differs from reward spec "
-                f"{resolve_spec(reward_spec, game_id).key}'s {configured}; name a spec variant with that "
-                "penalty instead (reward specs are registered by name@version)"
-            )
-    live = []
-    for task in tasks:
-        if task.opponent_policy:
-            raise ValueError(
-                f"opponent policy {task.opponent_policy!r} is served by inference: service mode only"
-            )
-        env = make_game(task.game_id, task.variant)
-        env.reset(seed=task.seed, options=dict(task.options))
-        if task.trainee_roles:
-            seats = dict(task.trainee_seats)
-            for seat in env.possible_agents:
-                if env.role(seat) in task.trainee_roles:
-                    seats[seat] = task.trainee_roles[env.role(seat)]
-            task = replace(task, trainee_seats=seats)
-        traj = trajectory_pb2.Trajectory(
-            trajectory_id=uuid.uuid4().hex,
-            episode_id=f"local-{task.game_id}-{task.seed}-{uuid.uuid4().hex[:8]}",
-            task_id=f"{task.game_id}/{task.variant}/{task.seed}",
-            seed=task.seed,
-            group_id=task.group_id,
-            group_size=task.group_size,
-        )
-        traj.game.game_id, traj.game.variant = task.game_id, task.variant
-        if task.game_id in SCENARIO_GAMES:  # the spec re-verifies the transcript against it
-            traj.scenario.CopyFrom(scenario_to_pb(env.active_scenario))  # type: ignore[attr-defined]
-        for seat in env.possible_agents:
-            b = traj.seats.add(seat=seat)
-            if seat in task.trainee_seats:
-                b.policy.policy_id = task.trainee_seats[seat]
-                b.policy.version = (versions or {}).get(task.trainee_seats[seat], 0)
-            else:
-                b.bot = task.bot
-        # The bots' RNG is the environment service's (``sessions.EpisodeManager.create``: one
-        # ``random.Random(seed)`` per episode, drawn in acting-seat order), so a seed is the same game here
-        # and through the services given the same trainee moves.
-        live.append(_Live(task, env, traj, random.Random(task.seed)))
-    for _ in range(max_steps):
-        active = [lv for lv in live if not lv.env.done]
-        if not active:
-            break
-        decisions: dict[str, list[tuple[_Live, int, str, list[int]]]] = {}
-        moves: dict[int, dict[int, Any]] = {id(lv): {} for lv in active}
-        added: dict[int, list[trajectory_pb2.Turn]] = {id(lv): [] for lv in active}
-        for lv in active:
-            bots = get_game(lv.task.game_id).bots
-            for seat in lv.env.acting_seats():
-                if seat in lv.task.trainee_seats:
-                    obs = lv.env.observe(seat).text
-                    ids = render_prompt(tokenizer, obs, max_prompt_tokens)
-                    decisions.setdefault(lv.task.trainee_seats[seat], []).append((lv, seat, obs, ids))
-                else:
-                    moves[id(lv)][seat] = bots[lv.task.bot](lv.env, seat, lv.rng)
-        for policy_id, items in decisions.items():
-            gens = policy(policy_id, [it[3] for it in items])
-            for (lv, seat, obs, ids), gen in zip(items, gens, strict=True):
-                text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-                t = trajectory_pb2.Turn(
-                    seat=seat,
-                    attempt=lv.attempts.get(seat, 0),
-                    observation_text=obs,
-                    response_text=text,
-                    finish_reason=gen.finish,  # type: ignore[arg-type]
-                )
-                t.prompt_token_ids.extend(ids)
-                t.response_token_ids.extend(gen.token_ids)
-                t.response_logprobs.extend(gen.logprobs)
-                t.policy.policy_id = policy_id
-                t.policy.version = (versions or {}).get(policy_id, 0)
-                if sampling is not None:
-                    t.sampling.CopyFrom(sampling)
-                moves[id(lv)][seat] = text
-                added[id(lv)].append(t)
-        for lv in active:
-            if not moves[id(lv)]:
-                continue
-            applied = len(lv.env.transcript) if lv.task.game_id in SCENARIO_GAMES else 0  # type: ignore[attr-defined]
-            result = lv.env.step(moves[id(lv)])
-            for t in added[id(lv)]:  # this step's trainee turns: valid or not, from the engine's infos
-                info = result.infos.get(t.seat, {})
-                t.valid = not info.get("invalid_reason")
-                t.invalid_reason = str(info.get("invalid_reason", ""))
-                t.defaulted = bool(info.get("defaulted", False))
-                lv.attempts[t.seat] = 0 if t.valid or t.defaulted else t.attempt + 1  # re-prompts count up
-            if lv.task.game_id in SCENARIO_GAMES:
-                messages = lv.env.transcript[applied:]  # type: ignore[attr-defined]
-                _append_turns(lv.traj, _in_play_order(added[id(lv)], messages))
-            else:
-                _append_turns(lv.traj, added[id(lv)])
-    for lv in live:
-        _finish(lv, reward_spec)
-    return [lv.traj for lv in live]
-
-
-def _in_play_order(
-    trainee: Sequence[trajectory_pb2.Turn], messages: Sequence[tuple[int, str]]
-) -> list[trajectory_pb2.Turn]:
-    """One step's turns in the order the game applied them (its transcript), as the rollout service
-    records scenario games: a trainee's turn where its message was applied (a defaulted one carries the
-    default text the engine applied as ``action.text``), a scripted seat's message as a turn without
-    tokens or policy, and the trainee turns the game did not apply (re-prompted) last."""
-    pending = {t.seat: t for t in trainee}
-    out: list[trajectory_pb2.Turn] = []
-    for seat, text in messages:
-        turn = pending.pop(seat, None)
-        if turn is None:
-            turn = trajectory_pb2.Turn(seat=seat, response_text=text, valid=True)
-        turn.action.text = text
-        out.append(turn)
-    out.extend(pending.values())
-    return out
-
-
-def _append_turns(traj: trajectory_pb2.Trajectory, turns: Sequence[trajectory_pb2.Turn]) -> None:
-    for turn in turns:
-        turn.index = len(traj.turns)
-        traj.turns.append(turn)
-
-
-_KINDS = {1: common_pb2.OUTCOME_KIND_WIN, 0: common_pb2.OUTCOME_KIND_DRAW, -1: common_pb2.OUTCOME_KIND_LOSS}
-
-
-def _finish(lv: _Live, reward_spec: str) -> None:
-    """Outcomes from the game, then the rewards of the named spec (``wolfpack_rewards.score``): the
-    trajectory comes back filled as the reward service fills it."""
-    env, traj = lv.env, lv.traj
-    outcome = env.outcome() if env.done else {}
-    traj.winner = env.winner() if env.done else ""
-    for seat in env.possible_agents:
-        kind = _KINDS.get(int(outcome[seat]), common_pb2.OUTCOME_KIND_DRAW) if env.done else None
-        traj.outcomes.add(
-            seat=seat, role=env.role(seat), team=env.team(seat),
-            outcome=kind if kind is not None else common_pb2.OUTCOME_KIND_ABORTED,  # type: ignore[arg-type]
-        )  # fmt: skip
-    if not env.done:
-        traj.metadata["truncated"] = "max_steps"
-    traj.metadata["local"] = "1"
-    traj.policy_versions.extend(
-        {(b.policy.policy_id, b.policy.version): b.policy for b in traj.seats if b.policy.policy_id}.values()
-    )
-    spec = resolve_spec(reward_spec, traj.game.game_id)
-    if traj.turns:
-        traj.CopyFrom(score(traj, spec.key).trajectory)
-        return
-    # No seat acted (e.g. every trainee eliminated first): the spec's value of each seat's outcome, the
-    # terminal-only reward it gives a seat without turns (the reward service refuses turnless trajectories).
-    traj.reward_spec = spec.key
-    for o in traj.outcomes:
-        o.final_reward = outcome_value(SeatResult(o.seat, o.role, o.team, o.outcome), spec.config.outcome)
+    """Play curriculum ``Task`` protos through ``driver`` on a fresh event loop of this thread (the trainer
+    runs it in a worker thread, so its own loop keeps serving): the scored trajectories in task order,
+    failed episodes left out and counted in ``driver.stats``."""
+    return asyncio.run(driver.play(list(tasks)))

@@ -50,7 +50,17 @@ from wolfpack_trainer import algos
 from wolfpack_trainer.batch import BuildStats, build_samples, collate, split_by_policy
 from wolfpack_trainer.config import TrainConfig
 from wolfpack_trainer.learners.base import Learner, TrainBatch, get_learner
-from wolfpack_trainer.local_rollout import Generated, Task, play, sample
+from wolfpack_trainer.local_rollout import (
+    Generated,
+    PolicyFn,
+    Task,
+    check_penalty,
+    local_driver,
+    play,
+    prompt_encoder,
+    rollout_config,
+    sample,
+)
 from wolfpack_trainer.metrics import (
     Estimate,
     MetricsWriter,
@@ -180,20 +190,23 @@ class Trainer:
 
     # --- rollouts -------------------------------------------------------------------------------------
 
-    def _policy_fn(self, temperature: float) -> Callable[[str, list[list[int]]], list[Generated]]:
+    def _policy_fn(self) -> PolicyFn:
+        """How the in-process inference answers a batch of one policy's prompts: its learner's weights."""
         eos = [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
         if self.tokenizer.eos_token_id is not None:
             eos.append(int(self.tokenizer.eos_token_id))
         pad = int(self.tokenizer.pad_token_id or 0)
 
-        def generate(policy_id: str, prompts: list[list[int]]) -> list[Generated]:
+        def generate(
+            policy_id: str, prompts: list[list[int]], sampling: common_pb2.SamplingParams
+        ) -> list[Generated]:
             learner = self.learners[policy_id]
             with learner.generation_model() as model:  # type: ignore[attr-defined]
                 return sample(
                     model,
                     prompts,
-                    max_tokens=self.cfg.rollout.max_tokens,
-                    temperature=temperature,
+                    max_tokens=sampling.max_tokens,
+                    temperature=sampling.temperature,
                     eos_ids=eos,
                     pad_id=pad,
                     generator=self._gen,
@@ -237,20 +250,25 @@ class Trainer:
             out.append(bound)
         return out
 
-    def play_local(self, tasks: list[Task], temperature: float) -> list[trajectory_pb2.Trajectory]:
-        sampling = common_pb2.SamplingParams(
-            max_tokens=self.cfg.rollout.max_tokens, temperature=temperature, logprobs=True
-        )
-        return play(
-            tasks,
-            self._policy_fn(temperature),
-            self.tokenizer,
-            versions=self.state.versions,
-            reward_spec=self.cfg.rollout.reward_spec,
-            invalid_penalty=self.cfg.rollout.invalid_penalty,
-            sampling=sampling,
-            max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
-        )
+    def play_local(
+        self, tasks: list[Task], temperature: float, split: str = "train"
+    ) -> list[trajectory_pb2.Trajectory]:
+        """Local mode: the rollout driver over in-process backends (``local_rollout``) plays ``tasks`` as
+        service mode would (the same curriculum ``Task`` protos, ``service_task``), sampling with the
+        learners' current weights. Runs its own event loop: call it from a worker thread (``_off_loop``)."""
+        for task in tasks:
+            if task.opponent_policy:
+                raise ValueError(
+                    f"opponent policy {task.opponent_policy!r} is served by inference: service mode only"
+                )
+        for game_id in {t.game_id for t in tasks}:
+            check_penalty(self.cfg.rollout.reward_spec, game_id, self.cfg.rollout.invalid_penalty)
+        served = [service_task(t, i) for i, t in enumerate(tasks)]
+        for task in served:
+            task.split = split
+        config = rollout_config(self.cfg, concurrency=len(tasks), temperature=temperature)
+        driver = local_driver(config, self.tokenizer, self._policy_fn(), lambda: self.state.versions)
+        return play(served, driver)
 
     # --- evaluation ----------------------------------------------------------------------------------
 
@@ -279,7 +297,7 @@ class Trainer:
                     f"policies {missing}: their learner cannot sample in process, so rollout.mode local cannot "
                     "evaluate them; use rollout.mode: service (inference serves the pushed weights)"
                 )
-            trajs = await _off_loop(self.play_local, tasks, temperature)
+            trajs = await _off_loop(self.play_local, tasks, temperature, "eval")
         rows, failed = ev.trajectory_rows(trajs, len(seeds), list(self.learners))
         reward, win_rate = ev.summarize(rows)
         self.progress("eval", len(seeds), len(seeds))
@@ -868,6 +886,8 @@ async def _run_serving(
     ``address`` when given."""
     if driver is not None:
         async with driver() as opened:
+            if getattr(opened, "encode_prompt", False) is None:  # the trainer's tokenizer crops the prompts
+                opened.encode_prompt = prompt_encoder(trainer.tokenizer)
             trainer.driver = opened
             return await _run_serving(trainer, updates, address)
     if address is None:

@@ -1,0 +1,92 @@
+"""What the player (``driver.py``) plays against: three small interfaces, over gRPC or in process.
+
+The driver needs little of each service, and that little is the seam:
+
+* ``Environment`` — ``play_stream()`` (one PlaySeats call at the message level: create / act out,
+  ``PlaySeatsResponse`` in), ``get_episode`` and ``close_episode``. ``EnvironmentClient`` is one as it is
+  (its ``PlayStream`` is the one PlaySeats client).
+* ``Inference`` — ``generate_batch(requests)``: one ``BatchItem`` per request, as each finishes.
+* ``Reward`` — ``score(ScoreRequest)``.
+
+``GrpcInference`` and ``GrpcReward`` put the services behind the last two. The trainer's local mode
+passes in-process ones instead (the game engines, the learner's own weights, the reward library:
+``wolfpack_trainer.local_rollout``), so every producer of trajectories plays through the same loop and
+builds the same ``Trajectory`` protos. Errors: the driver retries ``grpc.aio.AioRpcError`` with a
+transient code; anything else an in-process backend raises fails that episode as ``internal:<type>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+import grpc
+
+from wolfpack.v1 import common_pb2
+from wolfpack.v1 import environment_service_pb2 as env_pb
+from wolfpack.v1 import inference_service_pb2 as inf_pb
+from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
+from wolfpack.v1 import reward_service_pb2 as rew_pb
+from wolfpack.v1 import reward_service_pb2_grpc as rew_grpc
+from wolfpack_inference.client import BatchItem, generate_batch
+
+__all__ = ["BatchItem", "Environment", "EpisodeStream", "GrpcInference", "GrpcReward", "Inference", "Reward"]
+
+
+class EpisodeStream(Protocol):
+    """One PlaySeats call: requests are queued and flushed in batches, responses read one at a time."""
+
+    def create(self, req: env_pb.CreateEpisodeRequest) -> None: ...
+
+    def act(self, episode_id: str, token: str, turn_id: int, decision: str | common_pb2.Action) -> None: ...
+
+    async def read(self) -> env_pb.PlaySeatsResponse:
+        """The next server message; raises (e.g. ``ConnectionError``) when the stream is gone."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Environment(Protocol):
+    def play_stream(
+        self, *, include_text: bool = True, close_finished: bool = False, rejected_results_only: bool = False
+    ) -> EpisodeStream: ...
+
+    async def get_episode(self, episode_id: str, token: str) -> env_pb.GetEpisodeResponse: ...
+
+    async def close_episode(self, episode_id: str, admin_token: str) -> bool: ...
+
+
+class Inference(Protocol):
+    def generate_batch(
+        self, requests: Sequence[inf_pb.GenerateRequest], *, timeout: float | None = None
+    ) -> AsyncIterator[BatchItem]:
+        """One ``BatchItem`` per request (its ``index`` into ``requests``), in any order."""
+        ...
+
+
+class Reward(Protocol):
+    async def score(self, request: rew_pb.ScoreRequest) -> rew_pb.ScoreResponse: ...
+
+
+class GrpcInference:
+    """``Inference`` over the inference service's GenerateBatch."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.stub = inf_grpc.InferenceServiceStub(channel)
+
+    def generate_batch(
+        self, requests: Sequence[inf_pb.GenerateRequest], *, timeout: float | None = None
+    ) -> AsyncIterator[BatchItem]:
+        return generate_batch(self.stub, requests, timeout=timeout)
+
+
+class GrpcReward:
+    """``Reward`` over the reward service's Score."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.stub = rew_grpc.RewardServiceStub(channel)
+
+    async def score(self, request: rew_pb.ScoreRequest) -> rew_pb.ScoreResponse:
+        response: rew_pb.ScoreResponse = await self.stub.Score(request)
+        return response
