@@ -4,7 +4,18 @@ Why aiohttp and not a hand-written parser: the front faces clients we do not con
 (request lines, header limits, chunked bodies, keep-alive, slow clients) is exactly what a well-kept
 server library gets right; aiohttp is already a dependency. Limits: headers at most ``MAX_HEADERS``
 fields of ``MAX_FIELD_BYTES``, bodies at most ``MAX_BODY`` bytes, a connection must complete its request
-headers within ``HEADER_TIMEOUT_S``. The API key is checked from the headers *before* any body is read.
+headers within ``HEADER_TIMEOUT_S`` (and is closed after as long idle between requests), at most
+``MAX_CONNECTIONS`` open connections (``wolfpack.http_limits``: past it the oldest idle one is dropped, and
+a connection that finds every other one busy reads a JSON 503 and is closed), a string ``prompt`` of at
+most ``MAX_PROMPT_CHARS`` characters (a chat's messages: the same in all). The API key is checked from the
+headers *before* any body is read.
+
+Why the work leaves the event loop: the front shares its loop with the gRPC server, so parsing a large
+body and tokenizing or rendering a prompt run in a worker thread (an 8 MB string prompt held every gRPC
+caller for 21 s when it was tokenized on the loop). Why disconnects cancel: a client that goes away
+(a dropped non-streaming request, an SSE stream closed after one event) cancels its handler, and with it
+its rows in the engine batch; an SSE reader that stops reading is dropped once a write has waited
+``WRITE_TIMEOUT_S``. Otherwise abandoned requests kept decoding and an honest request waited behind them.
 
 Routes: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (``prompt`` as a
 string or as a list of token ids), ``GET /health``. The ``model`` field names the policy id.
@@ -14,11 +25,13 @@ Extensions beyond OpenAI's schema, for RL callers: each choice carries ``token_i
 ``prompt_token_ids``, ``policy_version`` and ``prompt_compressed``; ``top_k`` is accepted.
 Auth: when an API key is configured, requests need ``Authorization: Bearer <key>`` (401 otherwise);
 without one the front only binds a loopback address. Errors are always ``{"error": {"message", "type",
-"code"}}`` with status 400, 401, 404, 405, 412, 413, 500, 501 or 503.
+"code"}}`` with status 400, 401, 404, 405, 412, 413, 500, 501 or 503 (a refused connection's 503 too).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -29,9 +42,17 @@ from typing import Annotated, Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
-from wolfpack import auth
+from wolfpack import auth, http_limits
 from wolfpack_inference.backends.base import ErrorCode, InferenceError, Result
-from wolfpack_inference.policies import MAX_CHAT_MESSAGES, MAX_PROMPT_TOKENS, PolicyRegistry, make_sampling
+from wolfpack_inference.policies import (
+    MAX_CHAT_MESSAGES,
+    MAX_PROMPT_CHARS,
+    MAX_PROMPT_TOKENS,
+    Policy,
+    PolicyRegistry,
+    Prepared,
+    make_sampling,
+)
 
 log = logging.getLogger(__name__)
 _HTTP_STATUS = {
@@ -42,6 +63,14 @@ MAX_BODY = 8 * 1024 * 1024
 MAX_HEADERS = 64
 MAX_FIELD_BYTES = 8190
 HEADER_TIMEOUT_S = 15.0
+MAX_CONNECTIONS = 256
+"""Open connections (at most a quarter of the process's descriptor limit): 1,100 idle connections, no key
+needed, exhausted ``ulimit -n 1024`` and with it the gRPC server's accepts and health."""
+WRITE_TIMEOUT_S = 30.0
+"""An SSE write that cannot go out within this (the client stopped reading) ends the stream and its
+generation."""
+INLINE_BODY_BYTES = 64 * 1024
+"""Bodies above this are parsed in a worker thread (an 8 MiB body takes ~0.1 s to parse and validate)."""
 
 
 class HttpError(Exception):
@@ -85,8 +114,8 @@ class _CompletionRequest(_Request):
 
 def _parse(model: type[_Request], raw: bytes) -> Any:
     try:
-        body = json.loads(raw) if raw else {}
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = http_limits.loads(raw) if raw else {}
+    except (ValueError, UnicodeDecodeError) as exc:  # JsonTooDeep is a ValueError
         raise HttpError(400, f"body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise HttpError(400, "body must be a JSON object")
@@ -107,9 +136,15 @@ def _error(status: int, message: str, kind: str) -> web.Response:
 class HttpFront:
     """``await front.start("127.0.0.1", 0)`` returns the bound port; ``await front.stop()``."""
 
-    def __init__(self, registry: PolicyRegistry, api_key: str = "") -> None:
+    def __init__(
+        self, registry: PolicyRegistry, api_key: str = "", max_connections: int = MAX_CONNECTIONS
+    ) -> None:
         self.registry = registry
         self.api_key = api_key.encode()
+        self.max_connections = max_connections
+        self.in_flight = 0
+        """Completion requests being answered (parsed, prepared, generating or streaming): what a client
+        that disconnects must take down with it."""
         self._runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -137,8 +172,14 @@ class HttpFront:
             max_line_size=MAX_FIELD_BYTES,
             max_field_size=MAX_FIELD_BYTES,
             max_headers=MAX_HEADERS,
+            handler_cancellation=True,  # a client that goes away cancels its handler and its generation
         )
         await self._runner.setup()
+        refused = {"error": {"message": "too many open connections; retry shortly", "type": "unavailable",
+                             "code": 503}}  # fmt: skip
+        self.max_connections = http_limits.cap_connections(
+            self._runner, self.max_connections, http_limits.refusal(refused)
+        )
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         return int(self._runner.addresses[0][1])
@@ -184,14 +225,24 @@ class HttpFront:
         ]})  # fmt: skip
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = _parse(_ChatRequest, await request.read())
-        return await self._complete(request, body, chat=True)
+        return await self._complete(request, _ChatRequest, chat=True)
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
-        body = _parse(_CompletionRequest, await request.read())
-        return await self._complete(request, body, chat=False)
+        return await self._complete(request, _CompletionRequest, chat=False)
 
-    async def _complete(self, request: web.Request, body: Any, chat: bool) -> web.StreamResponse:
+    async def _complete(self, request: web.Request, model: type[_Request], chat: bool) -> web.StreamResponse:
+        self.in_flight += 1
+        try:
+            raw = await request.read()
+            if len(raw) > INLINE_BODY_BYTES:
+                body = await asyncio.to_thread(_parse, model, raw)
+            else:
+                body = _parse(model, raw)
+            return await self._answer(request, body, chat)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request, body: Any, chat: bool) -> web.StreamResponse:
         policy = self.registry.get(body.model)
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         stop = body.stop or []
@@ -205,19 +256,9 @@ class HttpFront:
             n=body.n,
             logprobs=bool(body.logprobs),
         )
-        if chat:
-            # OpenAI chat completions always answer as the assistant (no continuation of a last turn)
-            messages = [{"role": m.role, "content": m.content} for m in body.messages]
-            prep = policy.prepare(sampling, messages=messages, add_generation_prompt=True)
-        else:
-            if isinstance(body.prompt, str):
-                tok = policy.backend.tokenizer
-                if tok is None:
-                    raise HttpError(400, "this policy has no tokenizer: send prompt as token ids")
-                ids = list(tok.encode(body.prompt, add_special_tokens=False)) if body.prompt else []
-            else:
-                ids = list(body.prompt)
-            prep = policy.prepare(sampling, token_ids=ids)
+        if not chat and isinstance(body.prompt, str) and len(body.prompt) > MAX_PROMPT_CHARS:
+            raise HttpError(400, f"prompt: at most {MAX_PROMPT_CHARS} characters, got {len(body.prompt)}")
+        prep = await asyncio.to_thread(_prepare, policy, sampling, body, chat)
         if body.stream:
             if sampling.n != 1:
                 raise HttpError(400, "n: streaming returns one completion; send n=1")
@@ -228,9 +269,27 @@ class HttpFront:
         )
 
 
+def _prepare(policy: Policy, sampling: Any, body: Any, chat: bool) -> Prepared:
+    """The backend request of ``body`` (run in a worker thread: tokenizing and rendering are CPU work)."""
+    if chat:
+        # OpenAI chat completions always answer as the assistant (no continuation of a last turn)
+        messages = [{"role": m.role, "content": m.content} for m in body.messages]
+        return policy.prepare(sampling, messages=messages, add_generation_prompt=True)
+    if isinstance(body.prompt, str):
+        tok = policy.backend.tokenizer
+        if tok is None:
+            raise HttpError(400, "this policy has no tokenizer: send prompt as token ids")
+        ids = list(tok.encode(body.prompt, add_special_tokens=False)) if body.prompt else []
+    else:
+        ids = list(body.prompt)
+    return policy.prepare(sampling, token_ids=ids)
+
+
 async def _stream(request: web.Request, policy: Any, prep: Any, chat: bool) -> web.StreamResponse:
     """OpenAI-style SSE: one ``data:`` event per chunk of new tokens, a final chunk with the finish
-    reason, then ``data: [DONE]``. Errors after the first byte arrive as an ``error`` event."""
+    reason, then ``data: [DONE]``. Errors after the first byte arrive as an ``error`` event. A write
+    that waits ``WRITE_TIMEOUT_S`` (a reader that stopped reading) ends the stream: the generator is
+    closed, which takes its row out of the engine batch."""
     created, ident = int(time.time()), f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     obj = "chat.completion.chunk" if chat else "text_completion"
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
@@ -238,32 +297,45 @@ async def _stream(request: web.Request, policy: Any, prep: Any, chat: bool) -> w
 
     async def send(payload: dict[str, Any] | str) -> None:
         data = payload if isinstance(payload, str) else json.dumps(payload)
-        await resp.write(f"data: {data}\n\n".encode())
+        await asyncio.wait_for(resp.write(f"data: {data}\n\n".encode()), WRITE_TIMEOUT_S)
 
-    first = True
+    async def events() -> None:
+        first = True
+        chunks = policy.backend.stream(prep.request)
+        try:
+            async for ch in chunks:
+                choice: dict[str, Any] = {"index": 0, "token_ids": ch.token_ids,
+                                          "finish_reason": ch.finish.value if ch.finish else None}  # fmt: skip
+                if chat:
+                    choice["delta"] = {"content": ch.text, **({"role": "assistant"} if first else {})}
+                else:
+                    choice["text"] = ch.text
+                if ch.logprobs:
+                    choice["logprobs"] = {"token_logprobs": ch.logprobs}
+                event: dict[str, Any] = {"id": ident, "object": obj, "created": created,
+                                         "model": policy.policy_id, "choices": [choice],
+                                         "policy_version": ch.version}  # fmt: skip
+                if first:
+                    event["prompt_token_ids"] = prep.request.prompt_ids
+                    event["prompt_compressed"] = prep.compressed
+                    first = False
+                await send(event)
+        except InferenceError as exc:
+            error = {"message": str(exc), "type": exc.code.value.lower(), "code": _HTTP_STATUS[exc.code]}
+            await send({"error": error})
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:  # the row leaves the engine batch now, not when the generator is collected
+                with contextlib.suppress(Exception):
+                    await aclose()
+        await send("[DONE]")
+        await resp.write_eof()
+
     try:
-        async for ch in policy.backend.stream(prep.request):
-            choice: dict[str, Any] = {"index": 0, "token_ids": ch.token_ids,
-                                      "finish_reason": ch.finish.value if ch.finish else None}  # fmt: skip
-            if chat:
-                choice["delta"] = {"content": ch.text, **({"role": "assistant"} if first else {})}
-            else:
-                choice["text"] = ch.text
-            if ch.logprobs:
-                choice["logprobs"] = {"token_logprobs": ch.logprobs}
-            event: dict[str, Any] = {"id": ident, "object": obj, "created": created, "model": policy.policy_id,
-                                     "choices": [choice], "policy_version": ch.version}  # fmt: skip
-            if first:
-                event["prompt_token_ids"] = prep.request.prompt_ids
-                event["prompt_compressed"] = prep.compressed
-                first = False
-            await send(event)
-    except InferenceError as exc:
-        await send(
-            {"error": {"message": str(exc), "type": exc.code.value.lower(), "code": _HTTP_STATUS[exc.code]}}
-        )
-    await send("[DONE]")
-    await resp.write_eof()
+        await events()
+    except (TimeoutError, ConnectionError):  # a reader that stopped reading, or went away
+        if request.transport is not None:
+            request.transport.close()
     return resp
 
 

@@ -69,6 +69,12 @@ class Prepared:
     compressed: bool
 
 
+class CompressionNeeded(Exception):
+    """Raised by ``Policy.prepare(inline=True)`` when the chat is over budget: compression takes up to
+    ``prompts.MAX_RENDERS`` renders, so the caller moves the request off the event loop and prepares it
+    again there."""
+
+
 class Policy:
     """A served policy: its config, its backend, and the prompt path in front of it."""
 
@@ -103,12 +109,16 @@ class Policy:
         token_ids: Sequence[int] | None = None,
         add_generation_prompt: bool | None = None,
         request_id: str = "",
+        inline: bool = False,
     ) -> Prepared:
         """Validate and turn a prompt into a backend request, compressing chat prompts over budget.
         A ``token_ids`` list becomes the request's own (not copied: callers pass a fresh one).
 
         ``add_generation_prompt=None`` (the caller did not say): add the assistant prompt unless the last
-        message is the assistant's, which the model then continues."""
+        message is the assistant's, which the model then continues.
+
+        ``inline=True`` (a caller on the event loop with a cheap prompt): raise ``CompressionNeeded``
+        instead of compressing."""
         tok = self.backend.tokenizer
         if messages is not None:
             if len(messages) > MAX_CHAT_MESSAGES:
@@ -135,7 +145,7 @@ class Policy:
             add_gen = (
                 msgs[-1]["role"] != "assistant" if add_generation_prompt is None else add_generation_prompt
             )
-            ids, compressed = self._render(msgs, add_gen, sampling.max_tokens)
+            ids, compressed = self._render(msgs, add_gen, sampling.max_tokens, inline)
             return Prepared(Request(sampling, ids, msgs, request_id, self.cfg.strip_think), compressed)
         if token_ids is not None and len(token_ids) > MAX_PROMPT_TOKENS:
             raise InferenceError(
@@ -150,12 +160,16 @@ class Policy:
             )
         return Prepared(Request(sampling, ids, None, request_id, self.cfg.strip_think), False)
 
-    def _render(self, msgs: list[dict[str, str]], add_gen: bool, max_tokens: int) -> tuple[list[int], bool]:
+    def _render(
+        self, msgs: list[dict[str, str]], add_gen: bool, max_tokens: int, inline: bool = False
+    ) -> tuple[list[int], bool]:
         tok = self.backend.tokenizer
         budget = self.context_budget
         ids = prompts.render_chat(tok, msgs, add_gen)
         if not budget or len(ids) + max_tokens <= budget or not self.cfg.compress:
             return ids, False  # the backend rejects what does not fit its positions
+        if inline:
+            raise CompressionNeeded
         room = budget - max_tokens
         if room <= 0:
             raise InferenceError(

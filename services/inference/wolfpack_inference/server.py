@@ -22,6 +22,7 @@ from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 from wolfpack_inference.backends.base import ErrorCode, Finish, InferenceError, Result, Sampling
 from wolfpack_inference.policies import (
+    CompressionNeeded,
     Policy,
     PolicyLoadError,
     PolicyRegistry,
@@ -37,10 +38,30 @@ _tracer = telemetry.tracer("wolfpack.inference")
 _SAMPLING_CACHE_SIZE = 1024
 log = logging.getLogger(__name__)
 
-_LONG_CHAT_CHARS = 16_384
+INLINE_COST = 16_384
+"""Prompts cheaper than this (characters, plus ``MESSAGE_COST`` per chat message) are prepared on the
+event loop: about 5 ms of rendering, less than what a thread hop would add for a common short turn. Anything
+dearer, a whole GenerateBatch above it in total, and any chat that needs compressing (up to
+``prompts.MAX_RENDERS`` renders) is prepared in a worker thread, so health and every other caller are
+answered while it renders."""
+MESSAGE_COST = 64
+"""What one chat message costs to render, in characters: the template's per-message work (~22 µs on the
+dev CPU, about as much as tokenizing 64 characters). A chat of 4,000 two-character messages rendered in
+~90 ms, which a character count alone called cheap."""
+PREPARE_SLICE_S = 0.05
+"""A large GenerateBatch is prepared in worker-thread slices of about this much CPU time each, admitted as
+each slice ends: the executor's queue interleaves other callers' slices instead of holding them behind a
+whole batch, and generation starts before the last item is rendered."""
 MAX_BATCH_ITEMS = 4096
 """Most requests in one GenerateBatch: far above a rollout worker's batch (~100-300), low enough that one
 call cannot queue unbounded work (split larger batches into several calls)."""
+MAX_BATCH_MESSAGES = 65_536
+"""Most chat messages in one GenerateBatch, over all its requests (a 256-seat rollout batch of 100-message
+transcripts is 25,600). Without it the 64 MiB message limit let one call carry ~950 chats of 4,000 short
+messages: minutes of rendering for one call."""
+MAX_BATCH_CHARS = 16_000_000
+"""Most prompt characters in one GenerateBatch, over all its chats (16 chats at ``MAX_PROMPT_CHARS``; a
+256-seat batch of whole SmolLM2 contexts is ~8 million)."""
 _MESSAGE_BYTES = 4 << 20
 """A GenerateBatchResponse is sent once its results reach this size, even when more finished in the same
 tick: gRPC's default message limit, well below the configured one (64 MiB), so any client can read it."""
@@ -88,7 +109,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             self._samplings[key] = sampling
         return sampling
 
-    def _prepare(self, r: pb.GenerateRequest) -> tuple[Policy, Prepared]:
+    def _prepare(self, r: pb.GenerateRequest, inline: bool = False) -> tuple[Policy, Prepared]:
         policy = self.registry.get(r.policy_id)
         sampling = self._sampling(r.sampling)
         if r.WhichOneof("prompt") == "chat":
@@ -96,19 +117,56 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             # the field has presence: unset leaves the choice to ``prepare`` (continuation or not)
             add_gen = r.chat.add_generation_prompt if r.chat.HasField("add_generation_prompt") else None
             return policy, policy.prepare(sampling, messages=msgs, add_generation_prompt=add_gen,
-                                          request_id=r.request_id)  # fmt: skip
+                                          request_id=r.request_id, inline=inline)  # fmt: skip
         # ``[:]`` is the quickest copy of a repeated field into a list (~30% faster than ``list()``)
         return policy, policy.prepare(sampling, token_ids=r.tokens.token_ids[:], request_id=r.request_id)
 
     async def _prepare_off_loop(self, r: pb.GenerateRequest) -> tuple[Policy, Prepared]:
-        """``_prepare``, in a worker thread for a long chat: rendering (and compressing) a long chat costs
-        up to ``prompts.MAX_RENDERS`` template renders, which must not stall every other caller's
-        requests on the event loop. Short prompts (the common case) stay on the loop: a thread hop costs
-        more than their render."""
-        chat = r.WhichOneof("prompt") == "chat"
-        if chat and sum(len(m.content) for m in r.chat.messages) > _LONG_CHAT_CHARS:
-            return await asyncio.to_thread(self._prepare, r)
-        return self._prepare(r)
+        """``_prepare``, in a worker thread unless the prompt is cheap (``INLINE_COST``) and needs no
+        compression: rendering a long chat, and compressing any chat (up to ``prompts.MAX_RENDERS``
+        renders), must not stall every other caller's requests on the event loop. Cheap prompts (the
+        common case) stay on the loop: a thread hop costs more than their render."""
+        if _cost(r) <= INLINE_COST:
+            try:
+                return self._prepare(r, inline=True)
+            except CompressionNeeded:
+                pass
+        return await asyncio.to_thread(self._prepare, r)
+
+    def _prepare_slice(
+        self, items: Sequence[pb.GenerateRequest], start: int
+    ) -> list[tuple[Policy, Prepared] | InferenceError]:
+        """Prepare ``items[start:]`` in a worker thread until ``PREPARE_SLICE_S`` has passed (at least
+        one item); each outcome is the prepared request or the error that refused it."""
+        out: list[tuple[Policy, Prepared] | InferenceError] = []
+        until = time.perf_counter() + PREPARE_SLICE_S
+        for i in range(start, len(items)):
+            try:
+                out.append(self._prepare(items[i]))
+            except InferenceError as exc:
+                out.append(exc)
+            if time.perf_counter() >= until:
+                break
+        return out
+
+    async def _prepared(
+        self, items: Sequence[pb.GenerateRequest]
+    ) -> AsyncIterator[tuple[int, tuple[Policy, Prepared] | InferenceError]]:
+        """Each item's preparation, in order: on the loop for a cheap batch (as ``_prepare_off_loop``),
+        in worker-thread slices otherwise, so a batch of many dear chats never holds the event loop."""
+        if sum(_cost(r) for r in items) <= INLINE_COST:
+            for i, r in enumerate(items):
+                try:
+                    yield i, await self._prepare_off_loop(r)
+                except InferenceError as exc:
+                    yield i, exc
+            return
+        start = 0
+        while start < len(items):
+            outcomes = await asyncio.to_thread(self._prepare_slice, items, start)
+            for i, outcome in enumerate(outcomes, start):
+                yield i, outcome
+            start += len(outcomes)
 
     def _span(self, policy: Policy, r: pb.GenerateRequest) -> Any:
         """A span following the GenAI conventions, child of the caller's trace (the server interceptor
@@ -152,11 +210,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         Cleanup: the handler is cancelled when the client cancels or the deadline passes; ``finally`` then
         cancels the backend calls still running, which abort their rows (as a cancelled Generate does)."""
         items = request.requests
-        if not items or len(items) > MAX_BATCH_ITEMS:
-            raise InferenceError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"GenerateBatch takes 1 to {MAX_BATCH_ITEMS} requests, got {len(items)}",
-            )
+        _check_batch(items)
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
         running: dict[asyncio.Task[Result], tuple[int, Policy, Prepared, Any]] = {}
@@ -170,17 +224,17 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         spans = telemetry.sdk_active()
         msg = pb.GenerateBatchResponse()
         errors = 0
-        for i, r in enumerate(items):
-            try:
-                policy, prep = await self._prepare_off_loop(r)
-            except InferenceError as exc:
-                msg.results.add(index=i, error=_status(exc))
-                errors += 1
-                continue
-            task = loop.create_task(policy.backend.generate(prep.request))
-            task.add_done_callback(on_done)
-            running[task] = (i, policy, prep, self._batch_span(policy, r, i, len(items)) if spans else None)
         try:
+            async for i, outcome in self._prepared(items):
+                if isinstance(outcome, InferenceError):
+                    msg.results.add(index=i, error=_status(outcome))
+                    errors += 1
+                    continue
+                policy, prep = outcome
+                task = loop.create_task(policy.backend.generate(prep.request))
+                task.add_done_callback(on_done)
+                span = self._batch_span(policy, items[i], i, len(items)) if spans else None
+                running[task] = (i, policy, prep, span)
             if msg.results:  # rejected requests are reported at once, before any generation ends
                 yield msg
             while running:
@@ -271,6 +325,41 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             head.policy_id, head.version, tensors, head.is_adapter, head.adapter_config_json
         )
         return pb.PushWeightsResponse(policy=policy_info(p), tensors=len(tensors))
+
+
+def _cost(r: pb.GenerateRequest) -> int:
+    """What preparing ``r`` costs, in characters rendered (see ``INLINE_COST``): a chat's characters
+    plus ``MESSAGE_COST`` per message; a token prompt is only copied and checked (~8 ids a character)."""
+    if r.WhichOneof("prompt") == "chat":
+        msgs = r.chat.messages
+        return sum(len(m.content) for m in msgs) + MESSAGE_COST * len(msgs)
+    return len(r.tokens.token_ids) // 8
+
+
+def _check_batch(items: Sequence[pb.GenerateRequest]) -> None:
+    """Refuse a GenerateBatch over ``MAX_BATCH_ITEMS``, ``MAX_BATCH_MESSAGES`` or ``MAX_BATCH_CHARS``
+    before any work (messages are counted first: counting is O(1) per item, and bounds the character
+    sum that follows)."""
+    if not items or len(items) > MAX_BATCH_ITEMS:
+        raise InferenceError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"GenerateBatch takes 1 to {MAX_BATCH_ITEMS} requests, got {len(items)}",
+        )
+    chats = [r.chat.messages for r in items if r.WhichOneof("prompt") == "chat"]
+    messages = sum(len(msgs) for msgs in chats)
+    if messages > MAX_BATCH_MESSAGES:
+        raise InferenceError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"GenerateBatch takes at most {MAX_BATCH_MESSAGES} chat messages in all, got {messages}; "
+            "split it into several calls",
+        )
+    chars = sum(len(m.content) for msgs in chats for m in msgs)
+    if chars > MAX_BATCH_CHARS:
+        raise InferenceError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"GenerateBatch takes at most {MAX_BATCH_CHARS} prompt characters in all, got {chars}; "
+            "split it into several calls",
+        )
 
 
 def _status(exc: InferenceError) -> Any:
