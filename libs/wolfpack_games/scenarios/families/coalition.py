@@ -236,6 +236,9 @@ class Coalition(Family):
             raise ValueError("values must list every non-empty coalition exactly once")
         if value(scenario, set(range(n))) < sum(value(scenario, {s}) for s in range(n)):
             raise ValueError("the grand coalition must be worth at least the sum of solo values")
+        for s in range(n):  # read by the verdict and the bots: a bad one used to fail mid-episode (INTERNAL)
+            if scenario.private_int(s, "target") < 0:
+                raise ValueError(f"{scenario.name(s)}'s target must not be negative")
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
         shares: dict[int, int] = {}

@@ -144,6 +144,8 @@ class Trust(Family):
             raise ValueError("endowment and multiplier must be positive")
         if not e <= scenario.private_int(INVESTOR, "target") <= k * e:
             raise ValueError("investor target must lie in [endowment, multiplier*endowment]")
+        if not 0 <= scenario.private_int(TRUSTEE, "target") <= k * e:  # read by the verdict and the bots
+            raise ValueError("trustee target must lie in [0, multiplier*endowment]")
 
     def parse_value(self, scenario: Scenario, keyword: str, rest: str) -> Any:
         e, k = scenario.param_int("endowment"), scenario.param_int("multiplier")
