@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,43 @@ def test_apply_overrides_copies() -> None:
     data = {"train": {"updates": 1}}
     out = apply_overrides(data, ["train.updates=3"])
     assert out == {"train": {"updates": 3}} and data == {"train": {"updates": 1}}
+
+
+@pytest.mark.slow
+def test_train_tracking_feeds_verl_tracking_and_check_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``train.tracking`` reaches verl's ``Tracking`` through the trainer's metrics writer (its ``file``
+    backend works offline: every logged row arrives there too), ``--check`` names the trackers, a tracker
+    verl does not have or whose package is missing is refused at load, and console/tensorboard (always on)
+    are accepted as no-ops."""
+    from wolfpack_trainer.cli import check_plan
+    from wolfpack_trainer.train import Trainer
+
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "verl.jsonl"))
+    path = _write(tmp_path, train__tracking=["console", "tensorboard", "file"], train__tracking_project="p")
+    cfg = load_config(path)
+    assert cfg.train.extra_trackers == ["file"]
+    assert check_plan(cfg, path).endswith("; tracking file)")
+    trainer = Trainer(cfg, tmp_path / "run", "redis://unused", cache_dir=tmp_path / "cache")
+    trainer.metrics.log(3, {"charts/win_rate": 0.75})
+    trainer.metrics.close()
+    (row,) = [json.loads(line) for line in (tmp_path / "verl.jsonl").read_text().splitlines()]
+    assert row == {"step": 3, "data": {"charts/win_rate": 0.75}}
+    with pytest.raises(ConfigError, match="unknown tracker 'neptune'"):
+        load_config(_write(tmp_path, train__tracking=["neptune"]))
+    from wolfpack_trainer.config import TRACKERS
+
+    monkeypatch.setitem(TRACKERS, "wandb", "wolfpack_no_such_package")  # as on a machine without wandb
+    with pytest.raises(ConfigError, match="wandb needs the 'wolfpack_no_such_package' package"):
+        load_config(_write(tmp_path, train__tracking=["wandb"]))
+
+
+def test_tracker_names_are_verl_tracking_backends() -> None:
+    """Every ``train.tracking`` name is one verl's ``Tracking`` knows (the list is kept here so loading a
+    config does not import verl)."""
+    from verl.utils.tracking import Tracking
+
+    from wolfpack_trainer.config import TRACKERS
+
+    assert set(TRACKERS) <= set(Tracking.supported_backend)

@@ -113,9 +113,10 @@ def check_plan(cfg: Any, path: Path) -> str:
         raise ConfigError(f"{path}: planning the episodes failed: {exc}") from None
     learners = ", ".join(sorted({p.learner for p in cfg.policies}))
     seats = f", up to {bound} trained seats an episode" if r.mode == "service" else ""
+    trackers = f"; tracking {', '.join(cfg.train.extra_trackers)}" if cfg.train.extra_trackers else ""
     return (
         f"{path}: ok ({cfg.name}: {cfg.game.id}, {cfg.algo_config().estimator}, {len(cfg.policies)} "
-        f"policies on {learners}, rollout {r.mode}{seats}; {len(tasks)} episodes planned)"
+        f"policies on {learners}, rollout {r.mode}{seats}; {len(tasks)} episodes planned{trackers})"
     )
 
 

@@ -8,6 +8,7 @@ so a recipe that cannot run fails in ``wolfpack train --check`` and in CI, not a
 from __future__ import annotations
 
 import copy
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +19,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from wolfpack_trainer.algos import AlgoConfig
 from wolfpack_trainer.batch import BatchConfig
 from wolfpack_trainer.learners.base import LearnerConfig, LossConfig
+
+TRACKERS: dict[str, str] = {
+    "console": "",
+    "tensorboard": "",
+    "wandb": "wandb",
+    "mlflow": "mlflow",
+    "swanlab": "swanlab",
+    "clearml": "clearml",
+    "trackio": "trackio",
+    "vemlp_wandb": "volcengine_ml_platform",
+    "file": "orjson",
+}
+"""``train.tracking`` names (verl ``Tracking``'s backends) → the package each needs (checked at load)."""
+ALWAYS_TRACKED = frozenset({"console", "tensorboard"})
 
 
 class _Strict(BaseModel):
@@ -140,6 +155,33 @@ class TrainSection(_Strict):
     """Write each published version as a loadable directory (HF or peft) under <run>/policies/."""
     share_policy: bool = False
     """True: one learner for all policies (role in the prompt); False: IPPO, one learner per policy."""
+    tracking: list[str] = Field(default_factory=list)
+    """Experiment trackers through verl's ``Tracking`` (``wandb``, ``mlflow``, ``swanlab``, ``clearml``,
+    ``trackio``, ``file``, ...), fed the same rows as ``metrics.jsonl``. ``console`` and ``tensorboard`` are
+    always on (the per-update line, ``<run>/tb``): naming them is allowed and changes nothing. Each tracker
+    reads its own environment (``WANDB_MODE=offline``, ``MLFLOW_TRACKING_URI``, ``VERL_FILE_LOGGER_PATH``)."""
+    tracking_project: str = "wolfpack"
+    """The trackers' project name; the run is named after the config's ``name``."""
+
+    @model_validator(mode="after")
+    def _check_tracking(self) -> TrainSection:
+        for name in self.tracking:
+            if name not in TRACKERS:
+                raise ValueError(f"train.tracking: unknown tracker {name!r}; valid: {', '.join(TRACKERS)}")
+            package = TRACKERS[name]
+            if package and importlib.util.find_spec(package) is None:
+                raise ValueError(
+                    f"train.tracking: {name} needs the {package!r} package (pip install {package})"
+                )
+        if len(set(self.tracking)) != len(self.tracking):
+            raise ValueError("train.tracking: a tracker is named twice")
+        return self
+
+    @property
+    def extra_trackers(self) -> list[str]:
+        """The trackers besides the always-on console line and TensorBoard files (what ``MetricsWriter``
+        hands to verl's ``Tracking``)."""
+        return [t for t in self.tracking if t not in ALWAYS_TRACKED]
 
 
 class EvalSection(_Strict):

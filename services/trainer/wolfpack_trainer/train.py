@@ -106,7 +106,10 @@ class Trainer:
         self.cache_dir = cache_dir
         self.redis_url = redis_url
         self.state = RunState()
-        self.metrics = MetricsWriter(run_dir)
+        self.metrics = MetricsWriter(
+            run_dir, tracking=config.train.extra_trackers, project=config.train.tracking_project,
+            experiment=config.name, config=config.model_dump(mode="json"),
+        )  # fmt: skip
         self.learners: dict[str, Learner] = {}
         self.tokenizer: Any = None
         self.progress: Progress = lambda phase, done, total: None
@@ -724,10 +727,10 @@ class ResumeError(RuntimeError):
 
 def config_fingerprint(config: TrainConfig) -> dict[str, Any]:
     """What a resumed run must share with the checkpoint: what the config file sets, but ``train.updates``
-    and ``train.max_minutes`` (a finished run may be extended). Defaults are left out: a default changed in the code is not an
+    and ``train.max_minutes`` (a finished run may be extended) and the trackers (watching is no change). Defaults are left out: a default changed in the code is not an
     edit of the recipe, and would otherwise refuse every earlier run directory."""
     data = config.model_dump(mode="json", exclude_unset=True)
-    for key in ("updates", "max_minutes"):  # how long to train, not what: a rerun may extend either
+    for key in ("updates", "max_minutes", "tracking", "tracking_project"):  # how long, and who watches
         data.get("train", {}).pop(key, None)
     return data
 
