@@ -7,6 +7,14 @@ policy that sometimes acts well and sometimes badly, which is where RL has somet
 improvement a run reports is always measured against this warm-started policy, never against the bot.
 
 The clone is cached on disk, keyed by the warm-start settings, so it is part of set-up, not training.
+``warmstart_config`` derives those settings from a training config (trained seats *or roles*, the game's
+options and language), so every caller that needs the clone (the trainer's set-up, a job that must serve
+the clone before the trainer starts, ``bench/trainer/warmstart_check.py``) names the same cache entry.
+
+``format_only`` cloning keeps the bot's *actions* but not its free text: a speech turn (Werewolf day talk,
+wolf chat, last words) is answered with one short neutral sentence instead of the bot's speech. Why: the
+obstacle for a real model is the action format (the base SmolLM2 writes prose, not ``vote 3``); copying a
+scripted bot's canned speeches as well would teach the policy the bot's talk, which RL then has to unlearn.
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ import contextlib
 import hashlib
 import json
 import random
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +36,18 @@ from wolfpack_trainer.local_rollout import render_prompt
 
 @dataclass(frozen=True)
 class WarmStartConfig:
-    """``bot`` plays every seat; the messages of ``seats`` become (prompt, response) pairs."""
+    """``bot`` plays every seat; the messages of ``seats`` and of the seats dealt ``roles`` become (prompt,
+    response) pairs."""
 
     game_id: str = "ultimatum_v1"
     variant: str = "easy"
     seats: tuple[int, ...] = (1,)
+    roles: tuple[str, ...] = ()
+    """Seats dealt these roles (Werewolf deals them per seed) are cloned too."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Engine ``start`` options (``game.options`` plus ``language``), as the run plays the game."""
+    format_only: bool = False
+    """Speech turns get ``FORMAT_ONLY_SPEECH`` instead of the bot's text (see the module docstring)."""
     bot: str = "random"
     episodes: int = 400
     seed_offset: int = 10_000_000
@@ -43,35 +59,105 @@ class WarmStartConfig:
     """As ``rollout.max_prompt_tokens``: the clone sees the prompts the policy will see."""
 
 
+FORMAT_ONLY_SPEECH = {"en": "I have nothing to add.", "zh": "我没有要补充的。"}
+"""The speech a ``format_only`` clone learns for every speech turn, by language."""
+
+MAX_STEPS = 400
+"""Engine steps after which a warm-start game is cut (Werewolf 12p takes ~100 steps)."""
+
+
 def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, response ids) for every message the bot sent in ``cfg.seats``."""
+    """(prompt ids, response ids) for every message the bot sent in the cloned seats."""
     bot = get_game(cfg.game_id).bots[cfg.bot]
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    speech = FORMAT_ONLY_SPEECH.get(str(cfg.options.get("language", "en")), FORMAT_ONLY_SPEECH["en"])
     pairs = []
     for i in range(cfg.episodes):
-        seed = cfg.seed_offset + i
-        env = make_game(cfg.game_id, cfg.variant)
-        env.reset(seed=seed)
-        rng = random.Random(seed)
-        for _ in range(100):
-            if env.done:
-                break
-            moves = {}
-            for seat in env.acting_seats():
-                action = bot(env, seat, rng)
-                if seat in cfg.seats:
-                    prompt = render_prompt(tokenizer, env.observe(seat).text, cfg.max_prompt_tokens)
-                    response = [*tokenizer.encode(action.text, add_special_tokens=False), eos]
-                    pairs.append((list(prompt), response))
-                moves[seat] = action
-            env.step(moves)
+        for turn in bot_turns(cfg, cfg.seed_offset + i, bot):
+            text = speech if cfg.format_only and turn.speech else turn.text
+            prompt = render_prompt(tokenizer, turn.observation, cfg.max_prompt_tokens)
+            response = [*tokenizer.encode(text, add_special_tokens=False), eos]
+            pairs.append((list(prompt), response))
     return pairs
+
+
+@dataclass(frozen=True)
+class BotTurn:
+    """One decision of a cloned seat in a bot game."""
+
+    seat: int
+    observation: str
+    """The seat's observation text at the decision (rendered then: observations render lazily)."""
+    speech: bool
+    """The seat was asked for free text (every legal action a ``speak``)."""
+    text: str
+    """What the bot answered."""
+
+
+def bot_turns(cfg: WarmStartConfig, seed: int, bot: Any) -> list[BotTurn]:
+    """Every decision of a cloned seat in one game at ``seed`` that the bot plays in every seat."""
+    env = make_game(cfg.game_id, cfg.variant)
+    env.start(seed=seed, options=dict(cfg.options))
+    cloned = set(cfg.seats) | {s for s in env.possible_agents if env.role(s) in cfg.roles}
+    rng = random.Random(seed)
+    out = []
+    for _ in range(MAX_STEPS):
+        if env.done:
+            break
+        moves = {}
+        for seat in env.acting_seats():
+            action = bot(env, seat, rng)
+            if seat in cloned:
+                obs = env.observe(seat)
+                out.append(BotTurn(seat, obs.text, is_speech(obs.legal_actions), action.text))
+            moves[seat] = action
+        env.step(moves)
+    env.close()
+    return out
+
+
+def is_speech(legal_actions: Any) -> bool:
+    """The seat is asked for free text (every legal action is a ``speak``)."""
+    kinds = {a.kind for a in legal_actions}
+    return bool(kinds) and kinds <= {"speak"}
+
+
+def warmstart_config(cfg: Any) -> WarmStartConfig | None:
+    """The warm start a ``TrainConfig`` asks for (``None`` when it asks for none): its game, variant,
+    options and language, the trained policies' seats and roles, and the ``warmstart`` section."""
+    ws = cfg.warmstart
+    if ws is None or ws.steps <= 0:
+        return None
+    from wolfpack_trainer.config import game_options
+
+    return WarmStartConfig(
+        game_id=cfg.game.id,
+        variant=cfg.game.variant or get_game(cfg.game.id).default_variant,
+        seats=tuple(sorted({s for p in cfg.policies for s in p.seats})),
+        roles=tuple(sorted({r for p in cfg.policies for r in p.roles})),
+        options=game_options(cfg),
+        bot=ws.bot,
+        episodes=ws.episodes,
+        steps=ws.steps,
+        lr=ws.lr,
+        max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+        format_only=bool(getattr(ws, "format_only", False)),
+    )
+
+
+def cache_key(model_dir: str, cfg: WarmStartConfig) -> str:
+    """The clone's cache key. Fields added after the first clones were cached (roles, options,
+    format_only) count only when set, so a config that does not use them keeps its cached clone."""
+    fields = asdict(cfg)
+    for name in ("roles", "options", "format_only"):
+        if not fields[name]:
+            del fields[name]
+    return hashlib.sha256(json.dumps([model_dir, fields], sort_keys=True).encode()).hexdigest()[:12]
 
 
 def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     """A checkpoint directory of ``model_dir`` fine-tuned on the bot's messages (built once)."""
-    key = hashlib.sha256(json.dumps([model_dir, asdict(cfg)], sort_keys=True).encode()).hexdigest()[:12]
-    out = cache_dir / f"warm-{Path(model_dir).name}-{key}"
+    out = cache_dir / f"warm-{Path(model_dir).name}-{cache_key(model_dir, cfg)}"
     if (out / "config.json").exists():
         return str(out)
     from transformers import AutoModelForCausalLM, AutoTokenizer

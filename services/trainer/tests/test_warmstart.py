@@ -1,0 +1,159 @@
+"""The warm start clones the decisions the run will train: the seats dealt the trained roles, in the run's
+language and options; ``format_only`` keeps the bot's moves but not its speeches; old clones keep their key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, replace
+from typing import Any
+
+import pytest
+
+from wolfpack_games import get_game, make_game
+from wolfpack_inference.models import tiny_model
+from wolfpack_trainer.config import TrainConfig, WarmStartSection
+from wolfpack_trainer.warmstart import (
+    FORMAT_ONLY_SPEECH,
+    WarmStartConfig,
+    bot_pairs,
+    bot_turns,
+    cache_key,
+    warmstart_config,
+)
+
+HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_model(tmp_path_factory.mktemp("models"))))
+
+
+def _werewolf(**kw: Any) -> WarmStartConfig:
+    return WarmStartConfig(game_id="werewolf_v1", variant="6p", seats=(), bot="heuristic", **kw)
+
+
+def test_roles_clone_the_seats_dealt_those_roles() -> None:
+    heuristic = get_game("werewolf_v1").bots["heuristic"]
+    for seed in (1, 2, 3):
+        env = make_game("werewolf_v1", "6p")
+        env.start(seed=seed)
+        seer = next(s for s in env.possible_agents if env.role(s) == "seer")
+        turns = bot_turns(_werewolf(roles=("seer",)), seed, heuristic)
+        assert turns and {t.seat for t in turns} == {seer}
+        assert all("seer" in t.observation.lower() for t in turns)
+    assert bot_turns(_werewolf(), 1, heuristic) == []  # no seats, no roles: nothing to clone
+
+
+def test_language_and_options_reach_the_game() -> None:
+    heuristic = get_game("werewolf_v1").bots["heuristic"]
+    zh = WarmStartConfig(
+        game_id="werewolf_v1", variant="12p", seats=(), roles=("wolf_king",), bot="heuristic",
+        options={"wolf_king": True, "language": "zh"},
+    )  # fmt: skip
+    turns = bot_turns(zh, 5, heuristic)
+    assert turns and all(HAN.search(t.observation) for t in turns)
+    assert bot_turns(replace(zh, options={"language": "zh"}), 5, heuristic) == []  # no wolf king dealt
+    en = bot_turns(replace(zh, roles=("villager",), options={"wolf_king": True}), 5, heuristic)
+    assert en and not any(HAN.search(t.observation) for t in en)
+
+
+def test_format_only_keeps_moves_and_replaces_speeches(tokenizer: Any) -> None:
+    cfg = _werewolf(roles=("seer", "villager"), episodes=2)
+    turns = [
+        t
+        for i in range(2)
+        for t in bot_turns(cfg, cfg.seed_offset + i, get_game("werewolf_v1").bots["heuristic"])
+    ]
+    speeches = [t for t in turns if t.speech]
+    moves = [t for t in turns if not t.speech]
+    assert speeches and moves
+    assert any(t.text != FORMAT_ONLY_SPEECH["en"] for t in speeches)  # the bot's own speeches differ
+
+    def answers(c: WarmStartConfig) -> list[str]:
+        return [tokenizer.decode(r, skip_special_tokens=True) for _, r in bot_pairs(c, tokenizer)]
+
+    plain, formatted = answers(cfg), answers(replace(cfg, format_only=True))
+    assert len(plain) == len(formatted) == len(turns)
+    for turn, a, b in zip(turns, plain, formatted, strict=True):
+        assert a == turn.text
+        assert b == (FORMAT_ONLY_SPEECH["en"] if turn.speech else turn.text)
+    zh = replace(cfg, format_only=True, options={"language": "zh"}, episodes=1)
+    assert FORMAT_ONLY_SPEECH["zh"] in answers(zh)
+
+
+def test_cache_key_is_unchanged_for_clones_cached_before_roles_and_options() -> None:
+    cfg = WarmStartConfig(game_id="bargaining_v1", variant="medium", seats=(1,), episodes=200, steps=60)
+    old_fields = {k: v for k, v in asdict(cfg).items() if k not in ("roles", "options", "format_only")}
+    old = hashlib.sha256(json.dumps(["/m", old_fields], sort_keys=True).encode()).hexdigest()[:12]
+    assert cache_key("/m", cfg) == old
+    keys = {
+        cache_key("/m", c)
+        for c in (cfg, replace(cfg, roles=("seer",)), replace(cfg, options={"language": "zh"}),
+                  replace(cfg, format_only=True), replace(cfg, steps=61))
+    }  # fmt: skip
+    assert len(keys) == 5
+
+
+def _train_config(**over: Any) -> TrainConfig:
+    data: dict[str, Any] = {
+        "name": "ws",
+        "game": {"id": "werewolf_v1", "variant": "12p", "language": "zh", "options": {"wolf_king": True}},
+        "policies": [{"id": "player", "roles": ["villager", "seer"], "learner": "verl_fsdp"}],
+        "rollout": {"mode": "service"},
+        **over,
+    }
+    return TrainConfig.model_validate(data)
+
+
+def test_warmstart_config_follows_the_training_config() -> None:
+    assert warmstart_config(_train_config()) is None
+    cfg = TrainConfig.model_validate(
+        {
+            "name": "ws",
+            "game": {"id": "bargaining_v1"},
+            "policies": [{"id": "b", "seats": [0]}, {"id": "s", "seats": [1]}],
+            "warmstart": {"bot": "random", "episodes": 7, "steps": 3, "lr": 1e-4},
+            "rollout": {"max_prompt_tokens": 64},
+        }
+    )
+    ws = warmstart_config(cfg)
+    assert ws == WarmStartConfig(
+        game_id="bargaining_v1", variant="medium", seats=(0, 1), roles=(), options={}, bot="random",
+        episodes=7, steps=3, lr=1e-4, max_prompt_tokens=64,
+    )  # fmt: skip
+
+
+def test_warmstart_config_carries_roles_language_and_options() -> None:
+    """A role-based run (today's config check refuses a warm start with roles, so the section is added
+    to a validated config)."""
+    cfg = _train_config().model_copy(update={"warmstart": WarmStartSection(steps=5, bot="heuristic")})
+    ws = warmstart_config(cfg)
+    assert ws is not None
+    assert (ws.game_id, ws.variant, ws.seats, ws.roles) == ("werewolf_v1", "12p", (), ("seer", "villager"))
+    assert ws.options == {"wolf_king": True, "language": "zh"} and ws.bot == "heuristic" and ws.steps == 5
+
+
+def test_bot_turns_render_the_observation_at_the_decision() -> None:
+    """Observations render lazily: a turn's text is the one the seat saw then, not the game's end."""
+    import random
+
+    heuristic = get_game("werewolf_v1").bots["heuristic"]
+    turns = bot_turns(_werewolf(roles=("witch",)), 2, heuristic)
+    env = make_game("werewolf_v1", "6p")
+    env.start(seed=2)
+    rng = random.Random(2)
+    seen: list[str] = []
+    while not env.done and len(seen) < 2:
+        moves = {}
+        for seat in env.acting_seats():
+            if seat == turns[0].seat:
+                seen.append(env.observe(seat).text)
+            moves[seat] = heuristic(env, seat, rng)
+        env.step(moves)
+    assert [t.observation for t in turns[:2]] == seen
+    assert turns[0].observation != env.observe(turns[0].seat).text
