@@ -13,6 +13,10 @@ Why each piece exists:
 - *Backpressure*: what is left is the backlog (entries some group has not acked). Past ``maxlen`` an
   append waits for consumers, up to ``backpressure_timeout_s``, then raises ``StreamBackpressureError``:
   memory stays bounded and a lagging trainer slows the producers down instead of losing data.
+- *Coalesced single appends*: ``append`` (one message, the rollout driver's call, from many episodes at
+  once) queues its message; one flush in flight at a time sends everything queued as one script call, so
+  N concurrent appends cost about one round trip and one script run instead of N. Each caller still gets
+  its own entry id or its own error, and its own trace context travels with its own entry.
 - *Idempotent appends*: one Lua script per batch (one round trip) appends each message only if its id
   (``id_of(message)``, e.g. ``Trajectory.trajectory_id``) was not appended within the last
   ``dedup_ttl_s`` (to 2x that: ids are kept in per-period hashes, two periods at a time); so a
@@ -184,7 +188,9 @@ end
 """
 
 # KEYS: stream, message-id hash of the current time bucket, of the previous one. ARGV: bound (0: none),
-# bucket length s, n extra field pairs, the pairs, then data and message id per message. Returns
+# bucket length s, n extra field pairs, the pairs, then data and message id per message; or, with n = -1,
+# data, message id, traceparent and tracestate per message ('' for none: coalesced appends from different
+# traces). Returns
 # {admitted (0/1), backlog, entry id per message..., duplicates}; nothing is written unless admitted.
 # A message whose id is in either hash (or earlier in the batch) is not appended: its first entry id is
 # returned. Two redis.calls per batch for the ids (HMGET, HSET), not two per message.
@@ -194,10 +200,13 @@ _APPEND = _Script(
 local stream = KEYS[1]
 local bound = tonumber(ARGV[1])
 local nextra = tonumber(ARGV[3])
+local per = nextra < 0
+local stride = 2
 local base = 3 + 2 * nextra
-local n = (#ARGV - base) / 2
+if per then stride, base = 4, 3 end
+local n = (#ARGV - base) / stride
 local ids = {}
-for i = 1, n do ids[i] = ARGV[base + 2 * i] end
+for i = 1, n do ids[i] = ARGV[base + stride * (i - 1) + 2] end
 local cur = redis.call('HMGET', KEYS[2], unpack(ids))
 local prev = redis.call('HMGET', KEYS[3], unpack(ids))
 local fresh = 0
@@ -208,7 +217,9 @@ local backlog = trim(stream)
 if fresh > 0 and bound > 0 and backlog >= bound then return {0, backlog} end
 local out = {1, 0}
 local fields = {'data', false, 'id', false}
-for j = 1, 2 * nextra do fields[4 + j] = ARGV[3 + j] end
+if not per then
+  for j = 1, 2 * nextra do fields[4 + j] = ARGV[3 + j] end
+end
 local xadd = redis.call
 local seen = {}
 local written = {}
@@ -220,10 +231,20 @@ for i = 1, n do
     dups = dups + 1
   else
     local id
-    if nextra == 0 then
-      id = xadd('XADD', stream, '*', 'data', ARGV[base + 2 * i - 1], 'id', ids[i])
+    local at = base + stride * (i - 1) + 1
+    if per then
+      local tp, ts = ARGV[at + 2], ARGV[at + 3]
+      if tp == '' then
+        id = xadd('XADD', stream, '*', 'data', ARGV[at], 'id', ids[i])
+      elseif ts == '' then
+        id = xadd('XADD', stream, '*', 'data', ARGV[at], 'id', ids[i], 'traceparent', tp)
+      else
+        id = xadd('XADD', stream, '*', 'data', ARGV[at], 'id', ids[i], 'traceparent', tp, 'tracestate', ts)
+      end
+    elseif nextra == 0 then
+      id = xadd('XADD', stream, '*', 'data', ARGV[at], 'id', ids[i])
     else
-      fields[2] = ARGV[base + 2 * i - 1]
+      fields[2] = ARGV[at]
       fields[4] = ids[i]
       id = xadd('XADD', stream, '*', unpack(fields))
     end
@@ -411,6 +432,10 @@ class ProtoStreamProducer(Generic[M]):
         self.last_backlog = 0
         self.duplicates = 0
         self.backpressure_waits = 0
+        self.flushes = 0  # script calls made for ``append`` (fewer than appends when they coalesce)
+        # Single appends waiting for the flush in flight: (data, message id, traceparent, tracestate, waiter).
+        self._queued: list[tuple[bytes, bytes, str, str, asyncio.Future[str]]] = []
+        self._flusher: asyncio.Task[None] | None = None
         _PRODUCERS.add(self)
 
     @classmethod
@@ -446,7 +471,65 @@ class ProtoStreamProducer(Generic[M]):
         self._groups_ready = True
 
     async def append(self, message: M) -> str:
-        return (await self.append_many([message]))[0]
+        """Append one message; returns its entry id (the earlier entry's for an id already appended).
+
+        Concurrent calls coalesce (see the module docstring): the message is serialized now and queued,
+        and the flush in flight, or a new one, sends every queued message in one script call. Its result
+        is this call's alone: its entry id, or the error of the script call that carried it
+        (``StreamBackpressureError``, ``StreamUnavailableError``, …; a retry is safe, appends are
+        idempotent). A bad message (empty id) fails here, before anything is queued. A caller cancelled
+        while waiting may still have its message appended (at-least-once, as with any lost reply)."""
+        message_id = self.id_of(message)
+        if not message_id:
+            raise ValueError("id_of(message) returned an empty id; every message needs its own id")
+        data = message.SerializeToString()
+        carrier = telemetry.inject_carrier()
+        waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._queued.append(
+            (data, message_id.encode(), carrier.get("traceparent", ""), carrier.get("tracestate", ""), waiter)
+        )
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush_queued())
+        return await waiter
+
+    async def _flush_queued(self) -> None:
+        """Send queued single appends, ``APPEND_CHUNK`` at a time, until none is left; settle each waiter."""
+        batch: list[tuple[bytes, bytes, str, str, asyncio.Future[str]]] = []
+        try:
+            while self._queued:
+                batch, self._queued = self._queued[:APPEND_CHUNK], self._queued[APPEND_CHUNK:]
+                contexts = {(tp, ts) for _d, _i, tp, ts, _w in batch}
+                args: list[bytes | str | int] = [self.maxlen, self.dedup_ttl_s]
+                if len(contexts) == 1:  # one trace context (or none) for all: the shared-fields form
+                    tp, ts = next(iter(contexts))
+                    extra = [(k, v) for k, v in (("traceparent", tp), ("tracestate", ts)) if v]
+                    args.append(len(extra))
+                    for k, v in extra:
+                        args += (k, v)
+                    for data, mid, _tp, _ts, _w in batch:
+                        args += (data, mid)
+                else:
+                    args.append(-1)
+                    for data, mid, tp, ts, _w in batch:
+                        args += (data, mid, tp, ts)
+                self.flushes += 1
+                try:
+                    ids = await self._send(args)
+                except Exception as exc:
+                    for *_rest, waiter in batch:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    continue
+                for (*_rest, waiter), entry_id in zip(batch, ids, strict=True):
+                    if not waiter.done():
+                        waiter.set_result(entry_id)
+        finally:
+            self._flusher = None
+            # Cancelled (the loop is shutting down): nobody is left to send these; their callers learn it.
+            left, self._queued = [*batch, *self._queued], []
+            for *_rest, waiter in left:
+                if not waiter.done():
+                    waiter.cancel()
 
     async def append_many(self, messages: Sequence[M]) -> list[str]:
         """Append in one round trip per ``APPEND_CHUNK`` messages; returns the entry ids (a message whose
@@ -459,10 +542,6 @@ class ProtoStreamProducer(Generic[M]):
     async def _append_chunk(self, messages: Sequence[M]) -> list[str]:
         if not messages:
             return []
-        if not self._groups_ready:
-            await self.ensure_required_groups()
-        bucket = int(time.time()) // self.dedup_ttl_s
-        keys = [self.stream, ids_key(self.stream, bucket), ids_key(self.stream, bucket - 1)]
         args: list[bytes | str | int] = [self.maxlen, self.dedup_ttl_s]
         carrier = telemetry.inject_carrier()
         extra = [(k, carrier[k]) for k in ("traceparent", "tracestate") if k in carrier]
@@ -474,6 +553,15 @@ class ProtoStreamProducer(Generic[M]):
             if not message_id:
                 raise ValueError("id_of(message) returned an empty id; every message needs its own id")
             args += (m.SerializeToString(), message_id.encode())
+        return await self._send(args)
+
+    async def _send(self, args: list[bytes | str | int]) -> list[str]:
+        """Run the append script with ``args`` (bound, bucket length, messages; see ``_APPEND``), waiting
+        out backpressure; returns the entry ids."""
+        if not self._groups_ready:
+            await self.ensure_required_groups()
+        bucket = int(time.time()) // self.dedup_ttl_s
+        keys = [self.stream, ids_key(self.stream, bucket), ids_key(self.stream, bucket - 1)]
         started = time.monotonic()
         wait = 0.01
         blocked = False
