@@ -10,7 +10,12 @@ Redis itself bounds both. Each cell moves ``--messages`` Trajectory protos of ~2
 - consumer, raw: ``XREADGROUP COUNT batch`` + parse each proto (the batch's messages are kept until the
   ack, as a consumer that processes a batch keeps them) + ``XACK`` the batch; "bytes only" skips the
   parse (shown for reference);
-- consumer, project: ``ProtoStreamConsumer.read`` + ``ack`` (dedup, malformed check, per-entry counts).
+- consumer, project: ``ProtoStreamConsumer.read`` + ``ack`` (dedup, malformed check, per-entry counts);
+- producer as the rollout driver calls it: ``--producers`` concurrent tasks (episodes finishing at once),
+  each appending one message per call and awaiting it, on a stream where the trainer's consumer group
+  exists (as in the product: ``WOLFPACK_STREAM_REQUIRED_GROUPS``, the default ``maxlen``). Raw: ``await
+  XADD`` per message (redis-py's pool gives each concurrent call its own connection); project:
+  ``ProtoStreamProducer.append`` (concurrent calls coalesce into one script call).
 
 Raw and project cells alternate for several rounds (the order flips every round) and each ratio divides a
 project cell by the raw cell of the same round, because this machine's CPUs are shared and noisy; the
@@ -43,6 +48,7 @@ from wolfpack.v1.common_pb2 import GameRef
 from wolfpack.v1.trajectory_pb2 import Trajectory
 
 GROUP = "bench"
+TRAINER = "trainer"
 
 
 def trajectory(i: int) -> Trajectory:
@@ -70,6 +76,36 @@ async def project_produce(client: aioredis.Redis, stream: str, *, msgs: list[Tra
     )
     for start in range(0, len(msgs), batch):
         await producer.append_many(msgs[start : start + batch])
+
+
+async def raw_single(client: aioredis.Redis, stream: str, *, msgs: list[Trajectory], producers: int) -> None:
+    todo = iter(msgs)  # shared: each task takes the next message when its last append returned
+
+    async def task() -> None:
+        for m in todo:
+            await client.xadd(stream, {b"data": m.SerializeToString(), b"id": m.trajectory_id.encode()})
+
+    await asyncio.gather(*(task() for _ in range(producers)))
+
+
+async def project_single(
+    client: aioredis.Redis, stream: str, *, msgs: list[Trajectory], producers: int, coalesce: bool = True
+) -> None:
+    """``append`` per message; ``coalesce=False``: ``append_many([m])``, what ``append`` was before it
+    coalesced (one script call per message), shown for reference."""
+    producer: ProtoStreamProducer[Trajectory] = ProtoStreamProducer(
+        client, stream, id_of=lambda t: t.trajectory_id, required_groups=(TRAINER,)
+    )  # the product's defaults: maxlen 100,000, the trainer's group required
+    todo = iter(msgs)
+
+    async def task() -> None:
+        for m in todo:
+            if coalesce:
+                await producer.append(m)
+            else:
+                await producer.append_many([m])
+
+    await asyncio.gather(*(task() for _ in range(producers)))
 
 
 async def raw_consume(client: aioredis.Redis, stream: str, n: int, batch: int, parse: bool) -> None:
@@ -120,7 +156,7 @@ async def fresh_stream(client: aioredis.Redis, msgs: list[Trajectory] | None, ba
 Rates = dict[str, dict[str, list[float]]]  # cell -> {"wall": msgs/s, "cpu": msgs per CPU second}
 
 
-async def run(url: str, n: int, batch: int, rounds: int) -> Rates:
+async def run(url: str, n: int, batch: int, rounds: int, n_producers: int) -> Rates:
     client = aioredis.Redis.from_url(url)
     rates: Rates = {}
 
@@ -144,11 +180,25 @@ async def run(url: str, n: int, batch: int, rounds: int) -> Rates:
             ("consumer project", lambda s: project_consume(client, s, n, batch)),
             ("consumer raw, bytes only", lambda s: raw_consume(client, s, n, batch, parse=False)),
         ]
+        singles: list[tuple[str, Callable[[str], Awaitable[None]]]] = [
+            ("single raw", partial(raw_single, client, msgs=msgs, producers=n_producers)),
+            ("single project", partial(project_single, client, msgs=msgs, producers=n_producers)),
+            (
+                "single uncoalesced",
+                partial(project_single, client, msgs=msgs, producers=n_producers, coalesce=False),
+            ),
+        ]
         if r % 2:
             producers.reverse()
             consumers.reverse()
+            singles.reverse()
         for cell, produce in producers:
             stream = await fresh_stream(client, None, batch)
+            record(cell, await measure(client, lambda: produce(stream)))  # noqa: B023
+            await client.delete(stream)
+        for cell, produce in singles:  # the trainer's group exists, as in the product
+            stream = await fresh_stream(client, None, batch)
+            await client.xgroup_create(stream, TRAINER, id="0", mkstream=True)
             record(cell, await measure(client, lambda: produce(stream)))  # noqa: B023
             await client.delete(stream)
         for cell, consume in consumers:
@@ -172,6 +222,19 @@ def table(rates: Rates) -> str:
         ("consumer", "raw XREADGROUP + proto parse + XACK", "consumer raw", None),
         ("consumer", "ProtoStreamConsumer.read + ack", "consumer project", "consumer raw"),
         ("consumer", "raw XREADGROUP + XACK, bytes only (reference)", "consumer raw, bytes only", None),
+        ("driver pattern", "raw redis-py: await XADD per message, concurrent", "single raw", None),
+        (
+            "driver pattern",
+            "ProtoStreamProducer.append per message, concurrent",
+            "single project",
+            "single raw",
+        ),
+        (
+            "driver pattern",
+            "append_many([message]) per message: one script call each (append before it coalesced)",
+            "single uncoalesced",
+            "single raw",
+        ),
     ]
     out = [
         "| side | path | msgs/s | project / raw, wall | CPU µs/msg (client + server) | project / raw, CPU |",
@@ -192,18 +255,22 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=10_000)
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument(
+        "--producers", type=int, default=64, help="concurrent appenders in the driver-pattern rows"
+    )
     args = ap.parse_args()
     size = len(trajectory(0).SerializeToString())
     with tempfile.TemporaryDirectory() as tmp:
         server = None if args.url else EmbeddedRedis(Path(tmp)).start()
         url = args.url or (server.url if server else "")
         try:
-            rates = asyncio.run(run(url, args.messages, args.batch, args.rounds))
+            rates = asyncio.run(run(url, args.messages, args.batch, args.rounds, args.producers))
         finally:
             if server:
                 server.stop()
     print(
-        f"{args.messages} messages of {size} B per cell, batches of {args.batch}, {args.rounds} interleaved "
+        f"{args.messages} messages of {size} B per cell, batches of {args.batch} (driver pattern: "
+        f"{args.producers} concurrent single appends, the trainer's group present), {args.rounds} interleaved "
         f"rounds, {'--url ' + args.url if args.url else 'embedded redis-server (AOF everysec)'}\n"
     )
     print(table(rates))
