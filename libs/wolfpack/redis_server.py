@@ -15,10 +15,19 @@ lose: ``everysec`` (default): a killed redis-server loses nothing it acknowledge
 kernel before the reply; only a disk so slow that a background fsync lags past a second can postpone
 them, up to 2 s), a host crash or power loss up to ~1 s; ``always``: nothing acknowledged is lost even
 then, at the price of an fsync per event-loop turn; ``no``: the kernel decides when to flush.
+
+Why watched: a server that dies under a running stack (SIGKILLed, out of memory) used to go unnoticed:
+every service stayed SERVING while its Redis calls failed. ``watch`` notices within ``poll_s``, says so
+(pid, signal or exit status, the log's last lines), and restarts the server on the same port and data
+directory, so the AOF brings every stream, group and pending list back and clients reconnect to the
+URL they have. A server that keeps dying (more than ``max_restarts`` in ``window_s``) or cannot be
+restarted (its port taken meanwhile) is not restarted again: ``watch`` returns why, and the owner (the
+``wolfpack up`` launcher) stops the stack rather than leave services running against no Redis.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import os
@@ -27,6 +36,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -201,6 +212,75 @@ class EmbeddedRedis:
             proc.kill()
             proc.wait()
         self.pid_file.unlink(missing_ok=True)
+
+    def exit_reason(self) -> str | None:
+        """Why our server is gone (``"was killed by SIGKILL"``, ``"exited with status 1"``), or None while
+        it runs or after ``stop``/``kill`` (those are the owner's doing, not a failure)."""
+        proc = self.proc
+        rc = None if proc is None else proc.poll()
+        if rc is None:
+            return None
+        if rc < 0:
+            with contextlib.suppress(ValueError):
+                return f"was killed by {signal.Signals(-rc).name}"
+        return f"exited with status {rc}"
+
+    def _log_tail(self, lines: int = 3) -> str:
+        with contextlib.suppress(OSError):
+            tail = (self.data_dir / "redis.log").read_text(errors="replace").splitlines()[-lines:]
+            return " | ".join(line.strip() for line in tail if line.strip())
+        return ""
+
+    async def watch(
+        self,
+        report: Callable[[str], None],
+        *,
+        max_restarts: int = 3,
+        window_s: float = 60.0,
+        poll_s: float = 0.25,
+    ) -> str:
+        """Restart the server whenever it dies (see the module docstring), calling ``report`` with one line
+        when it died and one when it is back. Runs until the server cannot or should not be restarted, and
+        returns why; ends quietly (returns ``"stopped"``) once the owner stopped it. Cancel it before
+        ``stop``: a restart in progress finishes first, so ``stop`` then stops the new server."""
+        restarts: deque[float] = deque()
+        while True:
+            proc = self.proc
+            if proc is None:
+                return "stopped"
+            how = self.exit_reason()
+            if how is None:
+                await asyncio.sleep(poll_s)
+                continue
+            what = f"embedded Redis (pid {proc.pid}, port {self.port}) {how}"
+            tail = self._log_tail()
+            if tail:
+                what += f" (last log lines: {tail})"
+            self.proc = None
+            self.pid_file.unlink(missing_ok=True)
+            now = time.monotonic()
+            while restarts and now - restarts[0] > window_s:
+                restarts.popleft()
+            if len(restarts) >= max_restarts:
+                return f"{what}: it died {len(restarts) + 1} times within {window_s:.0f}s, not restarting it again"
+            restarts.append(now)
+            report(
+                f"{what}; restarting it on the same port from its append-only file "
+                f"(restart {len(restarts)} of at most {max_restarts} per {window_s:.0f}s)"
+            )
+            restart = asyncio.ensure_future(asyncio.to_thread(self.start))
+            try:
+                await asyncio.shield(restart)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await restart  # the owner stops what it started, never a server started after stop
+                raise
+            except RedisUnavailableError as exc:
+                return f"{what}, and restarting it failed: {exc}"
+            assert self.proc is not None
+            report(
+                f"embedded Redis is back (pid {self.proc.pid}, {self.url}) after {time.monotonic() - now:.1f}s"
+            )
 
     def __enter__(self) -> EmbeddedRedis:
         return self.start()

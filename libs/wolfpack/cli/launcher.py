@@ -5,7 +5,9 @@ SERVICE``), so local runs exercise the real gRPC boundaries, ports and shutdown 
 Redis URL and every service address through ``WOLFPACK_*`` variables, their output is prefixed and
 streamed (and kept under ``<run_dir>/logs``), and on Ctrl-C, SIGTERM or SIGHUP (a closed terminal) —
 at any moment, start-up included — each gets SIGTERM first (drain), then SIGKILL after the grace period;
-the embedded Redis stops last.
+the embedded Redis stops last. An embedded Redis that dies while the stack runs is restarted on its port
+from its AOF, with a line saying so; one that keeps dying or cannot come back stops the stack with exit 1
+(``EmbeddedRedis.watch``): services are never left SERVING against no Redis.
 
 Nothing is left behind: the services form one process group owned by the launcher, each is told by the
 kernel to exit when the launcher dies (``PR_SET_PDEATHSIG``), and ``up.json`` is written as soon as each
@@ -302,6 +304,7 @@ async def _run_up(
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     procs: list[ServiceProc] = []
     embedded: Any = None
+    redis_watch: asyncio.Task[str] | None = None
     pgid = 0
     state = UpState(redis_url="", embedded_redis=False, services={}, pids={}, started_at=time.time(),
                     launcher_pid=os.getpid())  # fmt: skip
@@ -379,7 +382,13 @@ async def _run_up(
         running.set()
         exits = [asyncio.create_task(s.proc.wait()) for s in procs if s.proc]
         stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait([stopper, *exits], return_when=asyncio.FIRST_COMPLETED)
+        if embedded is not None:  # a dead embedded Redis is restarted, or the stack goes down with it
+            redis_watch = asyncio.create_task(embedded.watch(lambda m: console.print(f"[yellow]{m}[/]")))
+        watched = [redis_watch] if redis_watch is not None else []
+        done, _ = await asyncio.wait([stopper, *exits, *watched], return_when=asyncio.FIRST_COMPLETED)
+        if redis_watch in done and stopper not in done:
+            console.print(f"[red]{redis_watch.result()}; stopping the stack.[/]")
+            return 1
         if stopper not in done:
             dead = [s.name for s in procs if s.proc and s.proc.returncode is not None]
             console.print(f"[red]service(s) exited unexpectedly: {', '.join(dead)}; stopping the rest.[/]")
@@ -389,6 +398,9 @@ async def _run_up(
     finally:
         # Shielded: a second signal while draining must not leave children behind.
         await asyncio.shield(_terminate(procs, settings.grpc_grace_s, pgid))
+        if redis_watch is not None:  # a restart in progress finishes, so stop() stops what it started
+            redis_watch.cancel()
+            await asyncio.gather(redis_watch, return_exceptions=True)
         if embedded is not None:
             embedded.stop()
         UpState.path(run_dir).unlink(missing_ok=True)
