@@ -31,12 +31,20 @@ from wolfpack_inference.policies import PolicyRegistry
 from wolfpack_inference.server import InferenceServicer
 from wolfpack_inference.server import register as register_inference
 from wolfpack_reward.server import register as register_reward
-from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.client import Addresses, connect
 from wolfpack_trainer.config import TrainConfig, load_config
 from wolfpack_trainer.evaluate import references
+from wolfpack_trainer.local_rollout import Generated, local_driver, prompt_encoder, rollout_config
 from wolfpack_trainer.publish import Publisher
-from wolfpack_trainer.train import EvalResult, Trainer, _run_serving, learning_line, run_training
+from wolfpack_trainer.train import (
+    EvalResult,
+    Trainer,
+    _run_serving,
+    learning_line,
+    plan_tasks,
+    run_training,
+    service_task,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_SEEDS, LOCAL_NEEDED = (0, 1, 2), 2
@@ -128,10 +136,7 @@ async def test_service_mode_evaluates_the_served_policy_beside_the_references(
     data["train"].update(updates=2, checkpoint_every=1)
     data["eval"].update(every=1, episodes=8)
     cfg = TrainConfig.model_validate(data)
-    r = cfg.rollout
-    rollout = RolloutConfig(
-        concurrency=8, sampling=SamplingConfig(max_tokens=r.max_tokens, temperature=r.temperature)
-    )
+    rollout = rollout_config(cfg, concurrency=8)  # what `wolfpack train` gives the driver
     async with _stack(models, redis_url, stream) as addresses:
 
         def driver() -> Any:
@@ -150,3 +155,48 @@ async def test_service_mode_evaluates_the_served_policy_beside_the_references(
     served = {(t.policy.policy_id, t.policy.version) for tr in evals[-1].trajectories for t in tr.turns}
     assert served - {("", 0)} == {("responder", 3)}, served  # ("", 0): turns of the scripted proposer
     assert {"reference/constant_ACCEPT/win_rate", "reference/random/win_rate"} <= set(rows[0])
+    trainee = [t for tr in evals[-1].trajectories for t in tr.turns if t.policy.policy_id]
+    assert trainee and all(len(t.prompt_token_ids) == cfg.rollout.max_prompt_tokens for t in trainee)
+
+
+async def test_local_and_service_mode_send_the_same_prompts(
+    redis_url: str, tmp_path: Path, models: Path
+) -> None:
+    """The demo's episodes through the services (real environment, inference and reward servers; the driver
+    crops with the trainer's tokenizer and sends token prompts) and in process (the same driver over the
+    in-process backends) give the trainee the same prompt ids, cropped to ``rollout.max_prompt_tokens``:
+    before, inference compressed a whole prompt over the tiny model's budget by cutting its middle out while
+    local mode read the tail, so the two modes trained on different inputs."""
+    from transformers import AutoTokenizer
+
+    tiny = str(tiny_model(models))
+    settings = load_settings(rpc_timeout_s=60)
+    cfg = _config("demo-ultimatum.yaml", 0, f"test:prompts:{tmp_path.name}", tiny)
+    assert cfg.rollout.max_prompt_tokens == 64
+    rollout = rollout_config(cfg, concurrency=8, temperature=0.0)
+    tasks = [service_task(t, i) for i, t in enumerate(plan_tasks(cfg, range(8), 1, "eval", False))]
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+
+    def first_prompts(trajs: list[Any]) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for tr in trajs:
+            trainee = [t for t in tr.turns if t.policy.policy_id]
+            out[tr.seed] = list(trainee[0].prompt_token_ids)
+        return out
+
+    async with (
+        _stack(models, redis_url, f"test:prompts:{tmp_path.name}") as addresses,
+        connect(settings, rollout, addresses, stream=False) as driver,
+    ):
+        driver.encode_prompt = prompt_encoder(tokenizer)
+        served = first_prompts(await driver.play(tasks))
+
+    def answer(policy_id: str, prompts: list[list[int]], sampling: Any) -> list[Generated]:
+        return [Generated([int(tokenizer.eos_token_id)], [0.0], 2) for _ in prompts]
+
+    local = first_prompts(
+        await local_driver(rollout, tokenizer, answer, lambda: {"responder": 0}).play(tasks)
+    )
+    assert len(served) == len(local) == 8
+    assert served == local
+    assert all(len(ids) == 64 for ids in local.values())
