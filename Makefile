@@ -31,8 +31,8 @@ demo: setup
 	$(BIN)/wolfpack play werewolf --players 9 --seed 7 --bots heuristic
 	$(BIN)/wolfpack train --config configs/demo-ultimatum-local.yaml $(DEMO_ARGS)  # ends with the `learning:` line
 # The same task through the services (rollout -> environment/inference/reward -> stream -> PushWeights) is
-# configs/demo-ultimatum.yaml: it runs, but the tiny model on whole prompts only learns constant:ACCEPT there
-# (configs/README.md), so the demo's learning line comes from the in-process run, which clears every constant.
+# configs/demo-ultimatum.yaml (same prompts; its learning line clears every constant too, configs/README.md),
+# a few minutes longer: the demo runs the in-process one (the same rollout driver over in-process backends).
 
 up: setup
 	$(BIN)/wolfpack up

@@ -4,13 +4,15 @@ answer wins about half the games and only reading both numbers wins them all), t
 of the random bot. After training, the held-out win rate's 95% CI lies above every constant policy and
 the random bot measured on the same seeds (``evaluate.references``) — the claim ``make demo`` prints.
 
-RL on a tiny model is not the same every time, so the local run (``configs/demo-ultimatum-local.yaml``,
-in-process rollouts) trains three seeds and asserts the claim for at least two. Service mode
-(``configs/demo-ultimatum.yaml``: the rollout driver through real environment, inference and reward
-servers, weights pushed every update) is checked for what makes its evaluation honest: it plays the
-held-out seeds through the served policy, version by version, with the references beside it; its learning
-claim is not asserted (whole ~280-token prompts: see configs/README.md). Real Redis stream, real verl
-estimator and loss, real tiny model."""
+RL on a tiny model is not the same every time, so the local run (``configs/demo-ultimatum-local.yaml``:
+the rollout driver over in-process backends) trains three seeds and asserts the claim for at least two.
+Service mode (``configs/demo-ultimatum.yaml``: the same driver through real environment, inference and
+reward servers, weights pushed every update) is checked for what makes it the same run: it plays the
+held-out seeds through the served policy, version by version, with the references beside it, and the
+trainee sees the same prompt ids as in process (the last 64 tokens, sent as a token prompt). Its own
+learning claim is a measured run (configs/README.md: 0.55 -> 0.73, CI above every constant), not a test:
+a service run of the demo takes minutes here. Real Redis stream, real verl estimator and loss, real tiny
+model."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ held-out seeds**, with the same opponents and the same outcome rule:
 
 The references other than ``initial`` are played here, in process, on the pure game core
 (``wolfpack_games``: no services, no model), which is cheap (milliseconds per game) and deterministic:
-the opponents are the config's ``game.bot`` with the bot RNG the in-process player uses, the reference
-seat's own bot draws from a separate RNG. Scores follow the trainer's outcome rule: a seat wins when its
+the opponents are the config's ``game.bot`` with the bot RNG the player's environment uses
+(``random.Random(seed)``), the reference seat's own bot draws from a separate RNG. Scores follow the trainer's outcome rule: a seat wins when its
 game outcome is positive; its reward is the outcome minus the reward spec's penalty per invalid move
 (the spec's reward without its shaping terms). Per episode, the trainee seats are averaged.
 
@@ -174,7 +174,10 @@ def play_reference(cfg: Any, move: Move) -> tuple[list[EpisodeRow], int]:
         env = make_game(cfg.game.id, cfg.game.variant)
         env.reset(seed=seed)
         trainee = _trainee_seats(cfg, env)
-        bot_rng = random.Random(seed * 7919 + 1)  # the in-process player's opponent RNG (local_rollout)
+        # the opponents' RNG of the player (the environment service's session, and local_rollout's
+        # in-process environment): one random.Random(seed) drawn by the scripted seats in acting order,
+        # so a reference plays the very games the policy plays, given the same moves of its own seats
+        bot_rng = random.Random(seed)
         own_rng = random.Random(seed * 7919 + 2)
         invalid = dict.fromkeys(trainee, 0)
         for _ in range(MAX_STEPS):
