@@ -8,6 +8,12 @@ replays exactly those prompt token ids into the same backend object in process (
 at a time, with the same sampling. ``--ignore-eos`` makes both generate ``--max-tokens`` every turn, so
 token counts match; the ratio rollout/raw is what the rollout path costs (goal: >= 0.9).
 
+Rounds: ``--repeats`` rounds per concurrency, each a rollout row followed by the raw replay of that row's
+prompts (rollout and raw alternate round by round); each round's ratio divides its own two rows, and the
+table gives min / median / max over rounds, by wall clock and by CPU (tokens per CPU second of this
+process, which hosts the services and the engine, plus the driver's process with ``--driver-process``):
+on a shared machine one round's wall-clock ratio says more about the neighbours than about the code.
+
 CPU (tiny model):  python bench/rollout/bench_rollout.py
 GPU (vLLM):        python bench/rollout/bench_rollout.py --backend vllm --model random-qwen2.5-0.5b \\
                        --concurrency 64,256 --episodes 512 --max-tokens 64 --device cuda --dtype bfloat16
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import statistics
 import sys
 import time
@@ -98,6 +105,13 @@ async def report_progress(driver: RolloutDriver, concurrency: int, every_s: floa
             f"tokens {st.generated_tokens}, retries {st.retries}, failed {dict(st.failures)}",
             file=sys.stderr, flush=True,
         )  # fmt: skip
+
+
+def cpu_now() -> float:
+    """CPU seconds of this process and of its waited-for children (the ``--driver-process`` child)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 async def reset_prefix_cache(backend: Any) -> None:
@@ -272,10 +286,12 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         for c in args.concurrency:
             samples: list[dict[str, float]] = []
             for r in range(args.repeats):
+                cpu0 = cpu_now()
                 if args.driver_process:
                     played, elapsed, failed = await play_in_child(args, addr, c, r)
                 else:
                     played, elapsed, failed = await play_row(args, env, inference, reward, c, r)
+                rollout_cpu = cpu_now() - cpu0
                 tokens = sum(len(t.response_token_ids) for tr in played for t in tr.turns)
                 turns = sum(1 for tr in played for t in tr.turns if t.response_token_ids)
                 sample = {"episodes_per_min": 60 * len(played) / elapsed, "rollout_tok_s": tokens / elapsed,
@@ -289,16 +305,28 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                     prompts = [p for _, p in issued]
                     if args.raw_cache == "cold":
                         await reset_prefix_cache(backend)
+                    cpu1 = cpu_now()
                     raw_s, raw_tokens = await raw_engine(
                         backend, prompts, c, args.max_tokens, args.temperature
                     )
+                    raw_cpu = cpu_now() - cpu1
                     sample["raw_tok_s"] = raw_tokens / raw_s
+                    sample["ratio"] = sample["rollout_tok_s"] / sample["raw_tok_s"]
+                    sample["cpu_ratio"] = (tokens / rollout_cpu) / (raw_tokens / raw_cpu)
+                    print(
+                        f"  round {r + 1}/{args.repeats} c={c}: ratio {sample['ratio']:.3f} by wall, "
+                        f"{sample['cpu_ratio']:.3f} by CPU",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 samples.append(sample)
-            row: dict[str, Any] = {"concurrency": c, "episodes": args.episodes}
+            row: dict[str, Any] = {"concurrency": c, "episodes": args.episodes, "rounds": len(samples)}
             for key in samples[0]:
                 row[key] = statistics.median(s[key] for s in samples)
-            if "raw_tok_s" in row:
-                row["ratio"] = row["rollout_tok_s"] / row["raw_tok_s"]
+            for key in ("ratio", "cpu_ratio"):
+                if key in samples[0]:
+                    row[f"{key}_min"] = min(s[key] for s in samples)
+                    row[f"{key}_max"] = max(s[key] for s in samples)
             rows.append(row)
             print_row(row)
     for server in servers:
@@ -308,7 +336,10 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def print_row(row: dict[str, Any]) -> None:
     raw = (
-        f"{row['raw_tok_s']:>10,.0f}  {row['ratio']:>6.3f}" if "raw_tok_s" in row else f"{'-':>10}  {'-':>6}"
+        f"{row['raw_tok_s']:>10,.0f}  {row['ratio_min']:.3f} / {row['ratio']:.3f} / {row['ratio_max']:.3f}  "
+        f"{row['cpu_ratio_min']:.3f} / {row['cpu_ratio']:.3f} / {row['cpu_ratio_max']:.3f}"
+        if "raw_tok_s" in row
+        else f"{'-':>10}  {'-':>21}  {'-':>21}"
     )
     print(f"{row['concurrency']:>11}  {row['episodes']:>8}  {row['episodes_per_min']:>10,.1f}  {row['turns_per_s']:>8,.1f}"
           f"  {row['rollout_tok_s']:>11,.0f}  {raw}  {int(row['failed']):>6}", flush=True)  # fmt: skip
@@ -331,7 +362,7 @@ def main() -> None:
     ap.add_argument("--prompt-mode", default="full", choices=["full", "memory"])
     ap.add_argument("--memory-steps", type=int, default=1)
     ap.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=True)
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds per concurrency")
     ap.add_argument("--progress-s", type=float, default=15.0, help="seconds between progress lines (stderr)")
     ap.add_argument(
         "--generate-timeout", type=float, default=120.0, help="deadline of one GenerateBatch call"
@@ -365,7 +396,7 @@ def main() -> None:
     print(f"rollout bench: backend={args.backend} model={args.model} game={args.game}/{args.variant} "
           f"max_tokens={args.max_tokens} ignore_eos={args.ignore_eos} prompt_mode={args.prompt_mode}")  # fmt: skip
     print(f"{'concurrency':>11}  {'episodes':>8}  {'episodes/min':>10}  {'turns/s':>8}  {'rollout tok/s':>11}  "
-          f"{'raw tok/s':>10}  {'ratio':>6}  {'failed':>6}")  # fmt: skip
+          f"{'raw tok/s':>10}  {'ratio min/med/max':>21}  {'CPU ratio min/med/max':>21}  {'failed':>6}")  # fmt: skip
     rows = asyncio.run(bench(args))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

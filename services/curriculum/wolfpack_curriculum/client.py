@@ -74,7 +74,7 @@ class CurriculumClient:
 
         self.settings = settings or load_settings()
         self.channel = rpc.channel(target, self.settings)
-        self.stub: pb_grpc.CurriculumServiceStub = pb_grpc.CurriculumServiceStub(self.channel)
+        self.stub: pb_grpc.CurriculumServiceAsyncStub = pb_grpc.CurriculumServiceStub(self.channel)
 
     async def __aenter__(self) -> CurriculumClient:
         return self
