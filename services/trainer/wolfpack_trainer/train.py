@@ -27,6 +27,7 @@ import contextvars
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -34,7 +35,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,11 +45,12 @@ import redis.asyncio as aioredis
 import torch
 
 from wolfpack.files import write_text_atomic
-from wolfpack.stream import Delivery, ProtoStreamConsumer, ProtoStreamProducer
+from wolfpack.stream import Delivery, ProtoStreamConsumer, ProtoStreamProducer, StreamUnavailableError
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_trainer import algos
 from wolfpack_trainer.batch import BuildStats, build_samples, collate, split_by_policy
 from wolfpack_trainer.config import TrainConfig
+from wolfpack_trainer.intake import unusable, vocab_size
 from wolfpack_trainer.learners.base import Learner, TrainBatch, get_learner
 from wolfpack_trainer.local_rollout import (
     Generated,
@@ -69,6 +71,8 @@ from wolfpack_trainer.metrics import (
 )
 from wolfpack_trainer.publish import Publisher
 from wolfpack_trainer.state import RunState
+
+log = logging.getLogger(__name__)
 
 MAX_USED_IDS = 200_000
 CRASH_ENV = "WOLFPACK_TRAINER_CRASH_AT"
@@ -134,6 +138,14 @@ class Trainer:
         self._lock = threading.RLock()
         """Held by an update and by a checkpoint: TrainerService's SaveCheckpoint runs in another thread."""
         self._checkpointed: int | None = None
+        self.vocab_size = 0
+        """Token ids the policies' embedding accepts (``setup``): larger ones are dead-lettered."""
+        self.dead_lettered = 0
+        """Stream entries this run refused (``intake.unusable``) and moved to ``<stream>:dead``."""
+        self.stream_health: Callable[[bool], Awaitable[None]] | None = None
+        """Told False while the stream stays unreachable past its retry window, True once it is back
+        (``--serve``: the gRPC health of the TrainerService)."""
+        self._kept_alive = 0.0
 
     # --- set-up ---------------------------------------------------------------------------------------
 
@@ -172,6 +184,7 @@ class Trainer:
             base = clone_bot(base, wcfg, self.cache_dir)
         self.state.model_path = base
         self.tokenizer = AutoTokenizer.from_pretrained(base)
+        self.vocab_size = vocab_size(base, self.tokenizer)
         shared: Learner | None = None
         for p in policies:
             if self.cfg.train.share_policy and shared is not None:
@@ -459,7 +472,8 @@ class Trainer:
         produced = False
         idle_reads = 0
         while len(got) < need:
-            batch = await consumer.read()
+            await self._keep_alive(consumer, [*self._pending_ack, *got.values()])
+            batch = await self._read(consumer)
             held = {d.message_id for d in self._pending_ack}
             done: list[Delivery[trajectory_pb2.Trajectory]] = []
             for d in batch:
@@ -471,6 +485,11 @@ class Trainer:
                 elif self._stale(d.message):
                     self.state.dropped_stale += 1
                     done.append(d)
+                elif why := unusable(d.message, self.learners, self.vocab_size):
+                    log.warning("dead-lettering a trajectory the update cannot use",
+                                extra={"entry": d.entry_id, "trajectory_id": d.message_id, "reason": why})  # fmt: skip
+                    await consumer.dead_letter(d, why)
+                    self.dead_lettered += 1
                 else:
                     got[d.message_id] = d
             if done:
@@ -499,6 +518,42 @@ class Trainer:
             elif produced and idle_reads > 50:
                 break  # fewer than planned survived the filters: train on what there is
         return list(got.values())
+
+    async def _keep_alive(
+        self, consumer: ProtoStreamConsumer[trajectory_pb2.Trajectory], held: list[Delivery[Any]]
+    ) -> None:
+        """Reset the idle time of entries read but not yet acked (several updates' worth with
+        ``checkpoint_every > 1``), at most every quarter of ``claim_idle_ms``: the consumer's reclaim scan
+        lists idle entries of every consumer, its own included, so held entries were reclaimed again and
+        again until ``max_deliveries`` dead-lettered them while still in use (and a crash then lost them)."""
+        now = time.monotonic()
+        if held and now - self._kept_alive >= self.cfg.stream.claim_idle_ms / 4000:
+            with contextlib.suppress(StreamUnavailableError):  # Redis away: the read below waits for it
+                await consumer.keep_alive(held)
+                self._kept_alive = now
+
+    async def _read(
+        self, consumer: ProtoStreamConsumer[trajectory_pb2.Trajectory]
+    ) -> list[Delivery[trajectory_pb2.Trajectory]]:
+        """``consumer.read()`` (which retries a Redis restart itself), waiting out a Redis that stays away
+        longer than its retry window instead of ending the run: a warning per window, health NOT_SERVING
+        meanwhile (``stream_health``), a line when it is back."""
+        failures = 0
+        while True:
+            try:
+                batch = await consumer.read()
+            except StreamUnavailableError as exc:
+                failures += 1
+                log.warning("trajectory stream unreachable; the update waits for it",
+                            extra={"stream": consumer.stream, "windows": failures, "error": str(exc)})  # fmt: skip
+                if failures == 1 and self.stream_health is not None:
+                    await self.stream_health(False)
+                continue
+            if failures:
+                log.warning("trajectory stream reachable again", extra={"stream": consumer.stream})
+                if self.stream_health is not None:
+                    await self.stream_health(True)
+            return batch
 
     def _stale(self, traj: trajectory_pb2.Trajectory) -> bool:
         bound = self.cfg.train.max_staleness
@@ -901,6 +956,7 @@ async def _run_serving(
 
     server = await rpc.start_server(SERVICE, register_live(trainer), load_settings(), address)
     trainer.serving_port = server.port
+    trainer.stream_health = server.set_serving
     try:
         return await trainer.run(updates)
     finally:
