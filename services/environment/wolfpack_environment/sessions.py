@@ -638,6 +638,8 @@ class EpisodeManager:
                     yield obs
                 if ep.done:
                     return
+            elif ep.done:  # closed while running: ``release`` ends it without a new version
+                return
             async with ep.changed:
                 if ep.version == seen and not ep.done:
                     await ep.changed.wait()
