@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,7 +24,7 @@ from wolfpack.v1 import reward_service_pb2_grpc as pb_grpc
 from wolfpack.v1 import trajectory_pb2
 from wolfpack_rewards import shaping
 from wolfpack_rewards.config import SpecConfig
-from wolfpack_rewards.result import ScoreError, to_response
+from wolfpack_rewards.result import ScoreError, ScoreResult, to_response
 from wolfpack_rewards.specs import SPECS, load_specs, resolve_spec
 
 SERVICE = "reward"
@@ -33,11 +33,24 @@ MAX_TURNS = 100_000
 HEAVY_WORK = 1_000_000
 """Calls whose prediction shaping compares more character pairs than this (~0.1-0.3 s of CPU) are scored
 in ``_HEAVY``, a one-thread pool of their own (each is bounded by ``shaping.MAX_PREDICTION_WORK``)."""
+HEAVY_TURNS = 2_000
+"""Calls with more turns than this are scored in ``_HEAVY`` too: near the 64 MiB message limit (60,000
+turns) scoring and building the response take ~2 s of CPU each, and three clients looping such calls
+through the shared pool held a trivial Score for 5 s (the GIL split among their threads and the loop)."""
 _HEAVY = ThreadPoolExecutor(max_workers=1, thread_name_prefix="score-heavy")
 
 
 def _work(traj: trajectory_pb2.Trajectory, config: SpecConfig) -> int:
     return shaping.prediction_work(shaping.prediction_pairs(traj.turns, config.prediction), config.prediction)
+
+
+def _score(
+    score: Callable[[trajectory_pb2.Trajectory], ScoreResult], traj: trajectory_pb2.Trajectory
+) -> tuple[ScoreResult, pb.ScoreResponse]:
+    """The score and its response, built in the worker too (the response of a large trajectory takes as
+    long to build as the score, and used to be built on the event loop)."""
+    result = score(traj)
+    return result, to_response(traj, result)
 
 
 log = logging.getLogger(__name__)
@@ -70,14 +83,14 @@ class RewardServicer(pb_grpc.RewardServiceServicer):
             # instead of filling the pool every other Score uses.
             loop = asyncio.get_running_loop()
             work = await loop.run_in_executor(None, _work, traj, spec.config)
-            pool = _HEAVY if work > HEAVY_WORK else None
+            pool = _HEAVY if work > HEAVY_WORK or len(traj.turns) > HEAVY_TURNS else None
             ctx = contextvars.copy_context()  # the score span stays current in the worker
-            result = await loop.run_in_executor(pool, ctx.run, spec.score, traj)
+            result, response = await loop.run_in_executor(pool, ctx.run, _score, spec.score, traj)
             for key, note in result.notes.items():
                 if "mismatch" in key:
                     span.set_attribute(f"wolfpack.reward.{key}", note)
                     log.warning("outcome mismatch", extra={"trajectory_id": traj.trajectory_id, key: note})
-            return to_response(traj, result)
+            return response
 
     async def ListRewardSpecs(
         self, request: pb.ListRewardSpecsRequest, context: grpc.aio.ServicerContext[Any, Any]
