@@ -27,7 +27,7 @@ from wolfpack.settings import load_settings
 from wolfpack.v1 import rollout_service_pb2 as pb
 from wolfpack_rollout.server import RolloutServicer, register
 
-from .security.test_fuzz import DOCUMENTED, FUZZ
+from .test_fuzz import DOCUMENTED, FUZZ
 
 SECRET = "rollout-fuzz-credential"
 METHOD = "/wolfpack.v1.RolloutService/GetRolloutStatus"
@@ -108,12 +108,12 @@ def served() -> Iterator[Served]:
 
 def test_rollout_status_answers_only_documented_statuses(served: Served) -> None:
     with grpc.insecure_channel(served.target) as channel:
-        call = channel.unary_unary(METHOD)  # bytes in, bytes out: the fuzzer writes the wire itself
+        call: Any = channel.unary_unary(METHOD)  # bytes in, bytes out: the fuzzer writes the wire itself
 
         @FUZZ
         @given(unknown_fields(), METADATA, st.booleans())
         def check(body: bytes, metadata: list[tuple[str, str]], credential: bool) -> None:
-            meta: list[tuple[str, Any]] = [*metadata, *([(auth.METADATA_KEY, SECRET)] if credential else [])]
+            meta = (*metadata, *([(auth.METADATA_KEY, SECRET)] if credential else []))
             try:
                 raw = call(body, metadata=meta, timeout=30)
             except grpc.RpcError as exc:
