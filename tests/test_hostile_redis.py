@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -193,3 +194,30 @@ def test_up_restarts_a_killed_redis_and_stops_the_stack_when_it_keeps_dying(
     assert "not restarting it again; stopping the stack" in up.text(), up.text()[-3000:]
     assert not any(_alive(p) for p in services)
     assert not (run_dir / "up.json").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_server_started_by_the_main_thread_dies_with_its_owner(tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGTERM to ``wolfpack train`` (whose main thread starts its embedded Redis) left the server running:
+    the default action runs no ``atexit``. The kernel now stops it when its owner dies, either way."""
+    script = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from wolfpack.redis_server import EmbeddedRedis
+        s = EmbeddedRedis(Path({str(tmp_path / "redis")!r})).start()
+        print(s.proc.pid, flush=True)
+        time.sleep(3600)
+        """
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert owner.stdout is not None
+    server = int(owner.stdout.readline())
+    assert _alive(server)
+    owner.send_signal(sig)
+    owner.wait(timeout=30)
+    try:
+        _wait_for("the server to stop with its owner", lambda: not _alive(server), 30)
+    finally:
+        if _alive(server):
+            os.kill(server, signal.SIGKILL)

@@ -29,12 +29,17 @@ def test_embedded_server_supports_streams_and_stops(tmp_path: Path) -> None:
 
 
 def test_orphan_of_a_sigkilled_owner_is_reaped(tmp_path: Path) -> None:
+    # Started from a worker thread (as the launcher does), the server does not die with its owner
+    # (a main-thread start does: tests/test_hostile_redis.py); the next start reaps it.
     script = textwrap.dedent(
         f"""
-        import time
+        import threading, time
         from pathlib import Path
         from wolfpack.redis_server import EmbeddedRedis
-        s = EmbeddedRedis(Path({str(tmp_path)!r})).start()
+        s = EmbeddedRedis(Path({str(tmp_path)!r}))
+        t = threading.Thread(target=s.start)
+        t.start()
+        t.join()
         print(s.proc.pid, flush=True)
         time.sleep(3600)
         """

