@@ -1,0 +1,244 @@
+"""Werewolf through the environment service vs in process, LLM-shaped, by CPU per action (one table).
+
+Why: every LLM turn needs the acting seat's prompt rendered and its text answer parsed, in process or
+through the service; what the service adds on top (protobuf, gRPC, the PlaySeats state machine, the
+client) is the cost of running games in their own process. Wall-clock ratios on this shared 2-core
+machine swing with other tenants' load, so the table's main column is CPU: user + system seconds of the
+server process (``/proc``) plus the client process (``process_time``, gRPC's threads included) per
+action, against the in-process cell's CPU per action.
+
+Cells, alternating for several rounds (the order flips each round), fresh episodes every cell:
+
+- in process: ``WerewolfEnv`` with, per acting seat, its prompt read from the observations ``step``
+  returns and its move (the engine's random bot) written as text and parsed by the engine;
+- service: ``wolfpack serve environment`` in its own process; the client plays ``--episodes`` episodes
+  at a time over ``--streams`` PlaySeats streams (``play_episodes``: created in the stream, every seat
+  external, observation text on), answering each decision with a random legal move written as text.
+
+    .venv/bin/python bench/env/bench_env_cpu.py                       # 6, 9, 12 players, ~2 minutes
+    .venv/bin/python bench/env/bench_env_cpu.py --players 6 --rounds 3 --seconds 2
+    .venv/bin/python bench/env/bench_env_cpu.py --profile-server /tmp/server.prof   # cProfile the server
+    .venv/bin/python bench/env/bench_env_cpu.py --compare HEAD~5   # also serve that revision, same rounds
+
+``--compare REV`` serves a second environment from ``git archive REV`` (its ``libs`` and
+``services/environment`` first on ``PYTHONPATH``), measured in the same rounds with this tree's client:
+a before/after row of a server change under the same machine noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from wolfpack import rpc
+from wolfpack.redis_server import free_port
+from wolfpack.settings import load_settings
+from wolfpack.v1 import environment_service_pb2 as pb
+from wolfpack_environment.client import EnvironmentClient, episode_request
+from wolfpack_games.base import Action
+from wolfpack_games.werewolf import WerewolfEnv, random_bot
+
+GOAL = 0.35
+
+
+def as_text(kind: str, target: int | None, text: str) -> str:
+    """A move as a model would write it: the speech itself, the bare kind, or the kind and a seat number."""
+    if text:
+        return text
+    return kind if target is None else f"{kind} {target + 1}"
+
+
+def in_process(players: int, seconds: float, seed: int) -> tuple[int, float, float, int]:
+    """(actions, wall s, CPU s, prompt characters) of LLM-shaped play for ``seconds``."""
+    env = WerewolfEnv(f"{players}p")
+    actions = chars = 0
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    deadline = wall0 + seconds
+    while time.perf_counter() < deadline:
+        obs, _ = env.reset(seed=seed)
+        rng = random.Random(seed)
+        while not env.done:
+            moves: dict[int, Action | str] = {}
+            for s in env.acting_seats():
+                chars += len(obs[s].text)
+                a = random_bot(env, s, rng)
+                moves[s] = as_text(a.kind, a.target, a.text if a.kind == "speak" else "")
+            obs = env.step(moves).observations
+            actions += len(moves)
+        seed += 1
+    return actions, time.perf_counter() - wall0, time.process_time() - cpu0, chars
+
+
+async def over_service(
+    target: str, players: int, episodes: int, streams: int, seconds: float, seed: int
+) -> tuple[int, float, float, int]:
+    """(actions, wall s, client CPU s, prompt characters) of ``play_episodes`` with text for ``seconds``."""
+    counts = {"actions": 0, "chars": 0}
+    rng = random.Random(seed)
+
+    def decide(obs: pb.Observation) -> str:
+        counts["actions"] += 1
+        counts["chars"] += len(obs.text)
+        la = rng.choice(obs.legal_actions)
+        speech = "I have nothing to add." if la.needs_text else ""
+        return as_text(la.kind, rng.choice(la.targets) if la.targets else None, speech)
+
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    deadline = wall0 + seconds
+
+    def requests(first: int) -> Iterator[pb.CreateEpisodeRequest]:
+        s = first
+        while time.perf_counter() < deadline:
+            yield episode_request("werewolf_v1", f"{players}p", seed=s, external_seats=tuple(range(players)))
+            s += 1
+
+    async with EnvironmentClient(target, load_settings(rpc_timeout_s=60)) as client:
+
+        async def one(k: int) -> None:
+            async for _done in client.play_episodes(
+                requests(seed + k * 1_000_000),
+                decide,
+                concurrency=max(1, episodes // streams),
+                include_text=True,
+            ):
+                pass
+
+        await asyncio.gather(*(one(k) for k in range(streams)))
+    return counts["actions"], time.perf_counter() - wall0, time.process_time() - cpu0, counts["chars"]
+
+
+def server_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def checkout(rev: str, into: Path) -> str:
+    """``libs`` and ``services/environment`` of ``rev`` under ``into``; returns their PYTHONPATH."""
+    root = Path(__file__).resolve().parents[2]
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", rev, "libs", "services/environment"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return os.pathsep.join([str(into / "libs"), str(into / "services" / "environment")])
+
+
+def serve(port: int, profile: str, pythonpath: str = "") -> subprocess.Popen[bytes]:
+    env = {**os.environ, "WOLFPACK_LOG_LEVEL": "WARNING"}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH", "")) if p)
+    cmd = [sys.executable]
+    if profile:
+        cmd += ["-m", "cProfile", "-o", profile]
+    cmd += ["-m", "wolfpack.cli.main", "serve", "environment", "--address", f"127.0.0.1:{port}"]
+    return subprocess.Popen(cmd, env=env)
+
+
+def spread(xs: list[float], fmt: str = "{:.2f}") -> str:
+    return " / ".join(fmt.format(v) for v in (min(xs), statistics.median(xs), max(xs)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--players", type=int, nargs="+", default=[6, 9, 12], choices=[6, 9, 12])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=2.0, help="measuring time per cell")
+    ap.add_argument("--episodes", type=int, default=64, help="episodes in flight over the service")
+    ap.add_argument("--streams", type=int, default=2, help="PlaySeats streams they are spread over")
+    ap.add_argument("--profile-server", default="", help="write the server's cProfile stats here")
+    ap.add_argument("--compare", metavar="REV", default="", help="also serve git revision REV, same rounds")
+    args = ap.parse_args()
+
+    scratch = tempfile.TemporaryDirectory()
+    port = free_port()
+    servers = {"service": serve(port, args.profile_server)}
+    targets = {"service": f"127.0.0.1:{port}"}
+    if args.compare:
+        other = free_port()
+        servers[f"service {args.compare}"] = serve(other, "", checkout(args.compare, Path(scratch.name)))
+        targets[f"service {args.compare}"] = f"127.0.0.1:{other}"
+    sides = ["local", *targets]
+    rows = []
+    try:
+
+        async def run() -> None:
+            for target in targets.values():
+                for _ in range(200):
+                    if await rpc.check_health(target, timeout_s=0.5) == "SERVING":
+                        break
+                    await asyncio.sleep(0.1)
+                await over_service(target, 6, args.episodes, args.streams, 0.5, 0)  # warm both sides
+            for players in args.players:
+                cells: dict[str, list[float]] = {}
+
+                def add(key: str, value: float, into: dict[str, list[float]] = cells) -> None:
+                    into.setdefault(key, []).append(value)
+
+                for r in range(args.rounds):
+                    order = sides if r % 2 == 0 else sides[::-1]
+                    got: dict[str, tuple[float, float, float]] = {}
+                    for side in order:
+                        if side == "local":
+                            n, wall, cpu, chars = in_process(players, args.seconds, 1000 * r)
+                            got[side] = (n / wall, cpu / n * 1e6, 0.0)
+                            add("local chars", chars / n)
+                        else:
+                            pid = servers[side].pid
+                            s0 = server_cpu(pid)
+                            n, wall, ccpu, chars = await over_service(
+                                targets[side], players, args.episodes, args.streams, args.seconds, 1000 * r
+                            )
+                            scpu = server_cpu(pid) - s0
+                            got[side] = (n / wall, (scpu + ccpu) / n * 1e6, scpu / n * 1e6)
+                            add(f"{side} client us", ccpu / n * 1e6)
+                            add(f"{side} chars", chars / n)
+                    add("local us", got["local"][1])
+                    for side in targets:
+                        add(f"{side} us", got[side][1])
+                        add(f"{side} server us", got[side][2])
+                        add(f"{side} ratio cpu", got["local"][1] / got[side][1])
+                        add(f"{side} ratio wall", got[side][0] / got["local"][0])
+                rows.append((players, cells))
+                print(f"{players} players done", file=sys.stderr, flush=True)
+
+        asyncio.run(run())
+    finally:
+        for server in servers.values():
+            server.terminate()
+            server.wait(timeout=60)
+        scratch.cleanup()
+    print(
+        f"\nwerewolf_v1 LLM-shaped (prompt + text move per action): service ({args.episodes} episodes over "
+        f"{args.streams} PlaySeats streams, text on) vs in process; {args.rounds} alternating rounds of "
+        f"{args.seconds:g} s; min / median / max over rounds\n"
+    )
+    print(
+        "| players | server | in-process CPU µs/action | service CPU µs/action (server + client) | server "
+        "| client | in-process / service by CPU (min / median / max) | service / in-process by wall "
+        "| chars per prompt (local / service) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for players, c in rows:
+        med = statistics.median
+        for side in targets:
+            print(
+                f"| {players} | {'this tree' if side == 'service' else side.removeprefix('service ')} "
+                f"| {med(c['local us']):.1f} | {med(c[f'{side} us']):.1f} | {med(c[f'{side} server us']):.1f} "
+                f"| {med(c[f'{side} client us']):.1f} | {spread(c[f'{side} ratio cpu'])} "
+                f"| {spread(c[f'{side} ratio wall'])} | {med(c['local chars']):,.0f} / {med(c[f'{side} chars']):,.0f} |"
+            )
+    print(f"goal: in-process / service by CPU >= {GOAL}x at 6-12 players")
+
+
+if __name__ == "__main__":
+    main()
