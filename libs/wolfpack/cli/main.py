@@ -102,6 +102,50 @@ def serve(
 
 
 @app.command()
+def web(
+    address: Annotated[
+        str | None, typer.Option(help="host:port to listen on (default WOLFPACK_WEB_ADDR, 127.0.0.1:8470).")
+    ] = None,
+    env: Annotated[
+        str | None, typer.Option("--env", help="Environment service host:port (default: the stack's).")
+    ] = None,
+    spectate: Annotated[
+        bool, typer.Option(help="Live spectating (default WOLFPACK_WEB_SPECTATE, on).")
+    ] = True,
+    runs: Annotated[
+        list[Path] | None, typer.Option(help="Run directory (or folder of them) to show; repeatable.")
+    ] = None,
+    ready_file: Annotated[Path | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Serve the web view and print its URL: watch games live, replay trajectories, follow training runs."""
+    overrides: dict[str, object] = {} if env is None else {"environment_addr": env}
+    settings = settings_or_exit(**overrides)
+    # importlib by name, like `serve`: the web view is a client package that the libs layer never imports.
+    web_settings = importlib.import_module("wolfpack_web.settings")
+    server = importlib.import_module("wolfpack_web.server")
+    from wolfpack.settings import SettingsError
+
+    web_overrides: dict[str, object] = {} if address is None else {"addr": address}
+    if not spectate:
+        web_overrides["spectate"] = False
+    try:
+        loaded = web_settings.load_web_settings(**web_overrides)
+        if runs:
+            loaded = loaded.model_copy(update={"runs": [*loaded.runs, *runs]})
+    except SettingsError as exc:
+        console.print(f"[red]{exc}[/]", markup=True, highlight=False)
+        raise typer.Exit(2) from None
+    from wolfpack.logs import setup_logging
+
+    setup_logging("web", settings.log_level, settings.log_format)
+    try:
+        asyncio.run(server.main(settings, loaded, ready_file))
+    except OSError as exc:  # a taken port, a refused bind (PermissionError): one line, no traceback
+        Console(stderr=True, soft_wrap=True).print(f"web: {exc}", style="red", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+
+
+@app.command()
 def config() -> None:
     """List every WOLFPACK_* setting with its default and meaning."""
     from wolfpack.settings import describe_settings

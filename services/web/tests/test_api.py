@@ -1,0 +1,234 @@
+"""The web view's JSON API over a real socket, against a real environment server (credential on) and the
+real Redis: spectating rules, bounded inputs, one error shape, no secret in responses or logs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import aiohttp
+import pytest
+
+from wolfpack_environment.client import EnvironmentClient
+from wolfpack_web.server import check_bind
+from wolfpack_web.settings import WebSettings
+
+from .conftest import SECRET, Stack, sample_trajectory
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
+    async with session.get(url) as resp:
+        return resp.status, await resp.json()
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: Any, **kw: Any) -> tuple[int, Any]:
+    async with session.post(url, json=body, **kw) as resp:
+        return resp.status, await resp.json()
+
+
+async def test_watch_refuses_seat_tokens_and_shows_the_full_view_to_the_admin_token(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with EnvironmentClient(stack.target, stack.settings) as env:
+        ep = await env.create_episode("werewolf_v1", "9p", seed=3, external_seats=tuple(range(9)))
+    bodies = []
+    async with aiohttp.ClientSession(stack.url) as s:
+        for seat_token in ep.seat_tokens.values():  # every seat token: never the spectator view
+            status, body = await _post(
+                s, "/api/episodes/watch", {"episode_id": ep.episode_id, "admin_token": seat_token}
+            )
+            assert status == 403 and body["error"]["code"] == "PERMISSION_DENIED", body
+            bodies.append(body)
+        status, body = await _post(
+            s, "/api/episodes/watch", {"episode_id": ep.episode_id, "admin_token": "x" * 40}
+        )
+        assert status == 403, body
+        status, body = await _get(s, f"/api/episodes/{ep.episode_id}")
+        assert status == 404, body  # refused registrations left nothing behind
+        status, body = await _post(
+            s, "/api/episodes/watch", {"episode_id": ep.episode_id, "admin_token": ep.admin_token}
+        )
+        assert status == 201, body
+        status, view = await _get(s, f"/api/episodes/{ep.episode_id}?since=0")
+        assert status == 200 and not view["done"]
+        roles = [seat["role"] for seat in view["seats"]]
+        assert len(roles) == 9 and all(roles) and roles.count("werewolf") == 3  # every hidden role shown
+        assert view["events_total"] > 0 and view["events"][0]["index"] == 0
+        status, later = await _get(s, f"/api/episodes/{ep.episode_id}?since={view['events_total']}")
+        assert status == 200 and later["events"] == []
+        status, listing = await _get(s, "/api/episodes")
+        assert [e["episode_id"] for e in listing["episodes"]] == [ep.episode_id]
+        bodies += [view, listing]
+    text = repr(bodies) + caplog.text
+    assert SECRET not in text and ep.admin_token not in text
+    assert not any(t in text for t in ep.seat_tokens.values())
+
+
+async def test_without_the_credential_the_web_view_cannot_spectate(stack: Stack) -> None:
+    """The credential is what opens a running episode's full view: a web view without it gets 403."""
+    from wolfpack_web.server import start_web
+
+    bare = stack.settings.model_copy(update={"admin_secret": type(stack.settings.admin_secret)("")})
+    web = await start_web(bare, WebSettings(addr="127.0.0.1:0"), stack.target)
+    try:
+        async with EnvironmentClient(stack.target, stack.settings) as env:
+            ep = await env.create_episode("werewolf_v1", "6p", seed=1, external_seats=tuple(range(6)))
+        async with aiohttp.ClientSession(web.url) as s:
+            status, body = await _post(
+                s, "/api/episodes/watch", {"episode_id": ep.episode_id, "admin_token": ep.admin_token}
+            )
+            assert status == 403 and "credential" in body["error"]["message"], body
+    finally:
+        await web.stop()
+
+
+@pytest.mark.parametrize("web_settings", [WebSettings(addr="127.0.0.1:0", spectate=False)])
+async def test_spectating_switched_off(stack: Stack) -> None:
+    async with aiohttp.ClientSession(stack.url) as s:
+        status, body = await _get(s, "/api/episodes")
+        assert status == 200 and body == {"spectate": False, "episodes": []}
+        status, body = await _post(s, "/api/episodes", {"game": "werewolf_v1", "variant": "6p"})
+        assert status == 403 and body["error"]["code"] == "SPECTATING_OFF"
+        status, body = await _post(s, "/api/episodes/watch", {"episode_id": "e1", "admin_token": "t"})
+        assert status == 403 and body["error"]["code"] == "SPECTATING_OFF"
+        status, body = await _get(s, "/api/episodes/e1")
+        assert status == 403
+        status, health = await _get(s, "/healthz")
+        assert health["spectate"] is False
+    assert not stack.servicer.manager.episodes  # nothing was created
+
+
+def test_spectating_beyond_loopback_needs_a_trusted_network() -> None:
+    with pytest.raises(PermissionError, match="hidden roles"):
+        check_bind(WebSettings(addr="0.0.0.0:8470"))
+    check_bind(WebSettings(addr="0.0.0.0:8470", spectate=False))
+    check_bind(WebSettings(addr="0.0.0.0:8470", trust_network=True))
+    check_bind(WebSettings(addr="127.0.0.1:8470"))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status"),
+    [
+        ("get", "/api/episodes/bad%20id", {}, 400),
+        ("get", "/api/episodes/" + "e" * 200, {}, 400),
+        ("get", "/api/episodes/known?since=-1", {}, 400),
+        ("get", "/api/episodes/known?since=abc", {}, 400),
+        ("get", "/api/episodes/known?since=99999999999", {}, 400),
+        ("post", "/api/episodes", {"data": "game=werewolf_v1"}, 415),
+        ("post", "/api/episodes", {"json": [1, 2]}, 400),
+        (
+            "post",
+            "/api/episodes",
+            {"data": b"{not json", "headers": {"Content-Type": "application/json"}},
+            400,
+        ),
+        ("post", "/api/episodes", {"json": {"game": "chess_v1"}}, 400),
+        ("post", "/api/episodes", {"json": {"game": "werewolf_v1", "variant": "99p"}}, 400),
+        ("post", "/api/episodes", {"json": {"seed": -5}}, 400),
+        ("post", "/api/episodes", {"json": {"seed": 1.5}}, 400),
+        ("post", "/api/episodes", {"json": {"pace_ms": 10**9}}, 400),
+        ("post", "/api/episodes", {"json": {"game": "g" * 65}}, 400),
+        ("post", "/api/episodes", {"json": {"x": "y" * 70_000}}, 413),
+        ("post", "/api/episodes", {"json": {}, "headers": {"Origin": "http://evil.example"}}, 403),
+        ("post", "/api/episodes/watch", {"json": {"episode_id": "e1"}}, 400),
+        ("post", "/api/episodes/watch", {"json": {"episode_id": "e1", "admin_token": "t" * 300}}, 400),
+        ("post", "/api/episodes/watch", {"json": {"episode_id": "e1", "admin_token": "tök"}}, 403),
+        ("post", "/api/episodes/watch", {"json": {"episode_id": "nope", "admin_token": "t"}}, 404),
+        ("get", "/api/stream?count=0", {}, 400),
+        ("get", "/api/stream?count=5000", {}, 400),
+        ("get", "/api/stream/not-an-id", {}, 400),
+        ("get", "/api/stream/1-0", {}, 404),
+        (
+            "post",
+            "/api/trajectory",
+            {"data": b"\xff\xfe garbage", "headers": {"Content-Type": "application/octet-stream"}},
+            400,
+        ),
+        (
+            "post",
+            "/api/trajectory",
+            {"data": b'{"turns": "x"}', "headers": {"Content-Type": "application/json"}},
+            400,
+        ),
+        ("post", "/api/trajectory", {"data": b"{}", "headers": {"Content-Type": "application/json"}}, 400),
+        ("post", "/api/trajectory", {"data": b"x", "headers": {"Content-Type": "text/plain"}}, 415),
+        (
+            "post",
+            "/api/trajectory",
+            {"data": b"\x00" * (17 << 20), "headers": {"Content-Type": "application/octet-stream"}},
+            413,
+        ),
+        ("get", "/api/runs/..%2F..%2Fetc/metrics", {}, 404),
+        ("get", "/api/runs/.hidden/metrics", {}, 404),
+        ("get", "/api/runs/missing/samples", {}, 404),
+        ("get", "/static/..%2Fserver.py", {}, 404),
+        ("get", "/static/app.py", {}, 404),
+        ("get", "/no/such/route", {}, 404),
+        ("delete", "/api/episodes", {}, 405),
+    ],
+)
+async def test_bad_input_gets_a_clear_4xx_and_no_traceback(
+    stack: Stack, method: str, path: str, kwargs: dict[str, Any], status: int
+) -> None:
+    async with aiohttp.ClientSession(stack.url) as s, s.request(method, path, **kwargs) as resp:
+        body = await resp.json()
+        assert resp.status == status, body
+        assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+        assert body["error"]["message"] and "Traceback" not in body["error"]["message"]
+        assert resp.headers["X-Content-Type-Options"] == "nosniff"
+    assert not stack.servicer.manager.episodes  # no refused request created anything
+
+
+async def test_stream_entries_are_listed_and_replayed_without_being_consumed(stack: Stack) -> None:
+    traj = sample_trajectory()
+    entry_id = (
+        await stack.redis.xadd(stack.stream, {b"data": traj.SerializeToString(), b"id": b"x"})
+    ).decode()
+    await stack.redis.xadd(stack.stream, {b"junk": b"1"})
+    async with aiohttp.ClientSession(stack.url) as s:
+        status, body = await _get(s, "/api/stream?count=10")
+        assert status == 200
+        assert [e.get("trajectory_id") for e in body["entries"]] == [None, "traj-web-1"]
+        assert body["entries"][0]["error"]
+        status, replayed = await _get(s, f"/api/stream/{entry_id}")
+        assert status == 200 and replayed["trajectory_id"] == "traj-web-1" and len(replayed["turns"]) == 5
+    assert await stack.redis.xlen(stack.stream) == 2  # read, not consumed
+    assert await stack.redis.xinfo_groups(stack.stream) == []  # no consumer group created
+
+
+async def test_a_trajectory_file_replays_as_binary_and_as_json(stack: Stack) -> None:
+    from google.protobuf import json_format
+
+    traj = sample_trajectory(turns=3)
+    async with aiohttp.ClientSession(stack.url) as s:
+        for data, kind in (
+            (traj.SerializeToString(), "application/octet-stream"),
+            (json_format.MessageToJson(traj).encode(), "application/json"),
+        ):
+            async with s.post("/api/trajectory", data=data, headers={"Content-Type": kind}) as resp:
+                body = await resp.json()
+                assert resp.status == 200, body
+                assert [t["response"] for t in body["turns"]] == [t.response_text for t in traj.turns]
+
+
+async def test_the_games_it_plays_are_bounded(stack: Stack) -> None:
+    async with aiohttp.ClientSession(stack.url) as s:
+        started = []
+        for seed in range(4):  # max_games defaults to 4
+            status, body = await _post(
+                s, "/api/episodes", {"game": "werewolf_v1", "variant": "6p", "seed": seed, "pace_ms": 2000}
+            )
+            assert status == 201, body
+            started.append(body["episode_id"])
+        status, body = await _post(
+            s, "/api/episodes", {"game": "werewolf_v1", "variant": "6p", "pace_ms": 2000}
+        )
+        assert status == 429 and body["error"]["code"] == "TOO_MANY_GAMES"
+        assert len(stack.servicer.manager.episodes) == 4
+    await stack.web.stop()  # stopping the web view closes the games it was playing
+    await asyncio.sleep(0.1)
+    assert not stack.servicer.manager.episodes

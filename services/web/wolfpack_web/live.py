@@ -1,0 +1,265 @@
+"""Spectating: the episodes this web view may show, and the games it plays itself.
+
+How spectating works (the environment's rule, not ours): ``GetEpisode`` with an episode's *admin token*
+returns the full view (every role, the whole event log), and for a running episode only when the call
+also carries the service credential (``WOLFPACK_ADMIN_SECRET``, attached by ``wolfpack.rpc.channel`` to
+that method only). A seat token gets that seat's view. So this module keeps, per episode, its admin token
+in server memory; the browser gets the episode id and the view, never a token, and the credential stays
+in the channel. The environment has no call that lists running episodes, so the episodes shown are the
+ones this process started (``start``: every seat external, played here by a paced random-legal bot, so a
+person can follow the game) or was handed an admin token for (``register``, refused for seat tokens).
+
+Once an episode is over its last full view is kept (the environment may release it), so it can be
+replayed; at most ``max_watched`` episodes are remembered, the oldest finished ones forgotten first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from wolfpack.v1 import common_pb2
+from wolfpack.v1 import environment_service_pb2 as pb
+from wolfpack_environment.client import EnvironmentClient
+
+log = logging.getLogger(__name__)
+
+MAX_EVENTS_PER_VIEW = 2_000
+"""Events sent per poll; the page asks again from where it stopped."""
+SPEECHES = (
+    "I have been watching Player {t} closely; something is off.",
+    "I trust Player {t} for now.",
+    "Let us not rush. Player {t}, what did you see last night?",
+    "My vote goes where the evidence points: Player {t}.",
+)
+
+
+class SpectateError(Exception):
+    """A refused spectating request: HTTP ``status``, a stable ``code`` and a message for the page."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass
+class Watched:
+    episode_id: str
+    admin_token: str = field(repr=False)  # never logged, never sent to a browser
+    origin: str  # "started" (played here) or "registered"
+    game: str = ""
+    variant: str = ""
+    started_at: float = field(default_factory=time.time)
+    final: pb.GetEpisodeResponse | None = None
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+    error: str = ""
+
+
+def seat_json(s: pb.SeatState) -> dict[str, Any]:
+    return {
+        "seat": s.seat,
+        "alive": s.alive,
+        "role": s.role,
+        "controller": common_pb2.SeatController.Name(s.controller).removeprefix("SEAT_CONTROLLER_").lower(),
+        "outcome": common_pb2.OutcomeKind.Name(s.outcome).removeprefix("OUTCOME_KIND_").lower(),
+    }
+
+
+def event_json(e: pb.GameEvent) -> dict[str, Any]:
+    return {
+        "index": e.index,
+        "kind": e.kind,
+        "channel": e.channel,
+        "actor": e.actor,
+        "target": e.target,
+        "text": e.text,
+        "phase": e.phase,
+        "round": e.round,
+    }
+
+
+def view_json(state: pb.GetEpisodeResponse, since: int, watched: Watched) -> dict[str, Any]:
+    events = list(state.events)
+    return {
+        "episode_id": state.episode_id,
+        "game": state.game.game_id,
+        "variant": state.game.variant,
+        "seed": state.seed,
+        "phase": state.phase,
+        "round": state.round,
+        "done": state.done,
+        "winner": state.winner,
+        "origin": watched.origin,
+        "error": watched.error,
+        "seats": [seat_json(s) for s in state.seats],
+        "events_total": len(events),
+        "since": since,
+        "events": [event_json(e) for e in events[since : since + MAX_EVENTS_PER_VIEW]],
+    }
+
+
+def random_legal(rng: random.Random, pace_s: float) -> Any:
+    """An async decider: wait ``pace_s`` (so a person can follow), then a random legal action, with a
+    short canned speech where the action needs text."""
+
+    async def decide(obs: pb.Observation) -> common_pb2.Action:
+        if pace_s > 0:
+            await asyncio.sleep(pace_s)
+        legal = rng.choice(list(obs.legal_actions))
+        action = common_pb2.Action(kind=legal.kind)
+        if legal.targets:
+            action.target = rng.choice(list(legal.targets))
+        if legal.needs_text:
+            target = rng.choice([t for t in legal.targets] or [obs.seat]) + 1
+            action.text = rng.choice(SPEECHES).format(t=target)
+        return action
+
+    return decide
+
+
+class Spectator:
+    """The episodes this process may show (see the module docstring)."""
+
+    def __init__(self, client: EnvironmentClient, *, enabled: bool, max_games: int, max_watched: int) -> None:
+        self.client = client
+        self.enabled = enabled
+        self.max_games = max_games
+        self.max_watched = max_watched
+        self._episodes: OrderedDict[str, Watched] = OrderedDict()
+
+    def _check_enabled(self) -> None:
+        if not self.enabled:
+            raise SpectateError(
+                403, "SPECTATING_OFF", "spectating is switched off here (WOLFPACK_WEB_SPECTATE=false)"
+            )
+
+    def _remember(self, watched: Watched) -> None:
+        self._episodes[watched.episode_id] = watched
+        while len(self._episodes) > self.max_watched:
+            old = next((w for w in self._episodes.values() if w.final is not None), None)
+            if old is None:
+                break
+            del self._episodes[old.episode_id]
+
+    def playing(self) -> int:
+        return sum(1 for w in self._episodes.values() if w.task is not None and not w.task.done())
+
+    async def games(self) -> list[pb.GameInfo]:
+        return await self.client.list_games()
+
+    async def start(self, game_id: str, variant: str, seed: int, pace_s: float) -> Watched:
+        """Create an episode with every seat external and play it here, ``pace_s`` per decision."""
+        self._check_enabled()
+        if self.playing() >= self.max_games:
+            raise SpectateError(
+                429, "TOO_MANY_GAMES", f"{self.max_games} games are already playing here; wait for one to end"
+            )
+        games = {g.game_id: g for g in await self.games()}
+        if game_id not in games:
+            raise SpectateError(
+                400, "INVALID_ARGUMENT", f"unknown game {game_id!r}; games: {', '.join(sorted(games))}"
+            )
+        variants = {v.name: v for v in games[game_id].variants}
+        if variant not in variants:
+            raise SpectateError(
+                400,
+                "INVALID_ARGUMENT",
+                f"unknown variant {variant!r} of {game_id}; variants: {', '.join(variants)}",
+            )
+        seats = tuple(range(variants[variant].num_seats))
+        created = await self.client.create_episode(game_id, variant, seed, external_seats=seats)
+        watched = Watched(created.episode_id, created.admin_token, "started", game_id, variant)
+        watched.task = asyncio.create_task(self._play(watched, created.seat_tokens, seed, pace_s))
+        self._remember(watched)
+        log.info("web: started a game", extra={"episode_id": created.episode_id, "game": game_id})
+        return watched
+
+    async def _play(self, watched: Watched, tokens: dict[int, str], seed: int, pace_s: float) -> None:
+        rng = random.Random(seed)
+        try:
+            await asyncio.gather(
+                *(
+                    self.client.seat(watched.episode_id, t).play(random_legal(rng, pace_s))
+                    for t in tokens.values()
+                )
+            )
+            watched.final = await self.client.get_episode(watched.episode_id, watched.admin_token)
+            await self.client.close_episode(watched.episode_id, watched.admin_token)  # release it there
+        except asyncio.CancelledError:
+            raise
+        except grpc.aio.AioRpcError as exc:
+            watched.error = f"the game stopped: {exc.code().name}: {exc.details()}"
+            log.warning(
+                "web: a game stopped", extra={"episode_id": watched.episode_id, "code": exc.code().name}
+            )
+
+    async def register(self, episode_id: str, token: str) -> Watched:
+        """Remember an episode another client created, given its admin token. A seat token is refused:
+        it opens that seat's view only, and never the spectator's."""
+        self._check_enabled()
+        try:
+            await self.client.seat(episode_id, token).observation()
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() not in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
+                raise
+        else:
+            raise SpectateError(
+                403,
+                "PERMISSION_DENIED",
+                "that is a seat token: only the episode's admin token opens the spectator view",
+            )
+        state = await self.client.get_episode(episode_id, token)  # PERMISSION_DENIED unless admin
+        watched = Watched(episode_id, token, "registered", state.game.game_id, state.game.variant)
+        if state.done:
+            watched.final = state
+        self._remember(watched)
+        return watched
+
+    def get(self, episode_id: str) -> Watched:
+        self._check_enabled()
+        watched = self._episodes.get(episode_id)
+        if watched is None:
+            raise SpectateError(404, "NOT_FOUND", f"this web view does not know episode {episode_id!r}")
+        return watched
+
+    async def view(self, episode_id: str, since: int) -> dict[str, Any]:
+        watched = self.get(episode_id)
+        state = watched.final
+        if state is None:
+            state = await self.client.get_episode(episode_id, watched.admin_token)
+            if state.done and (watched.task is None or watched.task.done()):
+                watched.final = state
+        return view_json(state, since, watched)
+
+    def listing(self) -> list[dict[str, Any]]:
+        self._check_enabled()
+        return [
+            {
+                "episode_id": w.episode_id,
+                "origin": w.origin,
+                "started_at": w.started_at,
+                "done": w.final is not None,
+                "winner": w.final.winner if w.final is not None else "",
+                "game": w.game,
+                "variant": w.variant,
+                "error": w.error,
+            }
+            for w in reversed(self._episodes.values())
+        ]
+
+    async def close(self) -> None:
+        for watched in self._episodes.values():
+            if watched.task is not None and not watched.task.done():
+                watched.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watched.task
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await self.client.close_episode(watched.episode_id, watched.admin_token)
