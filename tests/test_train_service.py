@@ -26,8 +26,8 @@ from wolfpack_inference.policies import PolicyRegistry
 from wolfpack_inference.server import InferenceServicer
 from wolfpack_inference.server import register as register_inference
 from wolfpack_reward.server import register as register_reward
-from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.client import Addresses, connect
+from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_trainer.config import TrainConfig
 from wolfpack_trainer.publish import Publisher
 from wolfpack_trainer.train import Trainer, _run_serving

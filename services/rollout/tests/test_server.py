@@ -17,8 +17,8 @@ from wolfpack_curriculum.config import CurriculumConfig
 from wolfpack_curriculum.server import CurriculumServicer
 from wolfpack_curriculum.server import register as register_curriculum
 from wolfpack_curriculum.store import CurriculumStore
-from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.client import Addresses, connect
+from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.server import RolloutServicer, register
 
 

@@ -21,8 +21,8 @@ from wolfpack import rpc
 from wolfpack.settings import Settings
 from wolfpack.v1 import rollout_service_pb2 as pb
 from wolfpack.v1 import rollout_service_pb2_grpc as pb_grpc
-from wolfpack_rollout.config import RolloutConfig
 from wolfpack_rollout.client import connect
+from wolfpack_rollout.config import RolloutConfig
 from wolfpack_rollout.driver import RolloutStats
 
 SERVICE = "rollout"
