@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -197,10 +198,12 @@ async def until(cond: Any, what: str) -> None:
     raise AssertionError(f"never: {what}")
 
 
-async def test_past_the_cap_every_idle_connection_over_it_is_closed(servicer: EnvironmentServicer) -> None:
-    # gateway_protocol.md: past max connections the oldest idle ones are closed. With a cap of 1, two
-    # connections that were busy when they came (nothing could be dropped) and are idle now are both
-    # over the cap when a third arrives: both are closed, not just one.
+async def test_past_the_cap_a_connection_finding_every_other_busy_reads_a_json_503(
+    servicer: EnvironmentServicer,
+) -> None:
+    # gateway_protocol.md: past max connections the oldest idle one is closed; when every one is busy the
+    # new connection reads a JSON 503 and is closed (a busy flood cannot take more descriptors). Cap 1: A
+    # busy, B refused; A answered and idle, then C drops A and is served.
     settings = load_settings(rpc_timeout_s=20)
     server = await rpc.start_server("environment", lambda s: register(s, servicer), settings, "127.0.0.1:0")
     target = f"127.0.0.1:{server.port}"
@@ -210,26 +213,33 @@ async def test_past_the_cap_every_idle_connection_over_it_is_closed(servicer: En
     streams = []
     try:
         head = b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{"
-        for n in (1, 2):  # each one's handler waits for the rest of its body: a request in progress
-            reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
-            streams.append((reader, writer))
-            writer.write(head)
-            await writer.drain()
-            await until(lambda n=n: len(conns) == n and all(h._request_in_progress for h in conns), "busy")
-        for reader, writer in streams:
-            writer.write(b"}")  # "{}": a create without a game, answered 400; the connection stays open
-            await writer.drain()
-            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
-            assert answer.startswith(b"HTTP/1.1 400"), answer
-            length = int(answer.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-            await asyncio.wait_for(reader.readexactly(length), 20)
-        await until(lambda: len(conns) == 2 and not any(h._request_in_progress for h in conns), "idle")
-        streams.append(await asyncio.open_connection("127.0.0.1", gateway.port))
-        for reader, _ in streams[:2]:  # closed by the gateway: EOF (bounded; the header timeout is 600 s)
-            assert await asyncio.wait_for(reader.read(), 20) == b""
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+        streams.append((reader, writer))
+        writer.write(head)  # its handler waits for the rest of its body: a request in progress
+        await writer.drain()
+        await until(lambda: len(conns) == 1 and all(h._request_in_progress for h in conns), "busy")
+        b_reader, b_writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+        streams.append((b_reader, b_writer))
+        answer = await asyncio.wait_for(b_reader.read(), 20)  # all of it, then EOF
+        head_b, _, body = answer.partition(b"\r\n\r\n")
+        assert head_b.startswith(b"HTTP/1.1 503"), answer[:200]
+        assert json.loads(body)["error"]["code"] == "UNAVAILABLE"
+        writer.write(b"}")  # "{}": a create without a game, answered 400; the connection stays open
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+        length = int(answer.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await asyncio.wait_for(reader.readexactly(length), 20)
+        await until(lambda: not any(h._request_in_progress for h in conns), "idle")
+        c_reader, c_writer = await asyncio.open_connection("127.0.0.1", gateway.port)
+        streams.append((c_reader, c_writer))
+        assert await asyncio.wait_for(reader.read(), 20) == b""  # A: dropped for C
+        c_writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        await c_writer.drain()
+        assert (await asyncio.wait_for(c_reader.read(), 20)).startswith(b"HTTP/1.1 200")
     finally:
-        for _, writer in streams:
-            writer.close()
+        for _, w in streams:
+            w.close()
         await gateway.stop()
         servicer.manager.close_all()
         await server.stop(0)

@@ -12,6 +12,13 @@ Why reset/step: most agent code (gym loops, LLM harnesses in any language) is wr
 the seat must act or the game ends; an agent written as a plain loop never has to poll. The WebSocket
 endpoint exposes the push model directly for agents that prefer it.
 
+Why waits and connections are capped: a long-poll holds a connection (a file descriptor) and an Observe
+stream for up to ``max_wait_s``; 60 s long-polls paced 20 ms apart exhausted the descriptors and starved
+``/healthz``. Concurrent waits (long-polls and WebSockets) are capped per client address and overall, with
+a 429/503 before any work; open connections are capped (``wolfpack.http_limits``: the oldest idle one is
+dropped, a connection that finds every other one busy reads a JSON 503), and the wait cap stays below the
+connection cap so short calls always find room.
+
 The protocol is documented in ``gateway_protocol.md`` next to this file. Run it with
 ``python -m wolfpack_environment.gateway --port 8080 --env 127.0.0.1:50051`` (intended CLI:
 ``wolfpack gateway --port 8080``).
@@ -25,7 +32,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -33,7 +40,7 @@ import grpc
 from aiohttp import WSMsgType, web
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, ValidationError
 
-from wolfpack import auth, rpc
+from wolfpack import auth, http_limits, rpc
 from wolfpack.settings import Settings, load_settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import environment_service_pb2 as pb
@@ -80,11 +87,14 @@ _CONTROLLERS: Mapping[int, str] = {
 class ApiError(Exception):
     """An error answered as ``{"error": {"code", "message"}}`` with an HTTP status (or a WS error)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = dict(headers or {})
 
 
 def _bad(message: str) -> NoReturn:
@@ -97,7 +107,8 @@ def from_rpc_error(exc: grpc.aio.AioRpcError) -> ApiError:
 
 
 def error_response(err: ApiError) -> web.Response:
-    return web.json_response({"error": {"code": err.code, "message": err.message}}, status=err.status)
+    body = {"error": {"code": err.code, "message": err.message}}
+    return web.json_response(body, status=err.status, headers=err.headers or None)
 
 
 # --------------------------------------------------------------------------- proto -> JSON
@@ -190,8 +201,8 @@ def parse_json_object(raw: str | bytes) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        value = http_limits.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:  # too deep a nesting is a ValueError too
         _bad(f"malformed JSON: {exc}")
     if not isinstance(value, dict):
         _bad(f"expected a JSON object, got {type(value).__name__}")
@@ -307,6 +318,8 @@ def create_request(body: Mapping[str, Any]) -> pb.CreateEpisodeRequest:
             req.options[k] = v if isinstance(v, str) else json.dumps(v, allow_nan=False)
         except ValueError:
             _bad(f"options.{k}: must be finite JSON (no NaN or infinity)")
+        except RecursionError:
+            _bad(f"options.{k}: JSON nested too deeply")
     return req
 
 
@@ -340,11 +353,57 @@ class GatewayConfig:
     max_wait_s: float = MAX_WAIT_S
     ws_heartbeat_s: float = 20.0
     header_timeout_s: float = 15.0  # a connection must complete a request's headers within this
-    max_connections: int = 512  # beyond it, the oldest connection with no request in progress is dropped
+    max_connections: int = 512
+    """Open connections (at most a quarter of ``ulimit -n``): past it the oldest connection with no request
+    in progress is dropped; when every one is busy the new one reads a JSON 503 and is closed."""
+    max_waits: int = 256
+    """Concurrent waits (long-polls with ``wait_s > 0`` and WebSockets) over all clients; past it 503."""
+    max_waits_per_client: int = 64
+    """Concurrent waits from one client address; past it 429."""
+
+
+class WaitSlots:
+    """Concurrent waits, overall and per client address. A wait is refused before any work (nothing is
+    acted, nothing is read from the service), so a refused ``step`` loses nothing: send it again."""
+
+    def __init__(self, total: int, per_client: int) -> None:
+        self.total = total
+        self.per_client = per_client
+        self.held = 0
+        self.by_client: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def hold(self, client: str) -> Iterator[None]:
+        mine = self.by_client.get(client, 0)
+        retry = {"Retry-After": "1"}
+        if mine >= self.per_client:
+            raise ApiError(
+                429, "RESOURCE_EXHAUSTED",
+                f"at most {self.per_client} concurrent waits (long-polls and WebSockets) per client; "
+                "let one return first, or send wait_s=0",
+                retry,
+            )  # fmt: skip
+        if self.held >= self.total:
+            raise ApiError(
+                503, "UNAVAILABLE", f"the gateway holds its limit of {self.total} concurrent waits; retry shortly",
+                retry,
+            )  # fmt: skip
+        self.held += 1
+        self.by_client[client] = mine + 1
+        try:
+            yield
+        finally:
+            self.held -= 1
+            left = self.by_client[client] - 1
+            if left:
+                self.by_client[client] = left
+            else:
+                del self.by_client[client]
 
 
 CLIENT_KEY = web.AppKey("wolfpack_env_client", EnvironmentClient)
 CONFIG_KEY = web.AppKey("wolfpack_gateway_config", GatewayConfig)
+WAITS_KEY = web.AppKey("wolfpack_gateway_waits", WaitSlots)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -408,6 +467,13 @@ def _wait_s(request: web.Request, body: Mapping[str, Any]) -> float:
     if not math.isfinite(value):
         _bad("'wait_s' must be a finite number of seconds")
     return max(0.0, min(value, cfg.max_wait_s))
+
+
+def wait_slot(request: web.Request, wait_s: float) -> contextlib.AbstractContextManager[None]:
+    """A slot of ``WaitSlots`` for a call that may wait (``wait_s > 0``), taken before any work."""
+    if wait_s <= 0:
+        return contextlib.nullcontext()
+    return request.app[WAITS_KEY].hold(request.remote or "")
 
 
 async def wait_for_turn(
@@ -478,8 +544,10 @@ async def reset(request: web.Request) -> web.Response:
     episode_id = request.match_info["episode_id"]
     client = request.app[CLIENT_KEY]
     seat = client.seat(episode_id, token)
-    obs = await wait_for_turn(client, episode_id, token, await seat.observation(), _wait_s(request, body))
-    state = await client.get_episode(episode_id, token)
+    wait_s = _wait_s(request, body)
+    with wait_slot(request, wait_s):
+        obs = await wait_for_turn(client, episode_id, token, await seat.observation(), wait_s)
+        state = await client.get_episode(episode_id, token)
     return web.json_response(
         {
             "observation": observation_json(obs),
@@ -506,11 +574,13 @@ async def step(request: web.Request) -> web.Response:
     req = pb.ActRequest(episode_id=episode_id, token=token)
     fill_act(req, body)
     client = request.app[CLIENT_KEY]
-    resp = await client.stub.Act(req)
-    result = act_result_json(resp)
-    if resp.accepted or resp.defaulted:
-        obs = await wait_for_turn(client, episode_id, token, resp.observation, _wait_s(request, body))
-        result.update(observation=observation_json(obs), done=obs.done, outcome=outcome_name(obs.outcome))
+    wait_s = _wait_s(request, body)
+    with wait_slot(request, wait_s):  # taken before the act: a refused step has changed nothing
+        resp = await client.stub.Act(req)
+        result = act_result_json(resp)
+        if resp.accepted or resp.defaulted:
+            obs = await wait_for_turn(client, episode_id, token, resp.observation, wait_s)
+            result.update(observation=observation_json(obs), done=obs.done, outcome=outcome_name(obs.outcome))
     return web.json_response(result)
 
 
@@ -519,8 +589,10 @@ async def get_observation(request: web.Request) -> web.Response:
     token = _token(request)
     episode_id = request.match_info["episode_id"]
     client = request.app[CLIENT_KEY]
-    current = await client.seat(episode_id, token).observation()
-    obs = await wait_for_turn(client, episode_id, token, current, _wait_s(request, {}))
+    wait_s = _wait_s(request, {})
+    with wait_slot(request, wait_s):
+        current = await client.seat(episode_id, token).observation()
+        obs = await wait_for_turn(client, episode_id, token, current, wait_s)
     return web.json_response(
         {"observation": observation_json(obs), "done": obs.done, "outcome": outcome_name(obs.outcome)}
     )
@@ -561,8 +633,15 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     upgrade, so a bad token or episode is a plain HTTP 403/404 with the usual JSON body."""
     token = _token(request)
     episode_id = request.match_info["episode_id"]
-    client = request.app[CLIENT_KEY]
     cfg = request.app[CONFIG_KEY]
+    with request.app[WAITS_KEY].hold(request.remote or ""):  # a socket is a wait for its whole life
+        return await _websocket(request, token, episode_id, cfg)
+
+
+async def _websocket(
+    request: web.Request, token: str, episode_id: str, cfg: GatewayConfig
+) -> web.StreamResponse:
+    client = request.app[CLIENT_KEY]
     await client.seat(episode_id, token).observation()  # raises -> mapped HTTP error, no upgrade
     ws = web.WebSocketResponse(heartbeat=cfg.ws_heartbeat_s, max_msg_size=cfg.max_body_bytes)
     await ws.prepare(request)
@@ -647,6 +726,7 @@ def create_app(
     cfg = config or GatewayConfig(env_target=env_target)
     app = web.Application(middlewares=[errors_middleware], client_max_size=cfg.max_body_bytes)
     app[CONFIG_KEY] = cfg
+    app[WAITS_KEY] = WaitSlots(cfg.max_waits, cfg.max_waits_per_client)
 
     async def channel(app: web.Application) -> AsyncIterator[None]:
         # The gateway's own channel never carries the service credential (see ``_credential``).
@@ -666,35 +746,6 @@ def create_app(
     app.router.add_get("/v1/episodes/{episode_id}/observation", get_observation)
     app.router.add_get("/v1/episodes/{episode_id}/ws", websocket)
     return app
-
-
-def _bound_connections(runner: web.AppRunner, limit: int) -> None:
-    """Cap open connections: past ``limit``, drop the oldest connection that has no request in progress
-    (one still sending headers, or idle between requests). Dropping the oldest idle one rather than
-    refusing the newest keeps ``/healthz`` and real agents reachable while a flood of half-open
-    connections comes and goes."""
-    server = runner.server
-    if server is None:
-        return
-    original = server.connection_made
-
-    def connection_made(handler: Any, transport: asyncio.Transport) -> None:
-        original(handler, transport)
-        connections = server._connections  # insertion order: oldest first
-        excess = len(connections) - limit
-        if excess <= 0:
-            return
-        for other in list(connections):
-            if excess <= 0:
-                break
-            if other is not handler and not getattr(other, "_request_in_progress", True):
-                other.force_close()
-                other_transport = connections.get(other)
-                if other_transport is not None:
-                    other_transport.close()
-                excess -= 1
-
-    server.connection_made = connection_made  # type: ignore[method-assign]
 
 
 class RunningGateway:
@@ -741,9 +792,14 @@ async def start_gateway(
         max_line_size=8190,
         max_field_size=8190,
         max_headers=64,
+        # a client that goes away cancels its handler: its long-poll's slot and Observe stream go with it
+        handler_cancellation=True,
     )
     await runner.setup()
-    _bound_connections(runner, cfg.max_connections)
+    refused = {"error": {"code": "UNAVAILABLE", "message": "too many open connections; retry shortly"}}
+    cap = http_limits.cap_connections(runner, cfg.max_connections, http_limits.refusal(refused))
+    waits = app[WAITS_KEY]
+    waits.total = max(1, min(waits.total, cap // 2))  # waits never take every connection: /healthz has room
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
@@ -798,7 +854,13 @@ def main(argv: list[str] | None = None) -> None:
         "--max-connections",
         type=int,
         default=512,
-        help="open connections; past it the oldest idle one is dropped",
+        help="open connections; past it the oldest idle one is dropped (all busy: the new one gets a 503)",
+    )
+    parser.add_argument(
+        "--max-waits", type=int, default=256, help="concurrent long-polls and WebSockets, all clients (503)"
+    )
+    parser.add_argument(
+        "--max-waits-per-client", type=int, default=64, help="concurrent waits from one address (429)"
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
@@ -810,6 +872,8 @@ def main(argv: list[str] | None = None) -> None:
         max_wait_s=args.max_wait_s,
         header_timeout_s=args.header_timeout_s,
         max_connections=args.max_connections,
+        max_waits=args.max_waits,
+        max_waits_per_client=args.max_waits_per_client,
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_gateway(args.host, args.port, target, settings=settings, config=cfg))

@@ -1,0 +1,160 @@
+"""The gateway under hostile load, over a real environment gRPC server and a real gateway on loopback
+ports: long-polls paced 20 ms apart are capped per client (429) and overall (503) before any work, so
+``/healthz`` keeps answering and a refused ``step`` changes nothing; WebSockets count as waits; a
+100k-deep JSON body (HTTP or WebSocket) and over-deep ``options`` are a 400, not a 500.
+
+Bounds from ``gateway_protocol.md``: 64 concurrent waits per client address, 256 over all clients."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from wolfpack import rpc
+from wolfpack.settings import load_settings
+from wolfpack_environment.gateway import GatewayConfig, RunningGateway, start_gateway
+from wolfpack_environment.server import EnvironmentServicer, register
+
+pytestmark = pytest.mark.timeout(180)
+
+
+async def started(servicer: EnvironmentServicer, **config: Any) -> AsyncIterator[RunningGateway]:
+    settings = load_settings(rpc_timeout_s=90)
+    server = await rpc.start_server("environment", lambda s: register(s, servicer), settings, "127.0.0.1:0")
+    target = f"127.0.0.1:{server.port}"
+    cfg = GatewayConfig(env_target=target, **config)
+    gateway = await start_gateway("127.0.0.1", 0, target, settings=settings, config=cfg)
+    yield gateway
+    await gateway.stop()
+    servicer.manager.close_all()
+    await server.stop(0)
+
+
+@pytest.fixture
+async def gateway(servicer: EnvironmentServicer) -> AsyncIterator[RunningGateway]:
+    async for g in started(servicer):  # the documented defaults
+        yield g
+
+
+async def call(http: aiohttp.ClientSession, method: str, path: str, **kw: Any) -> tuple[int, Any, Any]:
+    async with http.request(method, path, **kw) as resp:
+        return resp.status, await resp.json(), resp.headers
+
+
+async def waiting_seat(http: aiohttp.ClientSession) -> tuple[str, str, int]:
+    """An episode whose six seats are all external, and a seat that is not to act (it waits for a seat
+    nobody plays): its episode id, token and current turn id."""
+    status, ep, _ = await call(http, "POST", "/v1/episodes",
+                               json={"game": "werewolf_v1", "variant": "6p", "seed": 1, "external_seats": list(range(6))})  # fmt: skip
+    assert status == 201, ep
+    for t in ep["seat_tokens"]:
+        status, obs, _ = await call(http, "GET", f"/v1/episodes/{ep['episode_id']}/observation",
+                                    params={"token": t["token"], "wait_s": "0"})  # fmt: skip
+        assert status == 200, obs
+        if not obs["observation"]["your_turn"]:
+            return ep["episode_id"], t["token"], obs["observation"]["turn_id"]
+    raise AssertionError("every seat is to act")
+
+
+async def test_paced_long_polls_are_capped_per_client_and_healthz_keeps_answering(
+    gateway: RunningGateway,
+) -> None:
+    async with aiohttp.ClientSession(
+        base_url=gateway.url, connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(120)
+    ) as http:
+        episode, token, turn = await waiting_seat(http)
+        path = f"/v1/episodes/{episode}/observation"
+        polls: list[asyncio.Task[tuple[int, Any, Any]]] = []
+        health: list[float] = []
+        for _ in range(100):  # 60 s long-polls, 20 ms apart
+            polls.append(
+                asyncio.ensure_future(call(http, "GET", path, params={"token": token, "wait_s": "60"}))
+            )
+            await asyncio.sleep(0.02)
+            t = time.perf_counter()
+            status, _, _ = await call(http, "GET", "/healthz")
+            health.append(time.perf_counter() - t)
+            assert status == 200
+        await asyncio.sleep(0.5)
+        refused = [p.result() for p in polls if p.done()]
+        assert len(refused) == 36 and all(s == 429 for s, _, _ in refused), refused[:3]
+        status, body, headers = refused[0]
+        assert (
+            body["error"]["code"] == "RESOURCE_EXHAUSTED"
+            and "64 concurrent waits" in body["error"]["message"]
+        )
+        assert headers["Retry-After"] == "1"
+        # a step refused by the cap changes nothing: same turn, still not acted
+        status, body, _ = await call(http, "POST", f"/v1/episodes/{episode}/step",
+                                     json={"token": token, "turn_id": turn, "text": "I vote 2.", "wait_s": 5})  # fmt: skip
+        assert status == 429, body
+        status, body, _ = await call(http, "GET", path, params={"token": token, "wait_s": "0"})
+        assert status == 200 and body["observation"]["turn_id"] == turn
+        for p in polls:
+            p.cancel()
+        await asyncio.gather(*polls, return_exceptions=True)
+    assert max(health) < 1.0, sorted(health)[-5:]
+
+
+async def test_waits_over_all_clients_are_capped_with_a_503_and_websockets_count(
+    servicer: EnvironmentServicer,
+) -> None:
+    async for gateway in started(servicer, max_waits=3):
+        async with aiohttp.ClientSession(base_url=gateway.url, timeout=aiohttp.ClientTimeout(120)) as http:
+            episode, token, _ = await waiting_seat(http)
+            path = f"/v1/episodes/{episode}/observation"
+            params = {"token": token, "wait_s": "60"}
+            polls = [asyncio.ensure_future(call(http, "GET", path, params=params)) for _ in range(2)]
+            timeouts = aiohttp.ClientWSTimeout(ws_receive=20, ws_close=10)
+            async with http.ws_connect(
+                f"/v1/episodes/{episode}/ws", params={"token": token}, timeout=timeouts
+            ) as ws:
+                await asyncio.sleep(0.3)
+                status, body, headers = await call(http, "GET", path, params=params)
+                assert status == 503 and body["error"]["code"] == "UNAVAILABLE", body
+                assert (
+                    "limit of 3 concurrent waits" in body["error"]["message"]
+                    and headers["Retry-After"] == "1"
+                )
+                status, body, _ = await call(http, "GET", path, params={**params, "wait_s": "0"})
+                assert status == 200, body  # no wait, no slot needed
+                await ws.close()
+            await asyncio.sleep(0.3)  # the socket's slot is back: a wait is taken again (and returns)
+            status, body, _ = await call(http, "GET", path, params={**params, "wait_s": "0.2"})
+            assert status == 200, body
+            for p in polls:
+                p.cancel()
+            await asyncio.gather(*polls, return_exceptions=True)
+
+
+async def test_deeply_nested_json_is_a_400_over_http_and_websocket(gateway: RunningGateway) -> None:
+    async with aiohttp.ClientSession(base_url=gateway.url, timeout=aiohttp.ClientTimeout(60)) as http:
+        for doc in (b"[" * 100_000, b'{"a":' * 50_000):  # both under the 256 KiB body limit
+            status, body, _ = await call(http, "POST", "/v1/episodes", data=doc,
+                                         headers={"Content-Type": "application/json"})  # fmt: skip
+            assert status == 400 and body["error"]["code"] == "INVALID_ARGUMENT", body
+            assert "nested too deeply" in body["error"]["message"]
+        deep: Any = 0
+        for _ in range(600):  # parses, but is too deep to pass on as an option
+            deep = [deep]
+        status, body, _ = await call(
+            http, "POST", "/v1/episodes", json={"game": "werewolf_v1", "options": {"x": deep}}
+        )
+        assert status == 400 and body["error"]["code"] == "INVALID_ARGUMENT", body
+        episode, token, _ = await waiting_seat(http)
+        timeouts = aiohttp.ClientWSTimeout(ws_receive=20, ws_close=10)
+        async with http.ws_connect(
+            f"/v1/episodes/{episode}/ws", params={"token": token}, timeout=timeouts
+        ) as ws:
+            await ws.send_str("[" * 100_000)
+            for _ in range(50):  # observations may come first
+                msg = await ws.receive_json(timeout=20)
+                if msg["type"] != "observation":
+                    break
+            assert msg["type"] == "error" and msg["code"] == "INVALID_ARGUMENT", msg
+            await ws.close()
