@@ -37,6 +37,8 @@ def test_up_check_starts_everything_on_embedded_redis(tmp_path: Path) -> None:
     for service in ("environment", "inference", "reward", "curriculum", "rollout", "trainer"):
         line = next(ln for ln in out.splitlines() if f" {service} " in ln)
         assert "SERVING" in line, line
+    web = next(ln for ln in out.splitlines() if " web " in ln)  # `wolfpack web` too, with its URL
+    assert "http://127.0.0.1:" in web and "SERVING" in web, web
     assert "all services SERVING" in out
     assert not (tmp_path / "run" / "up.json").exists(), "state file must be removed on shutdown"
     assert not (tmp_path / "run" / "redis" / "redis.pid").exists(), "embedded redis must be stopped"
@@ -61,6 +63,7 @@ def test_every_command_has_help(tmp_path: Path) -> None:
         ["status", "--help"],
         ["serve", "--help"],
         ["config", "--help"],
+        ["web", "--help"],
     ):
         result = run(cmd, tmp_path, timeout=60)
         assert result.returncode == 0 and "Usage" in result.stdout, cmd

@@ -358,6 +358,12 @@ async def _run_up(
             waiting = [s for s in waiting if s not in wave]
         procs.sort(key=lambda svc: SERVICES.index(svc.name))
         await asyncio.gather(*(_wait_healthy(s, deadline) for s in procs if s.status == "STARTING"))
+        web = await _start_web(settings, child_env(settings, redis_url, addresses), pgid, deadline)
+        if web is not None:  # its row shows the URL to open
+            state.pids["web"] = web.proc.pid  # type: ignore[union-attr]
+            save()
+            procs.append(web)
+            pumps.append(asyncio.create_task(_pump(web, "white", console, echo=not check)))
         redis_status = "PONG" if await _ping(redis_url) else "UNREACHABLE"
         rows = [
             (
@@ -405,6 +411,36 @@ async def _run_up(
             embedded.stop()
         UpState.path(run_dir).unlink(missing_ok=True)
         console.print("stopped.")
+
+
+async def _start_web(
+    settings: Settings, env: dict[str, str], pgid: int, deadline: float
+) -> ServiceProc | None:
+    """``wolfpack web`` beside the services, when its package is installed: on ``WOLFPACK_WEB_ADDR``
+    (with ``--base-port 0``, a port of its own choosing), reporting its URL in a ready file."""
+    import importlib.util
+
+    if importlib.util.find_spec("wolfpack_web") is None or importlib.util.find_spec("aiohttp") is None:
+        return None
+    svc = ServiceProc("web", "", log_path=settings.run_dir / "logs" / "web.log")
+    svc.log_path.write_text("")  # type: ignore[union-attr]
+    ready = ready_file(settings.run_dir, "web")
+    ready.unlink(missing_ok=True)
+    args = (
+        ["--address", f"{settings.host}:0"]
+        if settings.base_port == 0 and "WOLFPACK_WEB_ADDR" not in env
+        else []
+    )
+    svc.proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "wolfpack.cli.main", "web", *args, "--ready-file", str(ready),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, env=env, preexec_fn=_child_setup(pgid),
+    )  # fmt: skip
+    await _wait_bound(svc, ready, deadline)
+    if svc.status == "STARTING":  # listening once its ready file exists
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            svc.address, svc.status = str(json.loads(ready.read_text())["url"]), "SERVING"
+    return svc
 
 
 async def _ping(url: str) -> bool:
