@@ -181,18 +181,29 @@ def use_sdpa_value_model() -> None:
     verl_model.load_valuehead_model = load
 
 
-def _init_process_group(use_cuda: bool) -> None:
+def cuda_index(device: str, env: Mapping[str, str]) -> int:
+    """The card a one-process learner trains on: each rank's ``LOCAL_RANK`` under torchrun (several ranks),
+    else the index of ``cuda:N`` — so ``device: cuda:1`` puts the learner on the second card while vLLM keeps
+    the first (the split layout on a 2-GPU host) — else ``LOCAL_RANK`` or 0."""
+    if int(env.get("WORLD_SIZE", "1")) > 1:
+        return int(env.get("LOCAL_RANK", "0"))
+    if device.startswith("cuda:"):
+        return int(device.split(":", 1)[1])
+    return int(env.get("LOCAL_RANK", "0"))
+
+
+def _init_process_group(use_cuda: bool, device: str = "cuda") -> None:
     """A process group for verl's engine: torchrun's when launched by it, else a one-process group."""
     import torch.distributed as dist
 
+    if use_cuda:  # before any engine is built: verl places its modules on the current device
+        torch.cuda.set_device(cuda_index(device, os.environ))
     if dist.is_initialized():
         return
     for key, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"),
                        ("LOCAL_WORLD_SIZE", "1")):  # fmt: skip
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", _free_port())
-    if use_cuda:
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(
         backend="cpu:gloo,cuda:nccl" if use_cuda else "gloo",
         rank=int(os.environ["RANK"]),
@@ -238,13 +249,15 @@ class VerlFsdpLearner(Learner):
         ray_gpus = int(extra.get("ray_gpus", 0)) or (torch.cuda.device_count() if extra.get("ray") else 0)
         if ray_gpus and not self.use_cuda:
             raise ValueError("verl_fsdp over Ray needs CUDA devices (ray_gpus > 0 with device cpu)")
+        if ray_gpus and self.device.startswith("cuda:"):
+            raise ValueError(f"device {self.device} with ray_gpus: Ray places the workers on its GPUs; use device cuda")
         if not self.use_cuda:
             use_cpu_platform()
         for key, value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
                            ("VERL_LOGGING_LEVEL", "WARN")):  # fmt: skip
             os.environ.setdefault(key, value)
         if not ray_gpus:
-            _init_process_group(self.use_cuda)
+            _init_process_group(self.use_cuda, self.device)
         torch.manual_seed(config.seed)
         random.seed(config.seed)
 
