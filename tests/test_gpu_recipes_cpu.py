@@ -90,6 +90,13 @@ def test_gpu_recipe_is_a_one_gpu_smollm2_verl_recipe(path: Path) -> None:
         assert cfg.warmstart is not None and cfg.warmstart.steps > 0
 
 
+@pytest.fixture(scope="module")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny model for every recipe (its tokenizer is trained on first use); each recipe's warm-start
+    clone gets its own cache entry there."""
+    return tmp_path_factory.mktemp("models")
+
+
 def _overridden(path: Path, stream: str) -> TrainConfig:
     return load_config(path, cpu_overrides(path, stream))
 
@@ -134,8 +141,7 @@ def test_gpu_recipe_trains_one_update_and_evaluates_on_cpu(
 
     stream = f"test:gpu-recipe:{path.stem}:{os.getpid()}:{time.monotonic_ns()}"
     cfg = _overridden(path, stream)
-    cache = tmp_path / "models"
-    trainer, evals = run_training(cfg, tmp_path / "run", redis_url, cache)
+    trainer, evals = run_training(cfg, tmp_path / "run", redis_url, model_cache)
 
     assert trainer.state.step == 1
     rows = trainer.metrics.rows()
