@@ -488,7 +488,9 @@ class RegisterOpponentRequest(_message.Message):
     OPPONENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def opponent(self) -> Global___Opponent:
-        """The opponent; its rating is kept when it is already registered. Required."""
+        """The opponent; a given rating must be finite. When it is already registered (same kind, policy and bot)
+        its stored rating and record are kept. Required.
+        """
 
     def __init__(
         self,

@@ -89,7 +89,10 @@ class CurriculumServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RegisterOpponent(self, request, context):
-        """Registers (or updates) an opponent of the league, e.g. a frozen checkpoint of a trained policy.
+        """Registers an opponent of the league, e.g. a frozen checkpoint of a trained policy. Needs the service
+        credential (WOLFPACK_ADMIN_SECRET). Registering the same opponent again confirms it (rating and record
+        kept); a different policy or bot under an existing id is ALREADY_EXISTS; a full league
+        (league.max_opponents) is RESOURCE_EXHAUSTED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -44,7 +44,11 @@ class CurriculumServiceStub:
     GetStats: _grpc.UnaryUnaryMultiCallable[_curriculum_service_pb2.GetStatsRequest, _curriculum_service_pb2.GetStatsResponse]
     """Returns scheduling statistics per bucket and the failure-aware weights."""
     RegisterOpponent: _grpc.UnaryUnaryMultiCallable[_curriculum_service_pb2.RegisterOpponentRequest, _curriculum_service_pb2.RegisterOpponentResponse]
-    """Registers (or updates) an opponent of the league, e.g. a frozen checkpoint of a trained policy."""
+    """Registers an opponent of the league, e.g. a frozen checkpoint of a trained policy. Needs the service
+    credential (WOLFPACK_ADMIN_SECRET). Registering the same opponent again confirms it (rating and record
+    kept); a different policy or bot under an existing id is ALREADY_EXISTS; a full league
+    (league.max_opponents) is RESOURCE_EXHAUSTED.
+    """
     ListOpponents: _grpc.UnaryUnaryMultiCallable[_curriculum_service_pb2.ListOpponentsRequest, _curriculum_service_pb2.ListOpponentsResponse]
     """Lists the league's opponents with their ratings, best first."""
 
@@ -62,7 +66,11 @@ class CurriculumServiceAsyncStub(CurriculumServiceStub):
     GetStats: _aio.UnaryUnaryMultiCallable[_curriculum_service_pb2.GetStatsRequest, _curriculum_service_pb2.GetStatsResponse]  # type: ignore[assignment]
     """Returns scheduling statistics per bucket and the failure-aware weights."""
     RegisterOpponent: _aio.UnaryUnaryMultiCallable[_curriculum_service_pb2.RegisterOpponentRequest, _curriculum_service_pb2.RegisterOpponentResponse]  # type: ignore[assignment]
-    """Registers (or updates) an opponent of the league, e.g. a frozen checkpoint of a trained policy."""
+    """Registers an opponent of the league, e.g. a frozen checkpoint of a trained policy. Needs the service
+    credential (WOLFPACK_ADMIN_SECRET). Registering the same opponent again confirms it (rating and record
+    kept); a different policy or bot under an existing id is ALREADY_EXISTS; a full league
+    (league.max_opponents) is RESOURCE_EXHAUSTED.
+    """
     ListOpponents: _aio.UnaryUnaryMultiCallable[_curriculum_service_pb2.ListOpponentsRequest, _curriculum_service_pb2.ListOpponentsResponse]  # type: ignore[assignment]
     """Lists the league's opponents with their ratings, best first."""
 
@@ -101,7 +109,11 @@ class CurriculumServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _curriculum_service_pb2.RegisterOpponentRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_curriculum_service_pb2.RegisterOpponentResponse, _abc.Awaitable[_curriculum_service_pb2.RegisterOpponentResponse]]:
-        """Registers (or updates) an opponent of the league, e.g. a frozen checkpoint of a trained policy."""
+        """Registers an opponent of the league, e.g. a frozen checkpoint of a trained policy. Needs the service
+        credential (WOLFPACK_ADMIN_SECRET). Registering the same opponent again confirms it (rating and record
+        kept); a different policy or bot under an existing id is ALREADY_EXISTS; a full league
+        (league.max_opponents) is RESOURCE_EXHAUSTED.
+        """
 
     @_abc_1.abstractmethod
     def ListOpponents(

@@ -127,7 +127,10 @@ class SaveCheckpointRequest(_message.Message):
 
     DIRECTORY_FIELD_NUMBER: _builtins.int
     directory: _builtins.str
-    """Also copy the checkpoint into this directory; empty: only the run directory."""
+    """Also copy the checkpoint into this directory, taken relative to the run directory: it must stay inside
+    it and outside `checkpoints/` (INVALID_ARGUMENT otherwise, nothing written). Empty: only the run
+    directory's `checkpoints/`.
+    """
     def __init__(
         self,
         *,

@@ -62,6 +62,7 @@ class TrainerServiceServicer:
 
     def SaveCheckpoint(self, request, context):
         """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process.
+        Needs the service credential (WOLFPACK_ADMIN_SECRET).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

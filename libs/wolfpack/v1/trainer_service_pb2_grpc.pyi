@@ -38,7 +38,9 @@ class TrainerServiceStub:
     GetTrainerStatus: _grpc.UnaryUnaryMultiCallable[_trainer_service_pb2.GetTrainerStatusRequest, _trainer_service_pb2.GetTrainerStatusResponse]
     """Returns training progress: updates, trajectories consumed, policy versions, latest metrics."""
     SaveCheckpoint: _grpc.UnaryUnaryMultiCallable[_trainer_service_pb2.SaveCheckpointRequest, _trainer_service_pb2.SaveCheckpointResponse]
-    """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process."""
+    """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process.
+    Needs the service credential (WOLFPACK_ADMIN_SECRET).
+    """
 
 @_typing.type_check_only
 class TrainerServiceAsyncStub(TrainerServiceStub):
@@ -50,7 +52,9 @@ class TrainerServiceAsyncStub(TrainerServiceStub):
     GetTrainerStatus: _aio.UnaryUnaryMultiCallable[_trainer_service_pb2.GetTrainerStatusRequest, _trainer_service_pb2.GetTrainerStatusResponse]  # type: ignore[assignment]
     """Returns training progress: updates, trajectories consumed, policy versions, latest metrics."""
     SaveCheckpoint: _aio.UnaryUnaryMultiCallable[_trainer_service_pb2.SaveCheckpointRequest, _trainer_service_pb2.SaveCheckpointResponse]  # type: ignore[assignment]
-    """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process."""
+    """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process.
+    Needs the service credential (WOLFPACK_ADMIN_SECRET).
+    """
 
 class TrainerServiceServicer(metaclass=_abc_1.ABCMeta):
     """Status and control of a running training job (`wolfpack train --serve`, or `wolfpack serve trainer`,
@@ -71,6 +75,8 @@ class TrainerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _trainer_service_pb2.SaveCheckpointRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_trainer_service_pb2.SaveCheckpointResponse, _abc.Awaitable[_trainer_service_pb2.SaveCheckpointResponse]]:
-        """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process."""
+        """Writes a checkpoint now (between two updates); FAILED_PRECONDITION when no job runs in this process.
+        Needs the service credential (WOLFPACK_ADMIN_SECRET).
+        """
 
 def add_TrainerServiceServicer_to_server(servicer: TrainerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
