@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -194,3 +195,31 @@ def test_redis_away_past_the_retry_window_is_waited_out_with_every_entry_used(
         client.close()
     finally:
         server.stop()
+
+
+def test_unusable_names_each_problem_and_only_the_trained_policies_turns() -> None:
+    from wolfpack_trainer.intake import unusable
+
+    def traj(**turn: Any) -> trajectory_pb2.Trajectory:
+        t = trajectory_pb2.Trajectory(trajectory_id="t")
+        t.outcomes.add(seat=1, final_reward=1.0)
+        fields = {"index": 3, "seat": 1, "prompt_token_ids": [1, 2], "response_token_ids": [3]}
+        fields.update({"response_logprobs": [-0.5], **turn})
+        u = t.turns.add(**{k: v for k, v in fields.items() if k != "policy"})
+        u.policy.policy_id = turn.get("policy", "p")
+        return t
+
+    assert unusable(traj(), {"p"}, 10) == ""
+    assert "vocabulary [0, 10)" in unusable(
+        traj(response_token_ids=[10], response_logprobs=[-1.0]), {"p"}, 10
+    )
+    assert "vocabulary" in unusable(traj(prompt_token_ids=[-1]), {"p"}, 0)  # negative even when unknown
+    assert unusable(traj(prompt_token_ids=[10**6]), {"p"}, 0) == ""  # no bound known: not refused
+    assert "0 logprobs for 1 tokens" in unusable(traj(response_logprobs=[]), {"p"}, 10)
+    assert "not finite" in unusable(traj(response_logprobs=[math.inf]), {"p"}, 10)
+    assert "reward is nan" in unusable(traj(reward=math.nan), {"p"}, 10)
+    assert unusable(traj(policy="opponent", response_token_ids=[10**6]), {"p"}, 10) == ""  # not trained here
+    bad = traj()
+    bad.outcomes[0].final_reward = -math.inf
+    assert "final_reward is -inf" in unusable(bad, {"p"}, 10)
+    assert unusable(trajectory_pb2.Trajectory(), {"p"}, 10) == "no trajectory_id"

@@ -33,7 +33,8 @@ def vocab_size(model_path: str, tokenizer: Any) -> int:
 
 
 def _ids_outside(ids: Any, vocab: int) -> bool:
-    return bool(ids) and (min(ids) < 0 or max(ids) >= vocab)
+    """Any id below 0, or at or past ``vocab`` when it is known (> 0: a trainer that was not set up)."""
+    return bool(ids) and (min(ids) < 0 or 0 < vocab <= max(ids))
 
 
 def unusable(traj: trajectory_pb2.Trajectory, policies: Collection[str], vocab: int) -> str:
@@ -54,5 +55,5 @@ def unusable(traj: trajectory_pb2.Trajectory, policies: Collection[str], vocab: 
         if not all(math.isfinite(x) for x in t.response_logprobs):
             return f"{where}: a logprob is not finite"
         if _ids_outside(t.prompt_token_ids, vocab) or _ids_outside(t.response_token_ids, vocab):
-            return f"{where}: a token id is outside the model's vocabulary [0, {vocab})"
+            return f"{where}: a token id is outside the model's vocabulary [0, {vocab or 'unknown'})"
     return ""
