@@ -121,6 +121,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         log.exception("web: unexpected error", extra={"path": request.path})
         response = _error(500, "INTERNAL", "internal error in the web view (see its log)")
     response.headers.update(SECURITY_HEADERS)
+    if response.status >= 400 and request.body_exists and not request.content.is_eof():
+        response.force_close()  # a refused body is not read: close rather than drain it (e.g. 413)
     if request.path.startswith("/api/"):
         response.headers.setdefault("Cache-Control", "no-store")
     return response
@@ -431,6 +433,7 @@ async def start_web(
     runner = web.AppRunner(
         create_app(settings, web_settings, env_target), handle_signals=False, access_log=None,
         keepalive_timeout=15, max_line_size=8190, max_field_size=8190,
+        lingering_time=1.0,  # after refusing a big upload, discard the rest for 1 s (aiohttp's 10 s held shutdown)
     )  # fmt: skip
     await runner.setup()
     site = web.TCPSite(runner, web_settings.host, web_settings.port)
