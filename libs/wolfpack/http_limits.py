@@ -11,6 +11,10 @@ straight back. The cap is also kept at a quarter of the process's descriptor lim
 
 Why a JSON helper: ``json.loads`` of a deeply nested document raises ``RecursionError``, which is not a
 ``ValueError``; without this the caller's mistake became a 500.
+
+Why ``json_errors``: a request aiohttp's HTTP parser refuses (a bad request line, a header too long) never
+reaches the app's middleware, and aiohttp answered it in plain text; a client's error handling should only
+have to parse the server's one JSON shape.
 """
 
 from __future__ import annotations
@@ -18,9 +22,15 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
+from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+ErrorBody = Callable[[int, str], dict[str, Any]]
+"""``(status, message) -> JSON body``: a server's error shape."""
 
 
 class JsonTooDeep(ValueError):
@@ -89,3 +99,42 @@ def _close(handler: Any, transport: asyncio.Transport | None) -> None:
     handler.force_close()
     if transport is not None:
         transport.close()
+
+
+class _JsonErrorHandler(RequestHandler):
+    """aiohttp's connection handler, answering its own errors (the parser's 400s, a 500 escaping every
+    middleware) in the server's JSON shape; aiohttp still logs them and closes the connection."""
+
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: Any,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        plain = super().handle_error(request, status, exc, message)
+        shape: ErrorBody | None = getattr(self._manager, "wolfpack_error_body", None)
+        if shape is None:
+            return plain
+        # the parser's message describes the request; a server error's text is never sent
+        text = message if (message and status < 500) else HTTPStatus(status).phrase
+        response = web.json_response(shape(status, text), status=status)
+        response.force_close()
+        return response
+
+
+class _JsonErrorServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _JsonErrorHandler(self, loop=self._loop, **self._kwargs)
+
+
+def json_errors(runner: web.AppRunner, body: ErrorBody) -> None:
+    """Make ``runner``'s low-level HTTP errors answer ``body(status, message)`` as JSON (see the module
+    docstring); call after ``setup()`` and before a site starts."""
+    server = runner.server
+    if server is None:
+        raise RuntimeError("json_errors needs a runner after setup()")
+    server.__class__ = _JsonErrorServer
+    server.wolfpack_error_body = body  # type: ignore[attr-defined]

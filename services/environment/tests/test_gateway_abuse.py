@@ -1,13 +1,15 @@
 """The gateway under hostile load, over a real environment gRPC server and a real gateway on loopback
 ports: long-polls paced 20 ms apart are capped per client (429) and overall (503) before any work, so
 ``/healthz`` keeps answering and a refused ``step`` changes nothing; WebSockets count as waits; a
-100k-deep JSON body (HTTP or WebSocket) and over-deep ``options`` are a 400, not a 500.
+100k-deep JSON body (HTTP or WebSocket) and over-deep ``options`` are a 400, not a 500; requests the HTTP
+parser refuses are answered in the JSON error shape, not plain text.
 
 Bounds from ``gateway_protocol.md``: 64 concurrent waits per client address, 256 over all clients."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -158,3 +160,28 @@ async def test_deeply_nested_json_is_a_400_over_http_and_websocket(gateway: Runn
                     break
             assert msg["type"] == "error" and msg["code"] == "INVALID_ARGUMENT", msg
             await ws.close()
+
+
+async def raw(port: int, request: bytes) -> tuple[bytes, bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        head, _, body = (await asyncio.wait_for(reader.read(), 20)).partition(b"\r\n\r\n")
+        return head, body
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"GARBAGE\r\n\r\n", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 9000 + b"\r\n\r\n"],
+    ids=["request-line", "header-too-long"],
+)
+async def test_requests_the_parser_refuses_get_the_json_error_shape(
+    gateway: RunningGateway, request_bytes: bytes
+) -> None:
+    head, body = await raw(gateway.port, request_bytes)
+    assert head.split(b" ")[1] == b"400" and b"application/json" in head, head
+    error = json.loads(body)["error"]
+    assert error["code"] == "INVALID_ARGUMENT" and error["message"], error

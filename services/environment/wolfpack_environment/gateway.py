@@ -106,6 +106,13 @@ def from_rpc_error(exc: grpc.aio.AioRpcError) -> ApiError:
     return ApiError(HTTP_STATUS.get(code, 502), code.name, exc.details() or code.name)
 
 
+def _parser_error_body(status: int, message: str) -> dict[str, Any]:
+    """The error body of a request aiohttp's parser refused (or another low-level error)."""
+    codes = {400: "INVALID_ARGUMENT", 413: "PAYLOAD_TOO_LARGE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+    code = codes.get(status, "INVALID_ARGUMENT" if status < 500 else "INTERNAL")
+    return {"error": {"code": code, "message": message}}
+
+
 def error_response(err: ApiError) -> web.Response:
     body = {"error": {"code": err.code, "message": err.message}}
     return web.json_response(body, status=err.status, headers=err.headers or None)
@@ -798,6 +805,7 @@ async def start_gateway(
     await runner.setup()
     refused = {"error": {"code": "UNAVAILABLE", "message": "too many open connections; retry shortly"}}
     cap = http_limits.cap_connections(runner, cfg.max_connections, http_limits.refusal(refused))
+    http_limits.json_errors(runner, _parser_error_body)
     waits = app[WAITS_KEY]
     waits.total = max(1, min(waits.total, cap // 2))  # waits never take every connection: /healthz has room
     site = web.TCPSite(runner, host, port)

@@ -318,3 +318,22 @@ async def test_a_connection_finding_every_other_busy_reads_a_json_503(registry: 
         for writer in held:
             writer.close()
         await front.stop()
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [b"GARBAGE\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 9000 + b"\r\n\r\n"],
+    ids=["request-line", "header-too-long"],
+)
+async def test_requests_the_parser_refuses_get_the_json_error_shape(
+    stack: Stack, request_bytes: bytes
+) -> None:
+    port = int(stack.http_url.rpartition(":")[2])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request_bytes)
+    await writer.drain()
+    head, _, body = (await asyncio.wait_for(reader.read(), 20)).partition(b"\r\n\r\n")
+    writer.close()
+    assert head.split(b" ")[1] == b"400" and b"application/json" in head, head
+    error = json.loads(body)["error"]
+    assert error["code"] == 400 and error["type"] == "invalid_request_error" and error["message"], error

@@ -129,8 +129,14 @@ def _parse(model: type[_Request], raw: bytes) -> Any:
         raise HttpError(400, "; ".join(problems)) from None
 
 
+def _error_body(status: int, message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
+    if status >= 500:
+        kind = "internal" if status == 500 else "unavailable"
+    return {"error": {"message": message, "type": kind, "code": status}}
+
+
 def _error(status: int, message: str, kind: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+    return web.json_response(_error_body(status, message, kind), status=status)
 
 
 class HttpFront:
@@ -180,6 +186,7 @@ class HttpFront:
         self.max_connections = http_limits.cap_connections(
             self._runner, self.max_connections, http_limits.refusal(refused)
         )
+        http_limits.json_errors(self._runner, _error_body)
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         return int(self._runner.addresses[0][1])
