@@ -357,9 +357,7 @@ class Observation(_message.Message):
     """Outcome for this seat once done."""
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatMessage]:
-        """The same content as chat messages (system prompt + history + instruction). Empty in PlaySeats
-        decisions, where it would only repeat `text` as the one user message (read it as [user: text]).
-        """
+        """The same content as chat messages (system prompt + history + instruction)."""
 
     @_builtins.property
     def legal_actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LegalAction]:

@@ -110,12 +110,9 @@ class Observations:
         obs: Observation | None = None,
         include_text: bool = True,
         into: Any = None,
-        messages: bool = True,
     ) -> pb.Observation:
         """The seat's observation as a proto, appended to ``into`` (a repeated Observation field) when
-        given, which saves copying it into the response afterwards. ``messages=False`` leaves
-        ``messages`` empty where it would only repeat ``text`` as the one user message (PlaySeats: the
-        prompt is the largest part of every decision, and sending it twice doubled the bytes)."""
+        given, which saves copying it into the response afterwards."""
         o = obs or ep.env.observe(seat)
         env_done = ep.env.done
         done = env_done or ep.closed
@@ -139,8 +136,7 @@ class Observations:
             msg.feedback = o.feedback
         if include_text:  # rendering is the expensive part; PlaySeats clients may skip it
             msg.text = o.text
-            if messages:
-                msg.messages.add(role="user", content=o.text)
+            msg.messages.add(role="user", content=o.text)
         return msg
 
     def _legal_bytes(self, legal: tuple[LegalAction, ...]) -> bytes:

@@ -7,10 +7,6 @@ are forgotten at once, so a stream that plays episode after episode for hours ho
 Per-item failures (a bad create, an act with a foreign token) become that item's ``google.rpc.Status``;
 the stream goes on.
 
-Decisions carry the prompt once, as ``text``; ``messages`` stays empty (it would repeat ``text`` as the one
-user message, doubling every decision's bytes: ~0.35 ms of CPU per 30-decision round trip). A client that
-wants chat messages reads ``[user: text]``, as the rollout driver's prompt builder does.
-
 Bounded work per message: a message's creates past ``MAX_CREATES_PER_MESSAGE`` fail alone with
 RESOURCE_EXHAUSTED (send them in a later message), and applying a message gives the event loop back every
 ``HANDLE_SLICE_S`` of work, so one message of costly creates (options at their bounds: ~10 ms each) never
@@ -217,14 +213,14 @@ class PlayStream:
             ep = joined.ep
             if ep.done:
                 for seat in sorted(joined.seats):
-                    observation(ep, seat, include_text=include_text, into=out, messages=False)
+                    observation(ep, seat, include_text=include_text, into=out)
                 self._forget(joined)
                 continue
             sent, seats = joined.sent, joined.seats
             for seat, turn_id in ep.open_turns.items():
                 if sent.get(seat) != turn_id and seat in seats:
                     sent[seat] = turn_id
-                    observation(ep, seat, include_text=include_text, into=out, messages=False)
+                    observation(ep, seat, include_text=include_text, into=out)
         self.dirty.clear()
 
     def _forget(self, joined: _Joined) -> None:
