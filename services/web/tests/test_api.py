@@ -232,3 +232,24 @@ async def test_the_games_it_plays_are_bounded(stack: Stack) -> None:
     await stack.web.stop()  # stopping the web view closes the games it was playing
     await asyncio.sleep(0.1)
     assert not stack.servicer.manager.episodes
+
+
+async def test_a_scripted_game_started_here_is_the_game_wolfpack_play_prints(stack: Stack) -> None:
+    from wolfpack_environment.cli import play_game
+
+    async with aiohttp.ClientSession(stack.url) as s:
+        status, body = await _post(
+            s, "/api/episodes", {"game": "werewolf_v1", "variant": "9p", "seed": 7, "bots": "heuristic"}
+        )
+        assert status == 201, body
+        status, view = await _get(s, f"/api/episodes/{body['episode_id']}")
+        assert status == 200 and view["done"]
+        status, bad = await _post(
+            s, "/api/episodes", {"game": "werewolf_v1", "variant": "9p", "bots": "oracle"}
+        )
+        assert status == 400 and "paced-random" in bad["error"]["message"]
+    engine, _ = play_game("werewolf_v1", "9p", 7, "heuristic")
+    expected = [(e.kind, e.channel, e.actor, e.target, e.text) for e in engine.events]
+    assert [(e["kind"], e["channel"], e["actor"], e["target"], e["text"]) for e in view["events"]] == expected
+    assert view["winner"] == engine.winner()
+    assert not stack.servicer.manager.episodes  # released there once its view was kept

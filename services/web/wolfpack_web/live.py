@@ -32,8 +32,13 @@ from wolfpack_environment.client import EnvironmentClient
 
 log = logging.getLogger(__name__)
 
+VIEW_REUSE_S = 0.2
+"""Polls within this of the last ``GetEpisode`` share its answer: the environment's load stays one call per
+episode per 0.2 s however many pages watch it."""
 MAX_EVENTS_PER_VIEW = 2_000
 """Events sent per poll; the page asks again from where it stopped."""
+PACED = "paced-random"
+"""``start``'s bots value for a game played here, slowly enough to watch live."""
 SPEECHES = (
     "I have been watching Player {t} closely; something is off.",
     "I trust Player {t} for now.",
@@ -61,6 +66,8 @@ class Watched:
     final: pb.GetEpisodeResponse | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     error: str = ""
+    recent: pb.GetEpisodeResponse | None = field(default=None, repr=False)  # the last view, for VIEW_REUSE_S
+    recent_at: float = 0.0
 
 
 def seat_json(s: pb.SeatState) -> dict[str, Any]:
@@ -155,8 +162,11 @@ class Spectator:
     async def games(self) -> list[pb.GameInfo]:
         return await self.client.list_games()
 
-    async def start(self, game_id: str, variant: str, seed: int, pace_s: float) -> Watched:
-        """Create an episode with every seat external and play it here, ``pace_s`` per decision."""
+    async def start(self, game_id: str, variant: str, seed: int, pace_s: float, bots: str = PACED) -> Watched:
+        """Create an episode and show it. ``bots`` ``PACED``: every seat external, played here by a random
+        legal-move bot, ``pace_s`` per decision, to be watched live. Else the game's scripted bot of that
+        name in every seat: the environment plays it to the end inside the create call (the same game
+        ``wolfpack play GAME --seed SEED --bots BOTS`` prints), ready to replay at once."""
         self._check_enabled()
         if self.playing() >= self.max_games:
             raise SpectateError(
@@ -174,10 +184,22 @@ class Spectator:
                 "INVALID_ARGUMENT",
                 f"unknown variant {variant!r} of {game_id}; variants: {', '.join(variants)}",
             )
-        seats = tuple(range(variants[variant].num_seats))
-        created = await self.client.create_episode(game_id, variant, seed, external_seats=seats)
+        if bots != PACED and bots not in games[game_id].bots:
+            raise SpectateError(
+                400, "INVALID_ARGUMENT",
+                f"unknown bots {bots!r} for {game_id}; bots: {', '.join([PACED, *games[game_id].bots])}",
+            )  # fmt: skip
+        if bots == PACED:
+            seats = tuple(range(variants[variant].num_seats))
+            created = await self.client.create_episode(game_id, variant, seed, external_seats=seats)
+        else:
+            created = await self.client.create_episode(game_id, variant, seed, default_bot=bots)
         watched = Watched(created.episode_id, created.admin_token, "started", game_id, variant)
-        watched.task = asyncio.create_task(self._play(watched, created.seat_tokens, seed, pace_s))
+        if created.seat_tokens:
+            watched.task = asyncio.create_task(self._play(watched, created.seat_tokens, seed, pace_s))
+        else:  # every seat scripted: it is over already
+            watched.final = await self.client.get_episode(created.episode_id, created.admin_token)
+            await self.client.close_episode(created.episode_id, created.admin_token)
         self._remember(watched)
         log.info("web: started a game", extra={"episode_id": created.episode_id, "game": game_id})
         return watched
@@ -233,8 +255,12 @@ class Spectator:
     async def view(self, episode_id: str, since: int) -> dict[str, Any]:
         watched = self.get(episode_id)
         state = watched.final
+        now = time.monotonic()
+        if state is None and watched.recent is not None and now - watched.recent_at < VIEW_REUSE_S:
+            state = watched.recent
         if state is None:
             state = await self.client.get_episode(episode_id, watched.admin_token)
+            watched.recent, watched.recent_at = state, now
             if state.done and (watched.task is None or watched.task.done()):
                 watched.final = state
         return view_json(state, since, watched)

@@ -34,7 +34,7 @@ from wolfpack.files import write_text_atomic
 from wolfpack.settings import Settings
 from wolfpack_environment.client import EnvironmentClient
 from wolfpack_web import replay, runs
-from wolfpack_web.live import SpectateError, Spectator
+from wolfpack_web.live import PACED, SpectateError, Spectator
 from wolfpack_web.settings import WebSettings
 
 log = logging.getLogger(__name__)
@@ -221,6 +221,7 @@ async def list_games(request: web.Request) -> web.Response:
                 {
                     "game_id": g.game_id,
                     "variants": [{"name": v.name, "num_seats": v.num_seats} for v in g.variants],
+                    "bots": [PACED, *g.bots],
                 }
                 for g in games
             ]
@@ -241,7 +242,8 @@ async def start_episode(request: web.Request) -> web.Response:
     variant = _str(body.get("variant", "9p"), "variant", 64)
     seed = _int(body.get("seed"), "seed", 0, 2**63 - 1, default=0)
     pace_ms = _int(body.get("pace_ms"), "pace_ms", 0, 5_000, default=300)
-    watched = await request.app[CONTEXT].spectator.start(game, variant, seed, pace_ms / 1000)
+    bots = _str(body.get("bots", PACED), "bots", 64)
+    watched = await request.app[CONTEXT].spectator.start(game, variant, seed, pace_ms / 1000, bots)
     return web.json_response({"episode_id": watched.episode_id}, status=201)
 
 

@@ -71,6 +71,7 @@ async function loadGames() {
     $("start-variant").replaceChildren(
       ...(g ? g.variants : []).map((v) => el("option", { value: v.name, text: `${v.name} (${v.num_seats} seats)` })));
     if (g && g.game_id === "werewolf_v1") $("start-variant").value = "9p";
+    $("start-bots").replaceChildren(...(g ? g.bots : []).map((b) => el("option", { value: b, text: b })));
   };
   game.onchange = fillVariants;
   if (body.games.some((g) => g.game_id === "werewolf_v1")) game.value = "werewolf_v1";
@@ -179,6 +180,7 @@ async function showLive(episodeId) {
       if (live.done) refreshEpisodes(episodeId).catch(() => {});
     } catch (err) {
       setStatus(err.message);
+      if (err.message.startsWith("NOT_FOUND")) live.done = true;  // gone (environment restarted): stop asking
     } finally {
       live.busy = false;
     }
@@ -196,9 +198,11 @@ $("start-form").addEventListener("submit", async (ev) => {
       body: JSON.stringify({
         game: $("start-game").value, variant: $("start-variant").value,
         seed: Number($("start-seed").value || 0), pace_ms: Number($("start-pace").value || 0),
+        bots: $("start-bots").value,
       }),
     });
-    location.hash = `#/live/${encodeURIComponent(body.episode_id)}`;
+    const live = $("start-bots").value === "paced-random";
+    location.hash = `#/${live ? "live" : "replay/episode"}/${encodeURIComponent(body.episode_id)}`;
   } catch (err) { setStatus(err.message); }
 });
 
