@@ -2,7 +2,8 @@
 ports: long-polls paced 20 ms apart are capped per client (429) and overall (503) before any work, so
 ``/healthz`` keeps answering and a refused ``step`` changes nothing; WebSockets count as waits; a
 100k-deep JSON body (HTTP or WebSocket) and over-deep ``options`` are a 400, not a 500; requests the HTTP
-parser refuses are answered in the JSON error shape, not plain text.
+parser refuses are answered in the JSON error shape, not plain text; the service's rate and episode limits
+reach HTTP and WebSocket clients with the status and code of the protocol document's error table.
 
 Bounds from ``gateway_protocol.md``: 64 concurrent waits per client address, 256 over all clients."""
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,8 +22,10 @@ import pytest
 
 from wolfpack import rpc
 from wolfpack.settings import load_settings
+from wolfpack_environment import gateway as gateway_module
 from wolfpack_environment.gateway import GatewayConfig, RunningGateway, start_gateway
 from wolfpack_environment.server import EnvironmentServicer, register
+from wolfpack_environment.sessions import EpisodeManager, Limits
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -185,3 +190,54 @@ async def test_requests_the_parser_refuses_get_the_json_error_shape(
     assert head.split(b" ")[1] == b"400" and b"application/json" in head, head
     error = json.loads(body)["error"]
     assert error["code"] == "INVALID_ARGUMENT" and error["message"], error
+
+
+# --------------------------------------------------------------------------- limits vs the error table
+
+
+def documented_statuses() -> dict[str, int]:
+    """``code -> HTTP status`` from the Errors table of ``gateway_protocol.md``."""
+    doc = (Path(gateway_module.__file__).parent / "gateway_protocol.md").read_text()
+    table = doc.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0].isdigit():
+            for code in re.findall(r"`([A-Z_]+)`", cells[1]):
+                out[code] = int(cells[0])
+    return out
+
+
+async def test_rate_and_episode_limits_answer_the_documented_status_over_http_and_websocket() -> None:
+    statuses = documented_statuses()
+    assert statuses["RESOURCE_EXHAUSTED"] == 429 and statuses["FAILED_PRECONDITION"] == 409, statuses
+    servicer = EnvironmentServicer(EpisodeManager(Limits(max_episodes=2, acts_per_second=0.001, burst=3)))
+    async for gateway in started(servicer):
+        async with aiohttp.ClientSession(base_url=gateway.url, timeout=aiohttp.ClientTimeout(60)) as http:
+            create = {"game": "werewolf_v1", "variant": "6p", "seed": 1, "external_seats": [0, 1]}
+            status, ep, _ = await call(http, "POST", "/v1/episodes", json=create)
+            assert status == 201, ep
+            status, _, _ = await call(http, "POST", "/v1/episodes", json={**create, "seed": 2})
+            assert status == 201
+            status, body, _ = await call(http, "POST", "/v1/episodes", json={**create, "seed": 3})
+            assert (
+                body["error"]["code"] == "RESOURCE_EXHAUSTED" and status == statuses["RESOURCE_EXHAUSTED"]
+            ), body
+            tokens = {t["seat"]: t["token"] for t in ep["seat_tokens"]}
+            step = f"/v1/episodes/{ep['episode_id']}/step"
+            stale = {"token": tokens[0], "turn_id": 10_000, "text": "I pass.", "wait_s": 0}
+            for expected in ("FAILED_PRECONDITION",) * 3 + ("RESOURCE_EXHAUSTED",):  # a burst of 3
+                status, body, _ = await call(http, "POST", step, json=stale)
+                assert body["error"]["code"] == expected and status == statuses[expected], body
+            timeouts = aiohttp.ClientWSTimeout(ws_receive=20, ws_close=10)
+            url = f"/v1/episodes/{ep['episode_id']}/ws"
+            async with http.ws_connect(url, params={"token": tokens[1]}, timeout=timeouts) as ws:
+                codes = []
+                for i in range(4):
+                    await ws.send_json({"type": "act", "id": i, "turn_id": 10_000, "text": "I pass."})
+                    while (msg := await ws.receive_json(timeout=20))["type"] == "observation":
+                        pass
+                    assert msg["type"] == "error" and msg["id"] == i, msg
+                    codes.append(msg["code"])
+                assert codes == ["FAILED_PRECONDITION"] * 3 + ["RESOURCE_EXHAUSTED"], codes
+                await ws.close()
