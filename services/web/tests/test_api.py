@@ -253,3 +253,15 @@ async def test_a_scripted_game_started_here_is_the_game_wolfpack_play_prints(sta
     assert [(e["kind"], e["channel"], e["actor"], e["target"], e["text"]) for e in view["events"]] == expected
     assert view["winner"] == engine.winner()
     assert not stack.servicer.manager.episodes  # released there once its view was kept
+
+
+async def test_requests_for_another_host_name_are_refused(stack: Stack) -> None:
+    """DNS rebinding: a page of evil.example resolved to 127.0.0.1 sends ``Host: evil.example``."""
+    async with aiohttp.ClientSession(stack.url) as s:
+        for host, status in (("evil.example", 403), (f"evil.example:{stack.web.port}", 403), ("localhost", 200),
+                             (f"127.0.0.1:{stack.web.port}", 200)):  # fmt: skip
+            async with s.get("/api/episodes", headers={"Host": host}) as resp:
+                body = await resp.json()
+                assert resp.status == status, (host, body)
+                if status == 403:
+                    assert body["error"]["code"] == "HOST_NOT_ALLOWED"

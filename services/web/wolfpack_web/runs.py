@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -152,9 +154,25 @@ def latest(rows: Sequence[Mapping[str, float]], keys: Sequence[str]) -> dict[str
     return out
 
 
+@dataclass
+class _Tail:
+    """An event file read so far: its loader (which yields only records appended since its last call)
+    and the newest transcripts found in it."""
+
+    loader: Any
+    found: list[dict[str, Any]] = field(default_factory=list)
+
+
+_TAILS: OrderedDict[Path, _Tail] = OrderedDict()
+_TAILS_LOCK = threading.Lock()
+MAX_TAILED_FILES = 64
+
+
 def samples(run: Run, limit: int = MAX_SAMPLES) -> list[dict[str, Any]]:
     """The newest sample games the trainer logged as TensorBoard text (``transcripts/…``), newest step
-    first. Empty when the run has no ``tb/`` or tensorboard is not installed (the trainer extra has it)."""
+    first. Each event file is read once and then only from where it stopped (a long run's scalars are
+    not re-parsed on every poll). Empty when the run has no ``tb/`` or tensorboard is not installed (the
+    trainer extra has it)."""
     try:
         from tensorboard.backend.event_processing.event_file_loader import (  # type: ignore[import-untyped]
             EventFileLoader,
@@ -163,18 +181,33 @@ def samples(run: Run, limit: int = MAX_SAMPLES) -> list[dict[str, Any]]:
         return []
     found: list[dict[str, Any]] = []
     for path in sorted((run.path / "tb").glob("events.out.tfevents.*")):
-        try:
-            if path.stat().st_size > MAX_METRICS_BYTES:
+        with _TAILS_LOCK:
+            tail = _TAILS.get(path)
+            try:
+                if tail is None:
+                    if path.stat().st_size > MAX_METRICS_BYTES:
+                        continue
+                    tail = _TAILS[path] = _Tail(EventFileLoader(str(path)))
+                    while len(_TAILS) > MAX_TAILED_FILES:
+                        _TAILS.popitem(last=False)
+                _TAILS.move_to_end(path)
+                _read_transcripts(tail)
+            except Exception:  # a damaged file: skip it, the page shows the others
+                _TAILS.pop(path, None)
                 continue
-            events = list(EventFileLoader(str(path)).Load())
-        except Exception:  # a file being written or damaged: skip it, the page shows the others
-            continue
-        for event in events:
-            for value in event.summary.value:
-                if not value.tag.startswith("transcripts/") or not value.tensor.string_val:
-                    continue
-                text = value.tensor.string_val[0].decode("utf-8", "replace")
-                tag = value.tag.removesuffix("/text_summary")
-                found.append({"step": int(event.step), "tag": tag, "text": text[:MAX_SAMPLE_CHARS]})
+            found.extend(tail.found)
     found.sort(key=lambda s: (-s["step"], s["tag"]))
     return found[:limit]
+
+
+def _read_transcripts(tail: _Tail) -> None:
+    for event in tail.loader.Load():
+        for value in event.summary.value:
+            if not value.tag.startswith("transcripts/") or not value.tensor.string_val:
+                continue
+            text = value.tensor.string_val[0].decode("utf-8", "replace")
+            tag = value.tag.removesuffix("/text_summary")
+            tail.found.append({"step": int(event.step), "tag": tag, "text": text[:MAX_SAMPLE_CHARS]})
+    if len(tail.found) > 4 * MAX_SAMPLES:
+        tail.found.sort(key=lambda s: -s["step"])
+        del tail.found[4 * MAX_SAMPLES :]

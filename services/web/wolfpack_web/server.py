@@ -104,6 +104,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """One error shape for every failure; no traceback leaves this process."""
     try:
+        _allowed_host(request)
         response = await handler(request)
     except (ApiError, SpectateError) as err:
         response = _error(err.status, err.code, err.message)
@@ -126,6 +127,17 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     if request.path.startswith("/api/"):
         response.headers.setdefault("Cache-Control", "no-store")
     return response
+
+
+def _allowed_host(request: web.Request) -> None:
+    """Answer only requests addressed to this machine by a loopback name or the configured host: a page
+    on another site that rebinds its own domain to 127.0.0.1 (DNS rebinding) would otherwise be same-origin
+    with us and could read running games' hidden roles. Off with ``WOLFPACK_WEB_TRUST_NETWORK``."""
+    settings = request.app[CONTEXT].web
+    host = request.url.host or ""
+    if settings.trust_network or host in ("localhost", settings.host) or auth.is_loopback(f"[{host}]:0"):
+        return
+    raise ApiError(403, "HOST_NOT_ALLOWED", "this web view answers requests to its own address only")
 
 
 def _same_origin(request: web.Request) -> None:
