@@ -171,3 +171,55 @@ async def test_the_same_seed_plays_the_same_game_in_local_and_service_mode(
         other, _ = await play_locally(cfg, dataclasses.replace(task, seed=task.seed + 100))
         differing_games += other != local_seen
     assert differing_games == 4  # the seed matters: another seed is another game
+
+
+def _comparable(traj: Any) -> Any:
+    """The trajectory without what differs between any two plays of one game: ids, times, trace, worker."""
+    out = type(traj)()
+    out.CopyFrom(traj)
+    for name in ("trajectory_id", "episode_id", "trace", "finished_at"):
+        out.ClearField(name)
+    for turn in out.turns:
+        turn.ClearField("started_at")
+        turn.generate_ms = 0.0
+    out.metadata.pop("worker_id", None)
+    return out
+
+
+@pytest.mark.parametrize("case", ["ultimatum-random-proposer", "werewolf-6p-roles"])
+async def test_in_process_backends_give_the_services_trajectories(
+    case: str, env_client: EnvironmentClient
+) -> None:
+    """The whole ``Trajectory`` proto: the driver over the in-process environment and reward (local mode)
+    and the same driver over the real environment and reward servers give equal protos (turns with their
+    token ids, logprobs, validity, applied actions; outcomes; rewards and the spec's notes) for the same
+    seeds and answers, ids and times aside. Inference is the same scripted policy in both."""
+    from wolfpack_reward.server import register as register_reward
+    from wolfpack_rollout.client import RolloutDriver
+    from wolfpack_trainer.local_rollout import LocalInference
+
+    cfg = CASES[case]
+    tok = TableTokenizer()
+
+    def policy(_policy_id: str, prompts: list[list[int]], _sampling: Any) -> list[Generated]:
+        moves = [trainee_move(cfg.game.id, tok.decode(ids)) or " " for ids in prompts]
+        return [Generated([tok.id_of(m)], [-0.5], common_pb2.FINISH_REASON_STOP) for m in moves]
+
+    versions = {p.id: 2 for p in cfg.policies}
+    config = RolloutConfig(prompt_mode="full", max_turns=2000, language=cfg.game.language)
+    tasks = [service_task(t, i) for i, t in enumerate(plan_tasks(cfg, [0, 1, 2, 7], 1, "u0"))]
+    local = await local_driver(config, tok, policy, lambda: versions).play(tasks)
+    settings = load_settings(rpc_timeout_s=20)
+    reward = await rpc.start_server("reward", register_reward, settings, "127.0.0.1:0")
+    try:
+        async with rpc.channel(f"127.0.0.1:{reward.port}", settings) as channel:
+            served = await RolloutDriver(
+                config, environment=env_client, reward_channel=channel,
+                inference=LocalInference(tok, policy, lambda: versions),
+            ).play(tasks)  # fmt: skip
+    finally:
+        await reward.stop(0)
+    assert len(local) == len(served) == len(tasks)
+    for a, b in zip(local, served, strict=True):
+        assert any(t.response_token_ids for t in a.turns) and a.reward_spec
+        assert _comparable(a) == _comparable(b), f"{case} seed {a.seed}"
