@@ -222,6 +222,9 @@ class Spectator:
             log.warning(
                 "web: a game stopped", extra={"episode_id": watched.episode_id, "code": exc.code().name}
             )
+        except Exception as exc:  # the page shows why; the web view goes on
+            watched.error = f"the game stopped: {type(exc).__name__}"
+            log.exception("web: a game stopped", extra={"episode_id": watched.episode_id})
 
     async def register(self, episode_id: str, token: str) -> Watched:
         """Remember an episode another client created, given its admin token. A seat token is refused:
