@@ -15,7 +15,8 @@ Why each piece exists:
   memory stays bounded and a lagging trainer slows the producers down instead of losing data.
 - *Coalesced single appends*: ``append`` (one message, the rollout driver's call, from many episodes at
   once) queues its message; one flush in flight at a time sends everything queued as one script call, so
-  N concurrent appends cost about one round trip and one script run instead of N. Each caller still gets
+  N concurrent appends cost about one round trip and one script run instead of N (an append that finds
+  nothing in flight sends its own message at once, as a lone append always did). Each caller still gets
   its own entry id or its own error, and its own trace context travels with its own entry.
 - *Idempotent appends*: one Lua script per batch (one round trip) appends each message only if its id
   (``id_of(message)``, e.g. ``Trajectory.trajectory_id``) was not appended within the last
@@ -436,6 +437,7 @@ class ProtoStreamProducer(Generic[M]):
         # Single appends waiting for the flush in flight: (data, message id, traceparent, tracestate, waiter).
         self._queued: list[tuple[bytes, bytes, str, str, asyncio.Future[str]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._sending = False  # an ``append`` is sending its own message (nothing was in flight)
         _PRODUCERS.add(self)
 
     @classmethod
@@ -484,13 +486,40 @@ class ProtoStreamProducer(Generic[M]):
             raise ValueError("id_of(message) returned an empty id; every message needs its own id")
         data = message.SerializeToString()
         carrier = telemetry.inject_carrier()
+        tp, ts = carrier.get("traceparent", ""), carrier.get("tracestate", "")
+        if self._flusher is None and not self._sending:
+            # Nothing in flight: this call sends its own message (no task to start, no wake-up to wait
+            # for); appends arriving meanwhile queue, and go together once it returns.
+            self._sending = True
+            self.flushes += 1
+            try:
+                return (await self._send(self._script_args([(data, message_id.encode(), tp, ts)])))[0]
+            finally:
+                self._sending = False
+                if self._queued and self._flusher is None:
+                    self._flusher = asyncio.ensure_future(self._flush_queued())
         waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._queued.append(
-            (data, message_id.encode(), carrier.get("traceparent", ""), carrier.get("tracestate", ""), waiter)
-        )
-        if self._flusher is None:
-            self._flusher = asyncio.ensure_future(self._flush_queued())
+        self._queued.append((data, message_id.encode(), tp, ts, waiter))
         return await waiter
+
+    def _script_args(self, batch: Sequence[tuple[bytes, bytes, str, str]]) -> list[bytes | str | int]:
+        """The append script's arguments for (data, message id, traceparent, tracestate) per message: the
+        shared-fields form when they all have one trace context (or none), else per-message fields."""
+        args: list[bytes | str | int] = [self.maxlen, self.dedup_ttl_s]
+        contexts = {(tp, ts) for _d, _i, tp, ts in batch}
+        if len(contexts) == 1:
+            tp, ts = next(iter(contexts))
+            extra = [(k, v) for k, v in (("traceparent", tp), ("tracestate", ts)) if v]
+            args.append(len(extra))
+            for k, v in extra:
+                args += (k, v)
+            for data, mid, _tp, _ts in batch:
+                args += (data, mid)
+        else:
+            args.append(-1)
+            for data, mid, tp, ts in batch:
+                args += (data, mid, tp, ts)
+        return args
 
     async def _flush_queued(self) -> None:
         """Send queued single appends, ``APPEND_CHUNK`` at a time, until none is left; settle each waiter."""
@@ -498,20 +527,7 @@ class ProtoStreamProducer(Generic[M]):
         try:
             while self._queued:
                 batch, self._queued = self._queued[:APPEND_CHUNK], self._queued[APPEND_CHUNK:]
-                contexts = {(tp, ts) for _d, _i, tp, ts, _w in batch}
-                args: list[bytes | str | int] = [self.maxlen, self.dedup_ttl_s]
-                if len(contexts) == 1:  # one trace context (or none) for all: the shared-fields form
-                    tp, ts = next(iter(contexts))
-                    extra = [(k, v) for k, v in (("traceparent", tp), ("tracestate", ts)) if v]
-                    args.append(len(extra))
-                    for k, v in extra:
-                        args += (k, v)
-                    for data, mid, _tp, _ts, _w in batch:
-                        args += (data, mid)
-                else:
-                    args.append(-1)
-                    for data, mid, tp, ts, _w in batch:
-                        args += (data, mid, tp, ts)
+                args = self._script_args([(data, mid, tp, ts) for data, mid, tp, ts, _w in batch])
                 self.flushes += 1
                 try:
                     ids = await self._send(args)
