@@ -73,12 +73,10 @@ def main() -> None:
 
     seeds = [s for s in range(args.episodes // group) for _ in range(group)]
     old_tasks = [old.Task("ultimatum_v1", "outside", s, {1: "responder"}, group_size=group) for s in seeds]
-    new_tasks = [
-        service_task(new.Task("ultimatum_v1", "outside", s, {1: "responder"}, group_id=f"g{s}", group_size=group), i)
-        for i, s in enumerate(seeds)
-    ]  # fmt: skip
+    planned = [new.Task("ultimatum_v1", "outside", s, {1: "responder"}, group_id=f"g{s}", group_size=group)
+               for s in seeds]  # fmt: skip
     config = new.RolloutConfig(
-        concurrency=len(new_tasks), prompt_mode="memory", max_prompt_tokens=crop,
+        concurrency=len(seeds), prompt_mode="memory", max_prompt_tokens=crop,
         sampling=new.SamplingConfig(max_tokens=max_tokens, temperature=1.0),
     )  # fmt: skip
     sampling = common_pb2.SamplingParams(max_tokens=max_tokens, temperature=1.0, logprobs=True)
@@ -91,7 +89,8 @@ def main() -> None:
     def run_new() -> int:
         driver = new.local_driver(config, tok, lambda pid, prompts, s: sample(prompts, s.temperature),
                                   lambda: {"responder": 0})  # fmt: skip
-        return len(new.play(new_tasks, driver))
+        tasks = [service_task(t, i) for i, t in enumerate(planned)]  # timed: the trainer does this per update
+        return len(new.play(tasks, driver))
 
     times: dict[str, list[float]] = {"old player": [], "driver, in process": []}
     run_old(), run_new()  # warm-up (tokenizer caches, first model calls)
