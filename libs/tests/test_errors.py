@@ -109,3 +109,33 @@ def test_batch_items_get_the_same_code_and_message() -> None:
     status = to_status(Missing("no such spec"))
     assert code_of(status) == grpc.StatusCode.NOT_FOUND and status.message == "no such spec"
     assert code_of(to_status(KeyError("x"))) == grpc.StatusCode.INTERNAL
+
+
+async def test_bytes_that_are_no_message_are_invalid_argument_on_every_call_kind(target: str) -> None:
+    """Raw bytes that do not parse as the method's request (a hostile or broken client) answer
+    INVALID_ARGUMENT before any handler runs, not UNKNOWN "Unexpected DecodeError" from inside gRPC."""
+    garbage = b"\xff\xff\xff"
+    async with rpc.channel(target, load_settings(rpc_timeout_s=20)) as ch:
+        unary = ch.unary_unary("/wolfpack.v1.RewardService/Score")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await unary(garbage, timeout=20)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "not a valid message" in (err.value.details() or "")
+
+        server_stream = ch.unary_stream("/wolfpack.v1.InferenceService/GenerateBatch")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in server_stream(garbage, timeout=20):
+                pass
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield garbage
+
+        client_stream = ch.stream_unary("/wolfpack.v1.InferenceService/PushWeights")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await client_stream(chunks(), timeout=20)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # a well-formed request still reaches the handler (its own status, not the decode one)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await unary(pb.ScoreRequest().SerializeToString(), timeout=20)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND

@@ -141,15 +141,62 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             inner = getattr(handler, kind)
             if inner is None:
                 continue
+            if kind.startswith("stream_"):
+                inner = _checked_requests(inner)
             body = _mapped_stream(inner, method) if kind.endswith("_stream") else _mapped(inner, method)
             wrapped = make(
                 body,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_lenient(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
             self._wrapped[method] = wrapped
             return wrapped
         return handler
+
+
+class Undecodable:
+    """What a request that does not parse as the method's message becomes (instead of an exception inside
+    gRPC's own deserialization, which ends the call UNKNOWN "Unexpected DecodeError", a status no client
+    expects): the handler wrapper answers it INVALID_ARGUMENT before any service code runs."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.reason = f"{type(exc).__name__}: {exc}"
+
+
+class UndecodableRequest(errors.ServiceError):
+    code = "INVALID_ARGUMENT"
+
+    def __init__(self, bad: Undecodable) -> None:
+        super().__init__(f"the request is not a valid message of this method ({bad.reason})")
+
+
+def _lenient(deserialize: Any) -> Any:
+    if deserialize is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:  # protobuf's DecodeError, or a RuntimeWarning-free garbage error
+            return Undecodable(exc)
+
+    return parse
+
+
+def _checked_requests(inner: Any) -> Any:
+    """A request-streaming handler whose iterator raises ``UndecodableRequest`` at a message that did
+    not parse (the wrapper then answers INVALID_ARGUMENT)."""
+
+    async def checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for request in requests:
+            if isinstance(request, Undecodable):
+                raise UndecodableRequest(request)
+            yield request
+
+    def call(requests: Any, context: Any) -> Any:
+        return inner(checked(requests), context)
+
+    return call
 
 
 async def _abort_with(context: Any, exc: Exception, method: str) -> None:
@@ -161,6 +208,8 @@ async def _abort_with(context: Any, exc: Exception, method: str) -> None:
 def _mapped(inner: Any, method: str) -> Any:
     async def call(request: Any, context: Any) -> Any:
         try:
+            if isinstance(request, Undecodable):
+                raise UndecodableRequest(request)
             return await inner(request, context)
         except grpc.aio.AbortError:
             raise
@@ -177,6 +226,8 @@ def _mapped_stream(inner: Any, method: str) -> Any:
 
     async def call(request: Any, context: Any) -> AsyncIterator[Any]:
         try:
+            if isinstance(request, Undecodable):
+                raise UndecodableRequest(request)
             responses = inner(request, context)
             if inspect.isawaitable(responses):
                 responses = await responses

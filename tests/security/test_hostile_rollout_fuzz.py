@@ -5,8 +5,8 @@ metadata and the credential; the server's side is its live counters (failures wi
 elapsed time). Every answer must be OK with a response that parses and says what the counters hold, or a
 documented status (docs/security.md). Real server over gRPC on a loopback port.
 
-Corrupt bytes (not a protobuf at all) are left out: grpc.aio answers them UNKNOWN in every service, before
-any servicer runs (``rpc.py``'s server set-up would have to parse requests itself to say INVALID_ARGUMENT).
+Corrupt bytes (not a protobuf at all) are left out here: every server answers them INVALID_ARGUMENT before
+any servicer runs (``rpc.ErrorInterceptor``), checked for every call kind in ``libs/tests/test_errors.py``.
 """
 
 from __future__ import annotations
