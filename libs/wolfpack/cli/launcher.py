@@ -357,8 +357,11 @@ async def _run_up(
             save()
             waiting = [s for s in waiting if s not in wave]
         procs.sort(key=lambda svc: SERVICES.index(svc.name))
+        web_start = asyncio.ensure_future(  # alongside the health checks: its import overlaps theirs
+            _start_web(settings, child_env(settings, redis_url, addresses), pgid, deadline)
+        )
         await asyncio.gather(*(_wait_healthy(s, deadline) for s in procs if s.status == "STARTING"))
-        web = await _start_web(settings, child_env(settings, redis_url, addresses), pgid, deadline)
+        web = await web_start
         if web is not None:  # its row shows the URL to open
             state.pids["web"] = web.proc.pid  # type: ignore[union-attr]
             save()
