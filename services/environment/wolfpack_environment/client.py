@@ -306,7 +306,13 @@ class PlayStream:
     async def read(self) -> pb.PlaySeatsResponse:
         """The server's next message; raises the writer's failure, or ``ConnectionError`` at the stream's
         end (the server never ends a call whose client is still writing)."""
-        message = await self.call.read()
+        try:
+            message = await self.call.read()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.failure is not None and task is not None and not task.cancelling():
+                raise self.failure from None  # the writer failed and cancelled the call: say why
+            raise
         if self.failure is not None:
             raise self.failure
         if message is grpc.aio.EOF:
@@ -329,8 +335,9 @@ class PlayStream:
                 await self.call.write(message)
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # the read side reports it
+        except BaseException as exc:  # the read side reports it: the call is cancelled so a read wakes up
             self.failure = exc
+            self.call.cancel()
 
 
 @dataclass

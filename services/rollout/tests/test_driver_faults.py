@@ -278,3 +278,24 @@ async def test_an_unexpected_error_fails_its_episode_not_the_run(stack: Any, red
     assert summary.episodes == 0 and summary.failed == driver.stats.episodes_started >= 2
     assert list(summary.failures) == [f"internal:{StreamUnavailableError.__name__}"], summary.failures
     assert driver.stats.in_flight == 0
+
+
+async def test_a_failed_write_fails_the_stream_s_episodes_at_once(stack: Any) -> None:
+    """The PlaySeats transport (the environment client's ``PlayStream``) cannot send: the read side says
+    why at once (the episodes fail ``environment_stream``) instead of waiting for a server message that
+    can never come."""
+    from wolfpack.v1 import environment_service_pb2_grpc as env_grpc
+    from wolfpack_environment.client import PlayStream
+
+    async with rpc.channel(stack.environment, stack.settings) as ch:
+        stream = PlayStream(env_grpc.EnvironmentServiceStub(ch))
+
+        async def refuse(message: Any) -> None:
+            raise RuntimeError("cannot write")
+
+        stream.call.write = refuse  # before the writer's first message
+        try:
+            with pytest.raises(RuntimeError, match="cannot write"):
+                await asyncio.wait_for(stream.read(), timeout=10)
+        finally:
+            await stream.close()
