@@ -134,7 +134,7 @@ def _local_params() -> list[Any]:
 @pytest.mark.slow
 @pytest.mark.parametrize("path", _local_params())
 def test_gpu_recipe_trains_one_update_and_evaluates_on_cpu(
-    path: Path, redis_url: str, tmp_path: Path
+    path: Path, redis_url: str, tmp_path: Path, model_cache: Path
 ) -> None:
     from wolfpack_trainer.evaluate import reference_lines
     from wolfpack_trainer.train import run_training
