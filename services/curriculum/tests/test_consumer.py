@@ -113,3 +113,27 @@ async def test_a_failed_read_is_logged_and_retried_after_a_pause(
         assert await asyncio.wait_for(reader, 30) == 1
     assert len(pauses) == 2 and all(p > 0 for p in pauses), "a pause after each failed read, not a hot loop"
     assert [r.message for r in caplog.records] == ["reading the trajectory stream failed"] * 2
+
+
+async def test_stop_does_not_wait_out_a_blocked_read_and_loses_nothing(
+    parts: tuple[aioredis.Redis, CurriculumStore, str],
+) -> None:
+    """A read blocking on an idle stream is abandoned when the loop is stopped (shutdown would otherwise
+    wait out ``block_ms``); an entry appended afterwards is recorded by the next consumer."""
+    client, store, stream = parts
+    slow = WatchedConsumer(client, stream, "curriculum", "c1", Trajectory, block_ms=60_000)
+    stop = asyncio.Event()
+    reader = asyncio.create_task(consume(store, slow, stop))
+    while slow.reads == 0:  # the loop is inside its first (blocking) read
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    stop.set()
+    # a bound far below the read's 60 s block: the stop did not wait for it
+    assert await asyncio.wait_for(reader, 20) == 0
+    await producer(client, stream).append_many([scored(3)])
+    again = WatchedConsumer(client, stream, "curriculum", "c2", Trajectory, block_ms=20)
+    stop2 = asyncio.Event()
+    reader2 = asyncio.create_task(consume(store, again, stop2))
+    await asyncio.wait_for(recorded(store, 1, reader2), 30)
+    stop2.set()
+    assert await asyncio.wait_for(reader2, 30) == 1

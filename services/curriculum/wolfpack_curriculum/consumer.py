@@ -26,6 +26,7 @@ its group does not ack, the stream's backlog grows until backpressure stalls rol
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -99,6 +100,30 @@ async def _pause(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
+async def _read_unless_stopped(
+    consumer: ProtoStreamConsumer[trajectory_pb2.Trajectory], stop: asyncio.Event
+) -> list[Delivery[trajectory_pb2.Trajectory]]:
+    """One read, abandoned when ``stop`` is set meanwhile: a read on an idle stream blocks up to the
+    consumer's ``block_ms`` (1 s), which every shutdown of the service (and ``wolfpack up``'s) would wait
+    out. Nothing is lost by abandoning it: whatever Redis delivered to the cancelled read stays pending
+    for this consumer and comes back through the group's reclaim, as after a crash."""
+    read = asyncio.ensure_future(consumer.read())
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait((read, stopped), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        read.cancel()
+        raise
+    finally:
+        stopped.cancel()
+    if read.done():
+        return read.result()
+    read.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await read
+    return []
+
+
 async def consume(
     store: CurriculumStore,
     consumer: ProtoStreamConsumer[trajectory_pb2.Trajectory],
@@ -121,7 +146,7 @@ async def consume(
                 group_ready = True
                 stage = "reading the trajectory stream"
             if not held:
-                held = await consumer.read()
+                held = await _read_unless_stopped(consumer, stop)
             if held:
                 stage = "recording stream outcomes"
                 handled += await _handle(
