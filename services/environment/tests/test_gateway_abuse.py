@@ -241,3 +241,14 @@ async def test_rate_and_episode_limits_answer_the_documented_status_over_http_an
                     codes.append(msg["code"])
                 assert codes == ["FAILED_PRECONDITION"] * 3 + ["RESOURCE_EXHAUSTED"], codes
                 await ws.close()
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_a_408(servicer: EnvironmentServicer) -> None:
+    # gateway_protocol.md: the body must arrive within 30 s of the headers (here 0.5 s): a slow body would
+    # hold a busy connection, which the connection cap never drops.
+    async for gateway in started(servicer, body_timeout_s=0.5):
+        head = b"POST /v1/episodes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{"
+        t = time.perf_counter()
+        answer_head, body = await raw(gateway.port, head)
+        assert answer_head.split(b" ")[1] == b"408" and time.perf_counter() - t < 10, answer_head
+        assert json.loads(body)["error"]["code"] == "REQUEST_TIMEOUT"

@@ -360,6 +360,7 @@ class GatewayConfig:
     max_wait_s: float = MAX_WAIT_S
     ws_heartbeat_s: float = 20.0
     header_timeout_s: float = 15.0  # a connection must complete a request's headers within this
+    body_timeout_s: float = 30.0  # and its body within this after the headers (408)
     max_connections: int = 512
     """Open connections (at most a quarter of ``ulimit -n``): past it the oldest connection with no request
     in progress is dropped; when every one is busy the new one reads a JSON 503 and is closed."""
@@ -421,7 +422,10 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     try:
         return await handler(request)
     except ApiError as err:
-        return error_response(err)
+        response = error_response(err)
+        if err.status == 408:
+            response.force_close()  # the rest of the body may still come: the connection is spent
+        return response
     except grpc.aio.AioRpcError as exc:
         return error_response(from_rpc_error(exc))
     except web.HTTPException as exc:
@@ -441,9 +445,16 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
+    """The JSON body, which must arrive within ``body_timeout_s`` of the headers (a body sent a byte at a
+    time would otherwise hold a connection, busy and never dropped, for as long as the client likes)."""
     if not request.can_read_body:
         return {}
-    return parse_json_object(await request.read())
+    limit = request.app[CONFIG_KEY].body_timeout_s
+    try:
+        raw = await asyncio.wait_for(request.read(), limit)
+    except TimeoutError:
+        raise ApiError(408, "REQUEST_TIMEOUT", f"the request body must arrive within {limit:g} s") from None
+    return parse_json_object(raw)
 
 
 def _token(request: web.Request, body: Mapping[str, Any] | None = None) -> str:
@@ -801,6 +812,7 @@ async def start_gateway(
         max_headers=64,
         # a client that goes away cancels its handler: its long-poll's slot and Observe stream go with it
         handler_cancellation=True,
+        lingering_time=2.0,  # an unread body (a 408, a 413) is drained at most this long, then closed
     )
     await runner.setup()
     refused = {"error": {"code": "UNAVAILABLE", "message": "too many open connections; retry shortly"}}

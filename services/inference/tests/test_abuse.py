@@ -32,6 +32,7 @@ from wolfpack.settings import load_settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+from wolfpack_inference import http_api
 from wolfpack_inference import server as server_module
 from wolfpack_inference.http_api import HttpFront
 from wolfpack_inference.policies import MAX_PROMPT_CHARS, PolicyRegistry
@@ -337,3 +338,18 @@ async def test_requests_the_parser_refuses_get_the_json_error_shape(
     assert head.split(b" ")[1] == b"400" and b"application/json" in head, head
     error = json.loads(body)["error"]
     assert error["code"] == 400 and error["type"] == "invalid_request_error" and error["message"], error
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_a_408(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_api, "BODY_TIMEOUT_S", 0.5)  # 30 s in production (README)
+    port = int(stack.http_url.rpartition(":")[2])
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+                 + b"\r\nContent-Type: application/json\r\nContent-Length: 10\r\n\r\n{")  # fmt: skip
+    await writer.drain()
+    head, _, body = (await asyncio.wait_for(reader.readuntil(b"}}"), 10)).partition(b"\r\n\r\n")
+    writer.close()
+    assert head.split(b" ")[1] == b"408", head
+    assert json.loads(body)["error"]["code"] == 408

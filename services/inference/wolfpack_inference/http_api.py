@@ -25,7 +25,7 @@ Extensions beyond OpenAI's schema, for RL callers: each choice carries ``token_i
 ``prompt_token_ids``, ``policy_version`` and ``prompt_compressed``; ``top_k`` is accepted.
 Auth: when an API key is configured, requests need ``Authorization: Bearer <key>`` (401 otherwise);
 without one the front only binds a loopback address. Errors are always ``{"error": {"message", "type",
-"code"}}`` with status 400, 401, 404, 405, 412, 413, 500, 501 or 503 (a refused connection's 503 too).
+"code"}}`` with status 400, 401, 404, 405, 408, 412, 413, 500, 501 or 503 (a refused connection's 503 too).
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ HEADER_TIMEOUT_S = 15.0
 MAX_CONNECTIONS = 256
 """Open connections (at most a quarter of the process's descriptor limit): 1,100 idle connections, no key
 needed, exhausted ``ulimit -n 1024`` and with it the gRPC server's accepts and health."""
+BODY_TIMEOUT_S = 30.0
+"""A request's body must arrive within this after its headers (408): a body sent a byte at a time would
+hold a busy connection, which the connection cap never drops, for as long as the client likes."""
 WRITE_TIMEOUT_S = 30.0
 """An SSE write that cannot go out within this (the client stopped reading) ends the stream and its
 generation."""
@@ -179,6 +182,7 @@ class HttpFront:
             max_field_size=MAX_FIELD_BYTES,
             max_headers=MAX_HEADERS,
             handler_cancellation=True,  # a client that goes away cancels its handler and its generation
+            lingering_time=2.0,  # an unread body (a 408, a 413) is drained at most this long, then closed
         )
         await self._runner.setup()
         refused = {"error": {"message": "too many open connections; retry shortly", "type": "unavailable",
@@ -208,7 +212,10 @@ class HttpFront:
             response: web.StreamResponse = await handler(request)
             return response
         except HttpError as exc:
-            return _error(exc.status, str(exc), exc.kind)
+            response = _error(exc.status, str(exc), exc.kind)
+            if exc.status == 408:
+                response.force_close()  # the rest of the body may still come: the connection is spent
+            return response
         except InferenceError as exc:
             return _error(_HTTP_STATUS[exc.code], str(exc), exc.code.value.lower())
         except web.HTTPException as exc:
@@ -240,7 +247,10 @@ class HttpFront:
     async def _complete(self, request: web.Request, model: type[_Request], chat: bool) -> web.StreamResponse:
         self.in_flight += 1
         try:
-            raw = await request.read()
+            try:
+                raw = await asyncio.wait_for(request.read(), BODY_TIMEOUT_S)
+            except TimeoutError:
+                raise HttpError(408, f"the request body must arrive within {BODY_TIMEOUT_S:g} s") from None
             if len(raw) > INLINE_BODY_BYTES:
                 body = await asyncio.to_thread(_parse, model, raw)
             else:
