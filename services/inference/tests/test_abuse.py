@@ -68,15 +68,24 @@ async def stack(registry: PolicyRegistry) -> AsyncIterator[Stack]:
     await server.stop(0)
 
 
-async def worst_health_latency(stack: Stack, during: Awaitable[Any]) -> tuple[float, Any]:
-    """Health checks every 20 ms while ``during`` runs: the slowest answer, and what ``during`` gave."""
+async def worst_health_latency(
+    stack: Stack, during: Awaitable[Any], normal: pb.GenerateRequest | None = None
+) -> tuple[float, Any]:
+    """Health checks every 20 ms while ``during`` runs (each followed by a ``normal`` Generate, when
+    given): the slowest answer of either, and what ``during`` gave."""
     await stack.health.Check(health_pb2.HealthCheckRequest(), timeout=10)  # warm
+    if normal is not None:
+        await stack.stub.Generate(normal, timeout=60)
     worst = 0.0
     task = asyncio.ensure_future(during)
     while not task.done():
         t = time.perf_counter()
         await stack.health.Check(health_pb2.HealthCheckRequest(), timeout=60)
         worst = max(worst, time.perf_counter() - t)
+        if normal is not None:
+            t = time.perf_counter()
+            await stack.stub.Generate(normal, timeout=60)
+            worst = max(worst, time.perf_counter() - t)
         await asyncio.sleep(0.02)
     return worst, task.result()
 
@@ -103,11 +112,12 @@ async def test_a_batch_of_many_long_chats_leaves_health_answering(stack: Stack) 
     # rendered on the event loop, one after another (~1.5 s here; 100 x 4,000 held health 17 s).
     items = [chat_of(2000) for _ in range(30)]
     t = time.perf_counter()
-    worst, results = await worst_health_latency(stack, batch_outcomes(stack, items))
+    normal = chat_of(2, content="Bob votes Carol.")  # a normal caller's Generate: ~15 ms idle
+    worst, results = await worst_health_latency(stack, batch_outcomes(stack, items), normal)
     took = time.perf_counter() - t
     assert len(results) == 30 and all(r.HasField("error") for r in results)  # too long for the model
     assert all("position" in r.error.message or "context" in r.error.message for r in results), results[0]
-    assert worst < 0.5, (worst, took)
+    assert worst < 1.0, (worst, took)
 
 
 @pytest.mark.parametrize(
