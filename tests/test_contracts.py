@@ -97,7 +97,8 @@ def test_retried_methods_are_the_ones_the_protos_mark() -> None:
     """Reads and writes idempotent by key are retried; creates, pushes and streams of actions never."""
     methods = rpc.idempotent_methods()
     assert methods["wolfpack.v1.EnvironmentService"] == [
-        "ListGames", "Observe", "GetObservation", "Act", "GetEpisode", "CloseEpisode",
+        "ListGames", "Observe", "GetObservation", "Act", "GetEpisode", "CloseEpisode", "ListEpisodes",
+        "SpectateEpisode",
     ]  # fmt: skip
     assert methods["wolfpack.v1.InferenceService"] == [
         "Generate",

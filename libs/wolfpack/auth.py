@@ -40,6 +40,10 @@ PRIVILEGED_METHODS: frozenset[str] = frozenset(
         "/wolfpack.v1.CurriculumService/ReportOutcomes",
         "/wolfpack.v1.CurriculumService/RegisterOpponent",
         "/wolfpack.v1.TrainerService/SaveCheckpoint",
+        # Every episode's id and its full view (roles, private channels) by id alone: operators and the
+        # web view only; no seat token can open either.
+        "/wolfpack.v1.EnvironmentService/ListEpisodes",
+        "/wolfpack.v1.EnvironmentService/SpectateEpisode",
     }
 )
 """Methods refused as a whole without the credential."""

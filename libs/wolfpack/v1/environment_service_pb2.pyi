@@ -8,7 +8,9 @@ play through it with per-seat secret tokens.
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.rpc import status_pb2 as _status_pb2
 from wolfpack.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
@@ -21,6 +23,30 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _EpisodeStatus:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EpisodeStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EpisodeStatus.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EPISODE_STATUS_UNSPECIFIED: _EpisodeStatus.ValueType  # 0
+    """Not set: in a filter, any status."""
+    EPISODE_STATUS_RUNNING: _EpisodeStatus.ValueType  # 1
+    """The game is being played."""
+    EPISODE_STATUS_FINISHED: _EpisodeStatus.ValueType  # 2
+    """The game is over (or was ended); its final state is kept for a while, then released."""
+
+class EpisodeStatus(_EpisodeStatus, metaclass=_EpisodeStatusEnumTypeWrapper):
+    """Where an episode is in its life."""
+
+EPISODE_STATUS_UNSPECIFIED: EpisodeStatus.ValueType  # 0
+"""Not set: in a filter, any status."""
+EPISODE_STATUS_RUNNING: EpisodeStatus.ValueType  # 1
+"""The game is being played."""
+EPISODE_STATUS_FINISHED: EpisodeStatus.ValueType  # 2
+"""The game is over (or was ended); its final state is kept for a while, then released."""
+Global___EpisodeStatus: _TypeAlias = EpisodeStatus  # noqa: Y015
 
 @_typing.final
 class ListGamesRequest(_message.Message):
@@ -1049,3 +1075,169 @@ class PlaySeatsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PlaySeatsResponse: _TypeAlias = PlaySeatsResponse  # noqa: Y015
+
+@_typing.final
+class ListEpisodesRequest(_message.Message):
+    """Request for ListEpisodes."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Most episodes to return: 1-200; 0 selects 50. Larger values are INVALID_ARGUMENT."""
+    page_token: _builtins.str
+    """The previous answer's next_page_token; empty for the first page. Opaque to callers."""
+    status: Global___EpisodeStatus.ValueType
+    """Only episodes with this status; EPISODE_STATUS_UNSPECIFIED lists every status."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        status: Global___EpisodeStatus.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEpisodesRequest: _TypeAlias = ListEpisodesRequest  # noqa: Y015
+
+@_typing.final
+class EpisodeSummary(_message.Message):
+    """What a list shows of one episode: public facts only (no role, no event, no token)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODE_ID_FIELD_NUMBER: _builtins.int
+    GAME_FIELD_NUMBER: _builtins.int
+    SEED_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    ROUND_FIELD_NUMBER: _builtins.int
+    NUM_SEATS_FIELD_NUMBER: _builtins.int
+    NUM_PLAYED_SEATS_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    WINNER_FIELD_NUMBER: _builtins.int
+    episode_id: _builtins.str
+    """Episode id. Required."""
+    seed: _builtins.int
+    """RNG seed."""
+    status: Global___EpisodeStatus.ValueType
+    """Running or finished. Required."""
+    phase: _builtins.str
+    """Current phase (the last one once finished)."""
+    round: _builtins.int
+    """Current round."""
+    num_seats: _builtins.int
+    """Number of seats."""
+    num_played_seats: _builtins.int
+    """Seats played from outside (external agents and policies); the others are scripted bots."""
+    winner: _builtins.str
+    """Winning team once finished; empty otherwise (and for an episode ended early)."""
+    @_builtins.property
+    def game(self) -> _common_pb2.GameRef:
+        """Game and variant. Required."""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When the episode was created (server clock). Required."""
+
+    def __init__(
+        self,
+        *,
+        episode_id: _builtins.str = ...,
+        game: _common_pb2.GameRef | None = ...,
+        seed: _builtins.int = ...,
+        status: Global___EpisodeStatus.ValueType = ...,
+        phase: _builtins.str = ...,
+        round: _builtins.int = ...,
+        num_seats: _builtins.int = ...,
+        num_played_seats: _builtins.int = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        winner: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "game", b"game"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "episode_id", b"episode_id", "game", b"game", "num_played_seats", b"num_played_seats", "num_seats", b"num_seats", "phase", b"phase", "round", b"round", "seed", b"seed", "status", b"status", "winner", b"winner"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EpisodeSummary: _TypeAlias = EpisodeSummary  # noqa: Y015
+
+@_typing.final
+class ListEpisodesResponse(_message.Message):
+    """Response for ListEpisodes."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass as page_token for the next (older) page; empty when this page is the last."""
+    @_builtins.property
+    def episodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___EpisodeSummary]:
+        """At most page_size episodes, newest first."""
+
+    def __init__(
+        self,
+        *,
+        episodes: _abc.Iterable[Global___EpisodeSummary] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episodes", b"episodes", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEpisodesResponse: _TypeAlias = ListEpisodesResponse  # noqa: Y015
+
+@_typing.final
+class SpectateEpisodeRequest(_message.Message):
+    """Request for SpectateEpisode."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODE_ID_FIELD_NUMBER: _builtins.int
+    episode_id: _builtins.str
+    """Episode id. Required."""
+    def __init__(
+        self,
+        *,
+        episode_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpectateEpisodeRequest: _TypeAlias = SpectateEpisodeRequest  # noqa: Y015
+
+@_typing.final
+class SpectateEpisodeResponse(_message.Message):
+    """Response for SpectateEpisode."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def episode(self) -> Global___GetEpisodeResponse:
+        """The full view: what GetEpisode gives the admin token (every role, the whole event log)."""
+
+    def __init__(
+        self,
+        *,
+        episode: Global___GetEpisodeResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpectateEpisodeResponse: _TypeAlias = SpectateEpisodeResponse  # noqa: Y015

@@ -75,6 +75,16 @@ class EnvironmentServiceStub:
                 request_serializer=wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsRequest.SerializeToString,
                 response_deserializer=wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsResponse.FromString,
                 _registered_method=True)
+        self.ListEpisodes = channel.unary_unary(
+                '/wolfpack.v1.EnvironmentService/ListEpisodes',
+                request_serializer=wolfpack_dot_v1_dot_environment__service__pb2.ListEpisodesRequest.SerializeToString,
+                response_deserializer=wolfpack_dot_v1_dot_environment__service__pb2.ListEpisodesResponse.FromString,
+                _registered_method=True)
+        self.SpectateEpisode = channel.unary_unary(
+                '/wolfpack.v1.EnvironmentService/SpectateEpisode',
+                request_serializer=wolfpack_dot_v1_dot_environment__service__pb2.SpectateEpisodeRequest.SerializeToString,
+                response_deserializer=wolfpack_dot_v1_dot_environment__service__pb2.SpectateEpisodeResponse.FromString,
+                _registered_method=True)
 
 
 class EnvironmentServiceServicer:
@@ -138,6 +148,22 @@ class EnvironmentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListEpisodes(self, request, context):
+        """Lists the episodes this process holds (running, and finished ones still kept), newest first, a
+        bounded page at a time. Needs the service credential; the answer carries no token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SpectateEpisode(self, request, context):
+        """The full view of any episode (every role, the whole event log), running or not, by id alone. Needs
+        the service credential and takes no token, so no seat token can ever open it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EnvironmentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +206,16 @@ def add_EnvironmentServiceServicer_to_server(servicer, server):
                     servicer.PlaySeats,
                     request_deserializer=wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsRequest.FromString,
                     response_serializer=wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsResponse.SerializeToString,
+            ),
+            'ListEpisodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEpisodes,
+                    request_deserializer=wolfpack_dot_v1_dot_environment__service__pb2.ListEpisodesRequest.FromString,
+                    response_serializer=wolfpack_dot_v1_dot_environment__service__pb2.ListEpisodesResponse.SerializeToString,
+            ),
+            'SpectateEpisode': grpc.unary_unary_rpc_method_handler(
+                    servicer.SpectateEpisode,
+                    request_deserializer=wolfpack_dot_v1_dot_environment__service__pb2.SpectateEpisodeRequest.FromString,
+                    response_serializer=wolfpack_dot_v1_dot_environment__service__pb2.SpectateEpisodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -399,6 +435,60 @@ class EnvironmentService:
             '/wolfpack.v1.EnvironmentService/PlaySeats',
             wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsRequest.SerializeToString,
             wolfpack_dot_v1_dot_environment__service__pb2.PlaySeatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEpisodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wolfpack.v1.EnvironmentService/ListEpisodes',
+            wolfpack_dot_v1_dot_environment__service__pb2.ListEpisodesRequest.SerializeToString,
+            wolfpack_dot_v1_dot_environment__service__pb2.ListEpisodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SpectateEpisode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/wolfpack.v1.EnvironmentService/SpectateEpisode',
+            wolfpack_dot_v1_dot_environment__service__pb2.SpectateEpisodeRequest.SerializeToString,
+            wolfpack_dot_v1_dot_environment__service__pb2.SpectateEpisodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

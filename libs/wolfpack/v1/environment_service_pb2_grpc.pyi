@@ -53,6 +53,14 @@ class EnvironmentServiceStub:
     """Plays many seats of many episodes over one stream, both directions batched: the server sends the
     decisions that became due, the client answers with actions. For rollout workers and benchmarks.
     """
+    ListEpisodes: _grpc.UnaryUnaryMultiCallable[_environment_service_pb2.ListEpisodesRequest, _environment_service_pb2.ListEpisodesResponse]
+    """Lists the episodes this process holds (running, and finished ones still kept), newest first, a
+    bounded page at a time. Needs the service credential; the answer carries no token.
+    """
+    SpectateEpisode: _grpc.UnaryUnaryMultiCallable[_environment_service_pb2.SpectateEpisodeRequest, _environment_service_pb2.SpectateEpisodeResponse]
+    """The full view of any episode (every role, the whole event log), running or not, by id alone. Needs
+    the service credential and takes no token, so no seat token can ever open it.
+    """
 
 @_typing.type_check_only
 class EnvironmentServiceAsyncStub(EnvironmentServiceStub):
@@ -76,6 +84,14 @@ class EnvironmentServiceAsyncStub(EnvironmentServiceStub):
     PlaySeats: _aio.StreamStreamMultiCallable[_environment_service_pb2.PlaySeatsRequest, _environment_service_pb2.PlaySeatsResponse]  # type: ignore[assignment]
     """Plays many seats of many episodes over one stream, both directions batched: the server sends the
     decisions that became due, the client answers with actions. For rollout workers and benchmarks.
+    """
+    ListEpisodes: _aio.UnaryUnaryMultiCallable[_environment_service_pb2.ListEpisodesRequest, _environment_service_pb2.ListEpisodesResponse]  # type: ignore[assignment]
+    """Lists the episodes this process holds (running, and finished ones still kept), newest first, a
+    bounded page at a time. Needs the service credential; the answer carries no token.
+    """
+    SpectateEpisode: _aio.UnaryUnaryMultiCallable[_environment_service_pb2.SpectateEpisodeRequest, _environment_service_pb2.SpectateEpisodeResponse]  # type: ignore[assignment]
+    """The full view of any episode (every role, the whole event log), running or not, by id alone. Needs
+    the service credential and takes no token, so no seat token can ever open it.
     """
 
 class EnvironmentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -145,6 +161,26 @@ class EnvironmentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_environment_service_pb2.PlaySeatsResponse], _abc.AsyncIterator[_environment_service_pb2.PlaySeatsResponse]]:
         """Plays many seats of many episodes over one stream, both directions batched: the server sends the
         decisions that became due, the client answers with actions. For rollout workers and benchmarks.
+        """
+
+    @_abc_1.abstractmethod
+    def ListEpisodes(
+        self,
+        request: _environment_service_pb2.ListEpisodesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_environment_service_pb2.ListEpisodesResponse, _abc.Awaitable[_environment_service_pb2.ListEpisodesResponse]]:
+        """Lists the episodes this process holds (running, and finished ones still kept), newest first, a
+        bounded page at a time. Needs the service credential; the answer carries no token.
+        """
+
+    @_abc_1.abstractmethod
+    def SpectateEpisode(
+        self,
+        request: _environment_service_pb2.SpectateEpisodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_environment_service_pb2.SpectateEpisodeResponse, _abc.Awaitable[_environment_service_pb2.SpectateEpisodeResponse]]:
+        """The full view of any episode (every role, the whole event log), running or not, by id alone. Needs
+        the service credential and takes no token, so no seat token can ever open it.
         """
 
 def add_EnvironmentServiceServicer_to_server(servicer: EnvironmentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

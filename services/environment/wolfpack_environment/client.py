@@ -198,6 +198,33 @@ class EnvironmentClient:
         resp = await self.stub.CloseEpisode(pb.CloseEpisodeRequest(episode_id=episode_id, token=admin_token))
         return resp.closed
 
+    async def list_episodes(
+        self, page_size: int = 0, page_token: str = "", status: int = pb.EPISODE_STATUS_UNSPECIFIED
+    ) -> pb.ListEpisodesResponse:
+        """One page of the server's episodes, newest first (needs the service credential: this client's
+        channel attaches the configured ``WOLFPACK_ADMIN_SECRET``)."""
+        req = pb.ListEpisodesRequest(page_size=page_size, page_token=page_token, status=status)  # type: ignore[arg-type]
+        return await self.stub.ListEpisodes(req)
+
+    async def all_episodes(
+        self, status: int = pb.EPISODE_STATUS_UNSPECIFIED, limit: int = 1_000
+    ) -> list[pb.EpisodeSummary]:
+        """Every episode, page after page, up to ``limit`` (the server holds up to 20,000)."""
+        out: list[pb.EpisodeSummary] = []
+        token = ""
+        while len(out) < limit:
+            resp = await self.list_episodes(min(200, limit - len(out)), token, status)
+            out.extend(resp.episodes)
+            token = resp.next_page_token
+            if not token:
+                break
+        return out
+
+    async def spectate(self, episode_id: str) -> pb.GetEpisodeResponse:
+        """The full view of any episode, running or over, by id (needs the service credential; no token)."""
+        resp = await self.stub.SpectateEpisode(pb.SpectateEpisodeRequest(episode_id=episode_id))
+        return resp.episode
+
 
 def wire_text(text: str) -> str:
     """``text`` as a proto string can carry it: lone surrogates (a decoder's ``surrogateescape`` output,

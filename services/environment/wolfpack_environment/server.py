@@ -24,10 +24,31 @@ from wolfpack_environment.convert import (
     parsed_options,
 )
 from wolfpack_environment.play_stream import PlayStream
-from wolfpack_environment.sessions import EpisodeManager
+from wolfpack_environment.sessions import (
+    Episode,
+    EpisodeManager,
+    PermissionDeniedError,
+    SessionError,
+    UnauthenticatedError,
+)
 from wolfpack_games import list_games
 
 SERVICE = "environment"
+STATUS_FILTERS = {pb.EPISODE_STATUS_UNSPECIFIED: "", pb.EPISODE_STATUS_RUNNING: "running",
+                  pb.EPISODE_STATUS_FINISHED: "finished"}  # fmt: skip
+
+
+def summary_pb(ep: Episode) -> pb.EpisodeSummary:
+    """A list entry: public facts only (phase and round are on every seat's view)."""
+    obs = ep.env.observe(0)
+    out = pb.EpisodeSummary(
+        episode_id=ep.episode_id, seed=ep.seed, phase=obs.phase, round=obs.round,
+        status=pb.EPISODE_STATUS_FINISHED if ep.done else pb.EPISODE_STATUS_RUNNING,
+        num_seats=len(ep.seats), num_played_seats=len(ep.tokens), winner=ep.env.winner() if ep.env.done else "",
+    )  # fmt: skip
+    out.game.game_id, out.game.variant = ep.game_id, ep.variant
+    out.created_at.FromNanoseconds(ep.created_ns)
+    return out
 
 
 class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
@@ -86,6 +107,33 @@ class EnvironmentServicer(pb_grpc.EnvironmentServiceServicer):
         privileged = auth.authorized(self.credential, context)
         return pb.CloseEpisodeResponse(
             closed=self.manager.close(request.episode_id, request.token, privileged)
+        )
+
+    def _check_credential(self, context: Any) -> None:
+        """ListEpisodes and SpectateEpisode take no token: the credential alone opens them. ``rpc``'s
+        ``CredentialInterceptor`` refuses them before this when the server started with a secret; this
+        covers a servicer given its credential later (embedders, tests)."""
+        refusal = self.credential.check(context.invocation_metadata()) if self.credential else None
+        if refusal is not None:
+            code, message = refusal
+            raise (
+                UnauthenticatedError if code == grpc.StatusCode.UNAUTHENTICATED else PermissionDeniedError
+            )(message)
+
+    async def ListEpisodes(self, request: pb.ListEpisodesRequest, context: Any) -> pb.ListEpisodesResponse:
+        self._check_credential(context)
+        status = STATUS_FILTERS.get(request.status)
+        if status is None:
+            raise SessionError(f"unknown status {request.status}")
+        page, next_token = self.manager.page(request.page_size, request.page_token, status)
+        return pb.ListEpisodesResponse(episodes=[summary_pb(ep) for ep in page], next_page_token=next_token)
+
+    async def SpectateEpisode(
+        self, request: pb.SpectateEpisodeRequest, context: Any
+    ) -> pb.SpectateEpisodeResponse:
+        self._check_credential(context)
+        return pb.SpectateEpisodeResponse(
+            episode=episode_state_pb(self.manager.get(request.episode_id), None)
         )
 
     async def PlaySeats(

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import heapq
+import itertools
 import logging
 import math
 import os
@@ -60,6 +61,14 @@ in all (a scenario or a role table fits; the games bound every value themselves)
 parse work of one create (~60 ms of YAML at worst with libyaml) that runs on the event loop: without it,
 64 options of 16 KiB cost 8 s in pure-Python YAML per create."""
 
+MAX_PAGE_SIZE = 200
+DEFAULT_PAGE_SIZE = 50
+"""Bounds of ``EpisodeManager.page`` (``ListEpisodes``): one answer holds at most 200 summaries."""
+
+STATUSES = ("", "running", "finished")
+"""``EpisodeManager.page``'s status filters: any, playing, over (kept until released)."""
+
+
 _YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's safe loader where PyYAML was built with it (about 10x faster), else the pure-Python one."""
 
@@ -83,6 +92,10 @@ class NotFoundError(SessionError):
 
 class PermissionDeniedError(SessionError):
     code = "PERMISSION_DENIED"
+
+
+class UnauthenticatedError(SessionError):
+    code = "UNAUTHENTICATED"
 
 
 class FailedPreconditionError(SessionError):
@@ -181,6 +194,8 @@ class Episode:
     listeners: set[Callable[[Episode], None]] = field(default_factory=set)  # PlaySeats streams watching
     watchers: int = 0  # Observe streams waiting on ``changed``
     advancing: bool = False  # a sliced scripted run is still in progress (see ``_advance``)
+    created_ns: int = field(default_factory=time.time_ns)  # wall clock, for listings
+    seq: int = 0  # creation order in this process (``EpisodeManager.page``'s cursor)
 
     @property
     def done(self) -> bool:
@@ -205,6 +220,7 @@ class EpisodeManager:
         self._advancing: deque[Episode] = deque()  # episodes whose scripted run continues (see _advance)
         self._slicing = False
         self._last_collect = time.monotonic()
+        self._seq = itertools.count(1)
 
     # ------------------------------------------------------------------ lifecycle
     def create(
@@ -305,6 +321,7 @@ class EpisodeManager:
             span=span,
             traced=span.is_recording(),
             request_id=request_id,
+            seq=next(self._seq),
         )
         # Registered only once its first scripted moves ran: a bot that raises leaves nothing behind.
         self.episodes[ep_id] = ep
@@ -327,6 +344,36 @@ class EpisodeManager:
                 f"no episode {episode_id!r} (finished episodes are kept {self.limits.finished_ttl_s:.0f}s)"
             )
         return ep
+
+    def page(self, page_size: int = 0, page_token: str = "", status: str = "") -> tuple[list[Episode], str]:
+        """One page of the episodes held here, newest first, and the token of the next page ("" when this
+        one is the last). ``status`` filters (``STATUSES``). The token is the creation number of the last
+        episode returned: ``episodes`` is in creation order (ids are never reused), so a page resumes
+        exactly after it even while episodes come and go, and nothing needs to be kept per caller. The
+        walk is O(episodes held), bounded by ``Limits.max_episodes``."""
+        if page_size == 0:
+            page_size = DEFAULT_PAGE_SIZE
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise SessionError(
+                f"page_size must be in [1, {MAX_PAGE_SIZE}] (0: {DEFAULT_PAGE_SIZE}), got {page_size}"
+            )
+        if status not in STATUSES:
+            raise SessionError(f"unknown status filter {status!r}")
+        before = None
+        if page_token:
+            if not (page_token.isascii() and page_token.isdigit() and len(page_token) <= 20):
+                raise SessionError("page_token is not one this server gave: pass next_page_token back as is")
+            before = int(page_token)
+        out: list[Episode] = []
+        for ep in reversed(self.episodes.values()):
+            if before is not None and ep.seq >= before:
+                continue
+            if status and (status == "finished") != ep.done:
+                continue
+            if len(out) == page_size:
+                return out, str(out[-1].seq)
+            out.append(ep)
+        return out, ""
 
     def seat_of(self, ep: Episode, token: str) -> int:
         seat = ep.tokens.get(token)
