@@ -221,7 +221,7 @@ def _run(
             raise typer.Exit(130) from None
     if trainer.stopped:
         console.print(f"checkpointed at update {trainer.state.step} — rerun to resume", highlight=False)
-        raise typer.Exit(130)
+        raise typer.Exit(128 + int(trainer.stop_signal))
     elapsed = time.monotonic() - start
     rows = trainer.metrics.rows()
     title = f"{cfg.name}: {trainer.state.step} updates, training {elapsed - trainer.setup_s:.0f} s (set-up {trainer.setup_s:.0f} s)"

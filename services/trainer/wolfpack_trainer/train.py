@@ -132,7 +132,9 @@ class Trainer:
         self.crash_point: Callable[[str, int], None] = crash_from_env
         """Called at ``checkpointed``, ``ack`` and ``acked`` with the update: a test's way to crash there."""
         self.stop_requested = False
-        """Set by the first Ctrl-C (``stop_on_sigint``): the loop stops after the current update."""
+        """Set by the first Ctrl-C or SIGTERM (``stop_on_sigint``): the loop stops after the current update."""
+        self.stop_signal = signal.SIGINT
+        """The signal that asked for the stop (the CLI exits 128 + its number: 130, or 143 for SIGTERM)."""
         self.stopped = False
         """The loop ended on ``stop_requested`` (with a checkpoint) instead of at ``train.updates``."""
         self._lock = threading.RLock()
@@ -830,20 +832,27 @@ def stop_on_sigint(trainer: Trainer, notice: Callable[[str], None]) -> Iterator[
         return
 
     def handler(signum: int, frame: object) -> None:
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if trainer.stop_requested:
             signal.signal(signal.SIGINT, signal.default_int_handler)  # a third one during clean-up
-            notice("second Ctrl-C: quitting now")
-            atexit.register(_exit_before_finalizing, 130)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            notice(f"second {name}: quitting now")
+            atexit.register(_exit_before_finalizing, 128 + int(signum))
             raise KeyboardInterrupt
         trainer.stop_requested = True
-        notice("Ctrl-C: stopping after the current update, with a checkpoint (Ctrl-C again to quit now)")
+        trainer.stop_signal = signal.Signals(signum)
+        notice(f"{name}: stopping after the current update, with a checkpoint ({name} again to quit now)")
 
     # asyncio.run installs its own SIGINT handler (cancel the main task) only over the default one.
+    # SIGTERM (a pod being deleted, systemd, a job scheduler) is a polite stop too: by default it would kill
+    # the process mid-update with no checkpoint and no clean-up of the stack's children.
     previous = signal.signal(signal.SIGINT, handler)
+    previous_term = signal.signal(signal.SIGTERM, handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
 
 
 def run_training(
