@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import resource
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -252,3 +256,71 @@ async def test_a_body_that_does_not_arrive_in_time_is_a_408(servicer: Environmen
         answer_head, body = await raw(gateway.port, head)
         assert answer_head.split(b" ")[1] == b"408" and time.perf_counter() - t < 10, answer_head
         assert json.loads(body)["error"]["code"] == "REQUEST_TIMEOUT"
+
+
+async def test_long_polls_cannot_starve_healthz_of_a_gateway_under_ulimit_1024(
+    servicer: EnvironmentServicer,
+) -> None:
+    # The reported attack: long-polls paced a few ms apart, each on a new connection, against a gateway
+    # process limited to 1,024 descriptors. Unbounded, they held a descriptor each until accept() failed
+    # and /healthz went unanswered; capped, 64 are held and the rest are refused at once.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096:  # this test's own client sockets
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    settings = load_settings(rpc_timeout_s=90)
+    server = await rpc.start_server("environment", lambda s: register(s, servicer), settings, "127.0.0.1:0")
+    under_ulimit = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)); "
+        "from wolfpack_environment.gateway import main; main(sys.argv[1:])"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "WOLFPACK_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", under_ulimit, "--port", "0", "--env", f"127.0.0.1:{server.port}"],
+        env={**env, "PYTHONUNBUFFERED": "1"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    polls: list[asyncio.Task[int]] = []
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+        url = re.search(r"(http://\S+)", line)
+        assert url, line
+        async with aiohttp.ClientSession(base_url=url.group(1), timeout=aiohttp.ClientTimeout(120)) as http:
+            episode, token, _ = await waiting_seat(http)
+        fresh = aiohttp.ClientSession(
+            base_url=url.group(1), connector=aiohttp.TCPConnector(limit=0, force_close=True),
+            timeout=aiohttp.ClientTimeout(120),
+        )  # fmt: skip
+
+        async def poll() -> int:
+            async with fresh.get(
+                f"/v1/episodes/{episode}/observation", params={"token": token, "wait_s": "60"}
+            ) as r:
+                return r.status
+
+        for _ in range(1100):
+            polls.append(asyncio.ensure_future(poll()))
+            await asyncio.sleep(0.002)
+        await asyncio.sleep(1.0)
+        async with aiohttp.ClientSession(base_url=url.group(1)) as http:  # a new connection
+            t = time.perf_counter()
+            async with http.get("/healthz", timeout=aiohttp.ClientTimeout(10)) as r:
+                assert r.status == 200
+            assert time.perf_counter() - t < 2.0
+        done = [p.result() for p in polls if p.done() and not p.exception()]
+        assert len(done) >= 1000 and set(done) == {429}, (len(done), set(done))
+    finally:
+        for p in polls:
+            p.cancel()
+        await asyncio.gather(*polls, return_exceptions=True)
+        if polls:
+            await fresh.close()
+        proc.terminate()
+        try:
+            _, err = await asyncio.to_thread(proc.communicate, None, 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = await asyncio.to_thread(proc.communicate)
+        servicer.manager.close_all()
+        await server.stop(0)
+    assert "Too many open files" not in err, err[-2000:]
