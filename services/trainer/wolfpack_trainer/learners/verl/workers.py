@@ -43,7 +43,9 @@ def chunked_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
     """
     flat = logits.reshape(-1, logits.shape[-1])
     picked = flat.gather(-1, labels.reshape(-1, 1)).squeeze(-1).float()
-    lse = torch.cat([torch.logsumexp(block.float(), dim=-1) for block in flat.split(LOGPROB_CHUNK_ROWS)])
+    lse = torch.cat(
+        [torch.logsumexp(block.float(), dim=-1) for block in torch.split(flat, LOGPROB_CHUNK_ROWS)]
+    )
     return (picked - lse).view(labels.shape)
 
 
@@ -53,7 +55,8 @@ def use_chunked_logprobs() -> None:
     import verl.utils.torch_functional as verl_f
 
     if verl_f.logprobs_from_logits_v2 is not chunked_logprobs:
-        verl_f.wolfpack_row_loop = verl_f.logprobs_from_logits_v2  # verl's own, for bench/trainer comparisons
+        # verl's own kept beside it, for bench/trainer comparisons
+        setattr(verl_f, "wolfpack_row_loop", verl_f.logprobs_from_logits_v2)  # noqa: B010
     verl_f.logprobs_from_logits_v2 = chunked_logprobs
 
 
