@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
 import logging
 import time
 import uuid
-from typing import Annotated, Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
@@ -55,6 +58,7 @@ from wolfpack_inference.policies import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _HTTP_STATUS = {
     ErrorCode.INVALID_ARGUMENT: 400, ErrorCode.NOT_FOUND: 404, ErrorCode.FAILED_PRECONDITION: 412,
     ErrorCode.UNAVAILABLE: 503, ErrorCode.UNIMPLEMENTED: 501, ErrorCode.INTERNAL: 500,
@@ -72,6 +76,9 @@ hold a busy connection, which the connection cap never drops, for as long as the
 WRITE_TIMEOUT_S = 30.0
 """An SSE write that cannot go out within this (the client stopped reading) ends the stream and its
 generation."""
+PREPARE_THREADS = 2
+"""Worker threads of the front's own pool (parsing, tokenizing, rendering, building answers): its own, so a
+flood of HTTP work waits behind itself and never behind, or ahead of, the gRPC server's preparation."""
 INLINE_BODY_BYTES = 64 * 1024
 """Bodies above this are parsed in a worker thread (an 8 MiB body takes ~0.1 s to parse and validate)."""
 
@@ -155,6 +162,10 @@ class HttpFront:
         """Completion requests being answered (parsed, prepared, generating or streaming): what a client
         that disconnects must take down with it."""
         self._runner: web.AppRunner | None = None
+        self._pool = ThreadPoolExecutor(PREPARE_THREADS, thread_name_prefix="http-front")
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_BODY)
@@ -199,6 +210,7 @@ class HttpFront:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -252,7 +264,7 @@ class HttpFront:
             except TimeoutError:
                 raise HttpError(408, f"the request body must arrive within {BODY_TIMEOUT_S:g} s") from None
             if len(raw) > INLINE_BODY_BYTES:
-                body = await asyncio.to_thread(_parse, model, raw)
+                body = await self._off_loop(_parse, model, raw)
             else:
                 body = _parse(model, raw)
             return await self._answer(request, body, chat)
@@ -275,15 +287,17 @@ class HttpFront:
         )
         if not chat and isinstance(body.prompt, str) and len(body.prompt) > MAX_PROMPT_CHARS:
             raise HttpError(400, f"prompt: at most {MAX_PROMPT_CHARS} characters, got {len(body.prompt)}")
-        prep = await asyncio.to_thread(_prepare, policy, sampling, body, chat)
+        prep = await self._off_loop(_prepare, policy, sampling, body, chat)
         if body.stream:
             if sampling.n != 1:
                 raise HttpError(400, "n: streaming returns one completion; send n=1")
             return await _stream(request, policy, prep, chat)
         result = await policy.backend.generate(prep.request)
-        return web.json_response(
-            _response(result, policy.policy_id, chat, prep.compressed, policy.backend.tokenizer)
+        # building the answer decodes every token for its logprobs (n=64 x thousands of tokens): off the loop
+        answer = await self._off_loop(
+            _answer_bytes, result, policy.policy_id, chat, prep.compressed, policy.backend.tokenizer
         )
+        return web.Response(body=answer, content_type="application/json", charset="utf-8")
 
 
 def _prepare(policy: Policy, sampling: Any, body: Any, chat: bool) -> Prepared:
@@ -354,6 +368,10 @@ async def _stream(request: web.Request, policy: Any, prep: Any, chat: bool) -> w
         if request.transport is not None:
             request.transport.close()
     return resp
+
+
+def _answer_bytes(result: Result, model: str, chat: bool, compressed: bool, tok: Any) -> bytes:
+    return json.dumps(_response(result, model, chat, compressed, tok)).encode()
 
 
 def _response(result: Result, model: str, chat: bool, compressed: bool, tok: Any) -> dict[str, Any]:
