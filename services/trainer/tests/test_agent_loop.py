@@ -56,28 +56,40 @@ class Servers:
     environment: str
     env: EnvironmentClient
     manager: EpisodeManager
+    outcomes: dict[str, dict[int, int]] = field(default_factory=dict)
 
     async def outcome(self, episode_id: str, seat: int) -> int:
-        """The seat's outcome from the environment's admin view of the episode (GetEpisode over gRPC with
-        the admin token read from the server's own session table): independent of the loop and of the
-        reward specs."""
-        info = await self.env.get_episode(episode_id, self.manager.get(episode_id).admin_token)
-        assert info.done
-        return next(int(s.outcome) for s in info.seats if s.seat == seat)
+        """The seat's outcome as the environment server's own engine decided it, read when the episode was
+        released (the driver closes every episode it finished): independent of the loop and of the reward
+        specs."""
+        return self.outcomes[episode_id][seat]
+
+
+_OUTCOME_KIND = {1: WIN, -1: LOSS, 0: common_pb2.OUTCOME_KIND_DRAW}
 
 
 @pytest.fixture
 async def servers() -> AsyncIterator[Servers]:
     settings = load_settings(rpc_timeout_s=30)
     servicer = EnvironmentServicer(EpisodeManager())
+    manager = servicer.manager
     env_server = await rpc.start_server(
         "environment", lambda s: register_environment(s, servicer), settings, "127.0.0.1:0"
     )
     env_addr = f"127.0.0.1:{env_server.port}"
     async with EnvironmentClient(env_addr, settings) as env:
-        yield Servers(env_addr, env, servicer.manager)
+        found = Servers(env_addr, env, manager)
+        release = manager.release
+
+        def keep_outcome(ep: Any) -> None:
+            if ep.env.done:
+                found.outcomes[ep.episode_id] = {s: _OUTCOME_KIND[o] for s, o in ep.env.outcome().items()}
+            release(ep)
+
+        manager.release = keep_outcome  # type: ignore[method-assign]
+        yield found
     await close_channels()
-    servicer.manager.close_all()
+    manager.close_all()
     await env_server.stop(0)
 
 
@@ -114,7 +126,8 @@ class FakeServer:
             text, self.garbled = "vote 99", True
         ids = self.tokenizer.encode(text, add_special_tokens=False)[: sampling_params["max_tokens"] - 1]
         ids.append(self.tokenizer.convert_tokens_to_ids("<|im_end|>"))
-        logprobs = [-0.01 * (len(self.calls) + 1) - 0.001 * j for j in range(len(ids))]
+        # exact in float32, as logprobs travel in the Trajectory (and verl's tensors hold them)
+        logprobs = [-(len(self.calls) + 1) / 64 - j / 1024 for j in range(len(ids))]
         self.calls.append({"request_id": request_id, "prompt_ids": list(prompt_ids), "ids": ids,
                            "logprobs": logprobs, "params": dict(sampling_params)})  # fmt: skip
         return SimpleNamespace(
