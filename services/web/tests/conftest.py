@@ -52,7 +52,7 @@ async def stack(tmp_path: Path, web_settings: WebSettings) -> AsyncIterator[Stac
         rpc_timeout_s=20, admin_secret=SECRET, redis_url=REDIS_URL, run_dir=tmp_path / "run",
         stream_trajectories=f"wolfpack:test-web:{uuid.uuid4().hex}",
     )  # fmt: skip
-    servicer = EnvironmentServicer(EpisodeManager(Limits(max_episodes=50)))
+    servicer = EnvironmentServicer(EpisodeManager(Limits(max_episodes=120)))
     servicer.credential = auth.Credential(SECRET)
     server = await rpc.start_server("environment", lambda s: register(s, servicer), settings, "127.0.0.1:0")
     target = f"127.0.0.1:{server.port}"

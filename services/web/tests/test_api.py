@@ -47,8 +47,8 @@ async def test_watch_refuses_seat_tokens_and_shows_the_full_view_to_the_admin_to
             s, "/api/episodes/watch", {"episode_id": ep.episode_id, "admin_token": "x" * 40}
         )
         assert status == 403, body
-        status, body = await _get(s, f"/api/episodes/{ep.episode_id}")
-        assert status == 404, body  # refused registrations left nothing behind
+        status, listing = await _get(s, "/api/episodes")
+        assert [e["origin"] for e in listing["episodes"]] == ["environment"]  # refusals left nothing behind
         status, body = await _post(
             s, "/api/episodes/watch", {"episode_id": ep.episode_id, "admin_token": ep.admin_token}
         )
@@ -61,7 +61,9 @@ async def test_watch_refuses_seat_tokens_and_shows_the_full_view_to_the_admin_to
         status, later = await _get(s, f"/api/episodes/{ep.episode_id}?since={view['events_total']}")
         assert status == 200 and later["events"] == []
         status, listing = await _get(s, "/api/episodes")
-        assert [e["episode_id"] for e in listing["episodes"]] == [ep.episode_id]
+        assert [(e["episode_id"], e["origin"]) for e in listing["episodes"]] == [
+            (ep.episode_id, "registered")
+        ]
         bodies += [view, listing]
     text = repr(bodies) + caplog.text
     assert SECRET not in text and ep.admin_token not in text
@@ -82,14 +84,70 @@ async def test_without_the_credential_the_web_view_cannot_spectate(stack: Stack)
                 s, "/api/episodes/watch", {"episode_id": ep.episode_id, "admin_token": ep.admin_token}
             )
             assert status == 403 and "credential" in body["error"]["message"], body
+            status, body = await _get(s, f"/api/episodes/{ep.episode_id}")  # nor by id
+            assert status == 403 and body["error"]["code"] == "UNAUTHENTICATED", body
+            status, body = await _get(s, "/api/episodes")  # the list says why it holds nothing
+            assert status == 200 and body["episodes"] == [] and "UNAUTHENTICATED" in body["problem"], body
     finally:
         await web.stop()
+
+
+async def test_every_episode_of_the_environment_is_listed_and_opens_by_id(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Episodes created by other clients (here: the environment client, as ``wolfpack rollout`` does) are
+    listed a bounded page at a time and open as spectator by id alone; no token reaches a response or log."""
+    from wolfpack_web.live import LIST_PAGE
+
+    caplog.set_level(logging.DEBUG)
+    async with EnvironmentClient(stack.target, stack.settings) as env:
+        running = [
+            await env.create_episode("werewolf_v1", "6p", seed=i, external_seats=(0, 1))
+            for i in range(LIST_PAGE + 3)
+        ]
+        over = await env.create_episode("werewolf_v1", "9p", seed=5, default_bot="heuristic")
+    async with aiohttp.ClientSession(stack.url) as s:
+        status, first = await _get(s, "/api/episodes")
+        assert status == 200 and first["problem"] == "" and len(first["episodes"]) == LIST_PAGE
+        assert first["episodes"][0]["episode_id"] == over.episode_id and first["episodes"][0]["done"]
+        entry = first["episodes"][1]
+        assert (
+            entry["episode_id"] == running[-1].episode_id
+            and not entry["done"]
+            and entry["origin"] == "environment"
+        )
+        assert (entry["game"], entry["variant"], entry["num_seats"], entry["played_seats"]) == (
+            "werewolf_v1",
+            "6p",
+            6,
+            2,
+        )
+        status, rest = await _get(s, f"/api/episodes?page_token={first['next_page_token']}")
+        assert [e["episode_id"] for e in rest["episodes"]] == [e.episode_id for e in running[:4][::-1]]
+        assert rest["next_page_token"] == ""
+        status, done = await _get(s, "/api/episodes?status=finished")
+        assert [e["episode_id"] for e in done["episodes"]] == [over.episode_id]
+        status, view = await _get(s, f"/api/episodes/{running[0].episode_id}")
+        assert status == 200 and not view["done"] and all(seat["role"] for seat in view["seats"])
+        assert view["origin"] == "environment"
+        status, missing = await _get(s, f"/api/episodes/{'0' * 32}")
+        assert status == 404 and missing["error"]["code"] == "NOT_FOUND"
+        for bad in ("status=all", "page_token=..", "page_token=" + "1" * 65, "page_token=abc"):
+            status, body = await _get(s, f"/api/episodes?{bad}")
+            assert status == 400 and body["error"]["code"] == "INVALID_ARGUMENT", (bad, body)
+        text = repr([first, rest, done, view]) + caplog.text
+    assert SECRET not in text
+    assert not any(
+        ep.admin_token in text or any(t in text for t in ep.seat_tokens.values()) for ep in running
+    )
 
 
 @pytest.mark.parametrize("web_settings", [WebSettings(addr="127.0.0.1:0", spectate=False)])
 async def test_spectating_switched_off(stack: Stack) -> None:
     async with aiohttp.ClientSession(stack.url) as s:
         status, body = await _get(s, "/api/episodes")
+        assert status == 200 and body == {"spectate": False, "episodes": []}
+        status, body = await _get(s, "/api/episodes?status=running")
         assert status == 200 and body == {"spectate": False, "episodes": []}
         status, body = await _post(s, "/api/episodes", {"game": "werewolf_v1", "variant": "6p"})
         assert status == 403 and body["error"]["code"] == "SPECTATING_OFF"

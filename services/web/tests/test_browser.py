@@ -80,6 +80,51 @@ async def test_live_nine_player_game_followed_to_its_end(stack: Stack, page, tmp
     assert await page.locator("#replay-step .events li").count() == total
 
 
+async def test_an_episode_created_elsewhere_is_listed_and_followed_to_its_end(  # type: ignore[no-untyped-def]
+    stack: Stack, page, tmp_path: Path
+) -> None:
+    """A game the web view did not start (created and played through the environment client, as
+    ``wolfpack rollout`` plays): it appears in the live list by polling, opens as spectator, and is followed
+    to its end."""
+    import asyncio
+    import random
+
+    from wolfpack_environment.client import EnvironmentClient
+    from wolfpack_web.live import random_legal
+
+    await page.goto(stack.url + "#/live")
+    await page.wait_for_selector("#episode-list li.hint")  # "no episodes" yet
+    async with EnvironmentClient(stack.target, stack.settings) as env:
+        ep = await env.create_episode(
+            "werewolf_v1", "6p", seed=21, external_seats=(0, 2, 4), default_bot="heuristic"
+        )
+        item = page.locator(f"#episode-list li[data-episode='{ep.episode_id}']")
+        await item.wait_for(timeout=10_000)  # the list's own polling found it
+        label = await item.inner_text()
+        assert "werewolf_v1 6p · running" in label and "3 of 6 seats played from outside" in label
+        await item.locator("a").click()
+        await page.wait_for_selector("#live-view:not([hidden])")
+        await page.locator("#seats .seat").nth(5).wait_for()
+        roles = await page.locator("#seats .seat .role").all_inner_texts()
+        assert len(roles) == 6 and "?" not in roles  # every hidden role, mid-game
+        assert await page.get_attribute("#live-view", "data-done") == "false"
+        rng = random.Random(21)
+        players = [env.seat(ep.episode_id, t).play(random_legal(rng, 0.005)) for t in ep.seat_tokens.values()]
+        await asyncio.wait_for(asyncio.gather(*players), timeout=30)
+        await page.wait_for_selector("#live-view[data-done=true]", timeout=15_000)
+    winner = await page.inner_text("#live-winner")
+    assert winner.startswith("Winner: ")
+    kinds = await page.locator("#events li").evaluate_all("items => items.map(li => li.dataset.kind)")
+    assert kinds[0] == "setup" and "game_over" in kinds, kinds[-3:]
+    assert kinds == [e.kind for e in stack.servicer.manager.episodes[ep.episode_id].env.events]
+    await expect(page.locator(f"#episode-list li[data-episode='{ep.episode_id}']")).to_have_attribute(
+        "data-done", "true"
+    )
+    html = await page.content()
+    assert ep.admin_token not in html and not any(t in html for t in ep.seat_tokens.values())
+    await page.screenshot(path=str(screenshot_path(tmp_path, "live-elsewhere")), full_page=True)
+
+
 async def test_replay_steps_through_every_turn(stack: Stack, page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     traj = sample_trajectory(turns=6)
     entry_id = (
@@ -136,7 +181,7 @@ async def test_training_page_follows_a_growing_run(stack: Stack, page, tmp_path:
             "win rate by policy and role", "KL", "entropy", "loss",
         ]  # fmt: skip
         assert await page.locator(".chart polygon.band").count() == 0  # no evaluation yet: no CI band
-        assert "no sample games" in await page.inner_text("#samples")
+        await expect(page.locator("#samples")).to_contain_text("no sample games")  # loaded after the charts
         # The trainer goes on: an evaluated update with its sample game, another update, a half-written line.
         writer.log(3, metrics_values(3, evaluated=True))
         writer.text("transcripts/eval/0", transcript(sample_trajectory(turns=2)), 3)

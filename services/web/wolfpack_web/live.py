@@ -1,13 +1,17 @@
 """Spectating: the episodes this web view may show, and the games it plays itself.
 
-How spectating works (the environment's rule, not ours): ``GetEpisode`` with an episode's *admin token*
-returns the full view (every role, the whole event log), and for a running episode only when the call
-also carries the service credential (``WOLFPACK_ADMIN_SECRET``, attached by ``wolfpack.rpc.channel`` to
-that method only). A seat token gets that seat's view. So this module keeps, per episode, its admin token
-in server memory; the browser gets the episode id and the view, never a token, and the credential stays
-in the channel. The environment has no call that lists running episodes, so the episodes shown are the
-ones this process started (``start``: every seat external, played here by a paced random-legal bot, so a
-person can follow the game) or was handed an admin token for (``register``, refused for seat tokens).
+How spectating works (the environment's rule, not ours): the service credential (``WOLFPACK_ADMIN_SECRET``,
+attached by ``wolfpack.rpc.channel`` to privileged methods only) opens ``ListEpisodes`` (every episode of
+the environment, a bounded page at a time) and ``SpectateEpisode`` (the full view, every role and the whole
+event log, of any episode by id). Neither takes a token, so a seat token never opens them. So the list shows
+every game of the environment, whoever plays it (``wolfpack rollout``, the trainer, external agents, this
+process), and any of them opens as spectator. The credential stays in the channel; the browser gets episode
+ids and views, never a token or the credential.
+
+Games this process starts (``start``: every seat external, played here by a paced random-legal bot, so a
+person can follow the game) keep their admin token here, to read their last view and release them. An
+admin token handed in (``register``, refused for seat tokens) works the same way, for an environment that
+predates ``SpectateEpisode``.
 
 Once an episode is over its last full view is kept (the environment may release it), so it can be
 replayed; at most ``max_watched`` episodes are remembered, the oldest finished ones forgotten first.
@@ -32,6 +36,12 @@ from wolfpack_environment.client import EnvironmentClient
 
 log = logging.getLogger(__name__)
 
+LIST_REUSE_S = 1.0
+"""Listings within this of the last ``ListEpisodes`` (same filter and page) share its answer."""
+LIST_PAGE = 50
+"""Episodes per listing page (the environment bounds it at 200)."""
+STATUS_FILTERS = {"": pb.EPISODE_STATUS_UNSPECIFIED, "running": pb.EPISODE_STATUS_RUNNING,
+                  "finished": pb.EPISODE_STATUS_FINISHED}  # fmt: skip
 VIEW_REUSE_S = 0.2
 """Polls within this of the last ``GetEpisode`` share its answer: the environment's load stays one call per
 episode per 0.2 s however many pages watch it."""
@@ -58,8 +68,8 @@ class SpectateError(Exception):
 @dataclass
 class Watched:
     episode_id: str
-    admin_token: str = field(repr=False)  # never logged, never sent to a browser
-    origin: str  # "started" (played here) or "registered"
+    admin_token: str = field(repr=False)  # never logged, never sent to a browser; "" when spectated by id
+    origin: str  # "started" (played here), "registered" or "environment" (opened by id from the list)
     game: str = ""
     variant: str = ""
     started_at: float = field(default_factory=time.time)
@@ -141,6 +151,7 @@ class Spectator:
         self.max_games = max_games
         self.max_watched = max_watched
         self._episodes: OrderedDict[str, Watched] = OrderedDict()
+        self._listed: dict[tuple[str, str], tuple[float, pb.ListEpisodesResponse | None, str]] = {}
 
     def _check_enabled(self) -> None:
         if not self.enabled:
@@ -151,7 +162,9 @@ class Spectator:
     def _remember(self, watched: Watched) -> None:
         self._episodes[watched.episode_id] = watched
         while len(self._episodes) > self.max_watched:
-            old = next((w for w in self._episodes.values() if w.final is not None), None)
+            old = next((w for w in self._episodes.values() if w.final is not None), None) or next(
+                (w for w in self._episodes.values() if w.origin == "environment"), None
+            )  # finished ones first, then ones the environment keeps anyway (nothing to lose)
             if old is None:
                 break
             del self._episodes[old.episode_id]
@@ -248,41 +261,99 @@ class Spectator:
         self._remember(watched)
         return watched
 
-    def get(self, episode_id: str) -> Watched:
-        self._check_enabled()
-        watched = self._episodes.get(episode_id)
-        if watched is None:
-            raise SpectateError(404, "NOT_FOUND", f"this web view does not know episode {episode_id!r}")
-        return watched
+    async def _full_view(self, watched: Watched) -> pb.GetEpisodeResponse:
+        if watched.admin_token:
+            return await self.client.get_episode(watched.episode_id, watched.admin_token)
+        return await self.client.spectate(watched.episode_id)
 
     async def view(self, episode_id: str, since: int) -> dict[str, Any]:
-        watched = self.get(episode_id)
-        state = watched.final
+        """The full view of ``episode_id`` from event ``since`` on. An episode this process does not know
+        yet is opened by id (``SpectateEpisode``) and remembered only once the environment has shown it:
+        an unknown id (NOT_FOUND, 404) leaves nothing behind."""
+        self._check_enabled()
         now = time.monotonic()
+        watched = self._episodes.get(episode_id)
+        if watched is None:
+            first = await self.client.spectate(episode_id)
+            watched = Watched(episode_id, "", "environment", first.game.game_id, first.game.variant)
+            watched.recent, watched.recent_at = first, now
+            if first.done:
+                watched.final = first
+            self._remember(watched)
+            return view_json(first, since, watched)
+        state = watched.final
         if state is None and watched.recent is not None and now - watched.recent_at < VIEW_REUSE_S:
             state = watched.recent
         if state is None:
-            state = await self.client.get_episode(episode_id, watched.admin_token)
+            state = await self._full_view(watched)
             watched.recent, watched.recent_at = state, now
             if state.done and (watched.task is None or watched.task.done()):
                 watched.final = state
         return view_json(state, since, watched)
 
-    def listing(self) -> list[dict[str, Any]]:
+    async def listing(self, status: str = "", page_token: str = "") -> dict[str, Any]:
+        """One page of the environment's episodes (newest first), each marked with what this process
+        knows of it (``origin``, a game's error), and on the first page the finished games kept here that
+        the environment has released since. When the environment refuses the list (this web view has no
+        credential, or the environment predates ``ListEpisodes``), the games known here and why."""
         self._check_enabled()
-        return [
-            {
-                "episode_id": w.episode_id,
-                "origin": w.origin,
-                "started_at": w.started_at,
-                "done": w.final is not None,
-                "winner": w.final.winner if w.final is not None else "",
-                "game": w.game,
-                "variant": w.variant,
-                "error": w.error,
-            }
-            for w in reversed(self._episodes.values())
-        ]
+        key = (status, page_token)
+        now = time.monotonic()
+        cached = self._listed.get(key)
+        if cached is not None and now - cached[0] < LIST_REUSE_S:
+            resp: pb.ListEpisodesResponse | None = cached[1]
+            problem = cached[2]
+        else:
+            try:
+                resp, problem = (
+                    await self.client.list_episodes(LIST_PAGE, page_token, STATUS_FILTERS[status]),
+                    "",
+                )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in (
+                    grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                    grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                ):  # fmt: skip
+                    raise  # a bad page token: the caller's 400
+                resp, problem = (
+                    None,
+                    f"the environment's episodes are not listed: {exc.code().name}: {exc.details()}",
+                )
+            self._listed = {key: (now, resp, problem)}  # one entry: the page most recently asked for
+        out: list[dict[str, Any]] = []
+        listed = set()
+        for e in resp.episodes if resp is not None else ():
+            known = self._episodes.get(e.episode_id)
+            listed.add(e.episode_id)
+            out.append(
+                {
+                    "episode_id": e.episode_id, "game": e.game.game_id, "variant": e.game.variant, "seed": e.seed,
+                    "done": e.status == pb.EPISODE_STATUS_FINISHED, "winner": e.winner, "phase": e.phase,
+                    "round": e.round, "num_seats": e.num_seats, "played_seats": e.num_played_seats,
+                    "created_at": e.created_at.ToJsonString(),
+                    "origin": known.origin if known is not None else "environment",
+                    "error": known.error if known is not None else "",
+                }
+            )  # fmt: skip
+        if not page_token:
+            for w in reversed(self._episodes.values()):
+                done = w.final is not None
+                if (
+                    w.episode_id in listed
+                    or (status == "running" and done)
+                    or (status == "finished" and not done)
+                ):
+                    continue
+                if resp is not None and not done and not w.error:
+                    continue  # running but not on this page: the environment lists it further down
+                out.append(
+                    {
+                        "episode_id": w.episode_id, "game": w.game, "variant": w.variant, "done": done,
+                        "winner": w.final.winner if w.final is not None else "", "origin": w.origin,
+                        "error": w.error,
+                    }
+                )  # fmt: skip
+        return {"episodes": out, "next_page_token": resp.next_page_token if resp else "", "problem": problem}
 
     async def close(self) -> None:
         for watched in self._episodes.values():

@@ -34,13 +34,14 @@ from wolfpack.files import write_text_atomic
 from wolfpack.settings import Settings
 from wolfpack_environment.client import EnvironmentClient
 from wolfpack_web import replay, runs
-from wolfpack_web.live import PACED, SpectateError, Spectator
+from wolfpack_web.live import PACED, STATUS_FILTERS, SpectateError, Spectator
 from wolfpack_web.settings import WebSettings
 
 log = logging.getLogger(__name__)
 
 MAX_JSON_BYTES = 64 << 10
 EPISODE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+PAGE_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the environment's next_page_token, passed back as is
 GRPC_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.FAILED_PRECONDITION: 409,
@@ -245,7 +246,13 @@ async def list_episodes(request: web.Request) -> web.Response:
     spectator = request.app[CONTEXT].spectator
     if not spectator.enabled:
         return web.json_response({"spectate": False, "episodes": []})
-    return web.json_response({"spectate": True, "episodes": spectator.listing()})
+    status = request.query.get("status", "")
+    if status not in STATUS_FILTERS:
+        raise ApiError(400, "INVALID_ARGUMENT", "status must be empty (any), 'running' or 'finished'")
+    page_token = request.query.get("page_token", "")
+    if page_token:
+        _str(page_token, "page_token", 64, PAGE_TOKEN)
+    return web.json_response({"spectate": True, **await spectator.listing(status, page_token)})
 
 
 async def start_episode(request: web.Request) -> web.Response:

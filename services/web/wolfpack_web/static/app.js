@@ -79,22 +79,52 @@ async function loadGames() {
   gamesLoaded = true;
 }
 
+const episodePages = { filter: "", tokens: [""] };  // the list's filter and the page tokens walked so far
+
+function episodeLabel(e) {
+  const where = e.done ? "finished" + (e.winner ? ": " + e.winner + " win" : "")
+    : "running" + (e.phase ? ` · ${e.phase}${e.round ? " " + e.round : ""}` : "");
+  return `${e.game || "episode"} ${e.variant || ""} · ${where}`;
+}
+
 async function refreshEpisodes(selected) {
-  const { body } = await api("/api/episodes");
+  const token = episodePages.tokens[episodePages.tokens.length - 1];
+  const query = new URLSearchParams({ status: episodePages.filter });
+  if (token) query.set("page_token", token);
+  const { body } = await api(`/api/episodes?${query}`);
   if (!body.spectate) {
     $("episode-list").replaceChildren(el("li", { text: "Spectating is switched off here." }));
     $("start-button").disabled = true;
     return body;
   }
-  $("episode-list").replaceChildren(...body.episodes.map((e) => {
-    const label = `${e.game || "episode"} ${e.variant || ""} · ${e.done ? "finished" + (e.winner ? ": " + e.winner + " win" : "") : "running"}`;
-    const li = el("li", { class: e.episode_id === selected ? "active" : "" },
-      el("a", { href: `#/live/${encodeURIComponent(e.episode_id)}`, text: label }),
-      el("div", { class: "hint", text: e.episode_id }));
+  $("episode-problem").hidden = !body.problem;
+  $("episode-problem").textContent = body.problem || "";
+  $("episode-list").replaceChildren(...(body.episodes.length ? body.episodes.map((e) => {
+    const who = e.origin === "environment" ? (e.played_seats ? `${e.played_seats} of ${e.num_seats} seats played from outside` : "all seats scripted") : `${e.origin} here`;
+    const li = el("li", { class: e.episode_id === selected ? "active" : "", "data-episode": e.episode_id, "data-done": String(e.done) },
+      el("a", { href: `#/live/${encodeURIComponent(e.episode_id)}`, text: episodeLabel(e) }),
+      el("div", { class: "hint", text: `${e.episode_id} · ${who}${e.seed !== undefined ? " · seed " + e.seed : ""}` }));
     return li;
-  }));
+  }) : [el("li", { class: "hint", text: "no episodes" })]));
+  $("episodes-older").hidden = !body.next_page_token;
+  $("episodes-older").dataset.token = body.next_page_token || "";
+  $("episodes-newest").hidden = episodePages.tokens.length <= 1;
   return body;
 }
+
+$("episode-filter").addEventListener("change", () => {
+  episodePages.filter = $("episode-filter").value;
+  episodePages.tokens = [""];
+  refreshEpisodes(state.live && state.live.id).catch((err) => setStatus(err.message));
+});
+$("episodes-older").addEventListener("click", () => {
+  episodePages.tokens.push($("episodes-older").dataset.token);
+  refreshEpisodes(state.live && state.live.id).catch((err) => setStatus(err.message));
+});
+$("episodes-newest").addEventListener("click", () => {
+  episodePages.tokens = [""];
+  refreshEpisodes(state.live && state.live.id).catch((err) => setStatus(err.message));
+});
 
 function renderSeats(container, seats) {
   container.replaceChildren(...seats.map((s) => {
@@ -209,7 +239,7 @@ $("start-form").addEventListener("submit", async (ev) => {
 // --- replay ------------------------------------------------------------------------------------------
 
 async function refreshReplaySources(kind, id) {
-  api("/api/episodes").then(({ body }) => {
+  api("/api/episodes?status=finished").then(({ body }) => {
     const done = body.episodes.filter((e) => e.done);
     $("replay-episodes").replaceChildren(...(done.length ? done.map((e) => el("li", { class: kind === "episode" && id === e.episode_id ? "active" : "" },
       el("a", { href: `#/replay/episode/${encodeURIComponent(e.episode_id)}`, text: `${e.game} ${e.variant} · ${e.winner || "draw"}` }),
