@@ -27,21 +27,25 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, DictConfigW
 
 from wolfpack import rpc
 from wolfpack.settings import load_settings
-from wolfpack.v1 import common_pb2
+from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_environment.client import EnvironmentClient
 from wolfpack_environment.server import EnvironmentServicer
 from wolfpack_environment.server import register as register_environment
 from wolfpack_environment.sessions import EpisodeManager
 from wolfpack_inference.models import tiny_model
+from wolfpack_rollout.client import RolloutConfig, RolloutDriver, SamplingConfig
 from wolfpack_trainer.learners.verl.agent_loop import (
     AGENT_NAME,
     CONFIG_PATH,
     EpisodeSpec,
     WolfpackAgentLoop,
+    agent_output_tokens,
     close_channels,
     dataset_rows,
+    episode_task,
     observation_delta,
 )
+from wolfpack_trainer.local_rollout import LocalReward
 
 WIN, LOSS = common_pb2.OUTCOME_KIND_WIN, common_pb2.OUTCOME_KIND_LOSS
 
@@ -115,7 +119,7 @@ class FakeServer:
             if players:
                 return f"{kind} {players.split(',')[0].strip()}"
             if kind != "speak":
-                return kind
+                return str(kind)
         return "I think we should listen carefully."
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
@@ -163,6 +167,7 @@ def check_token_layout(out: AgentLoopOutput, server: FakeServer, tokenizer: Any)
     """Mask 1 exactly on the tokens the server generated (in order, with their logprobs); mask 0 on the
     observation tokens between them; every prompt the server saw is a prefix of the final sequence."""
     full = out.prompt_ids + out.response_ids
+    assert out.response_logprobs is not None
     assert len(out.response_ids) == len(out.response_mask) == len(out.response_logprobs)
     generated = [t for c in server.calls for t in c["ids"]]
     kept = [t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 1]
@@ -255,6 +260,73 @@ async def test_budget_runs_out_then_autopilot_finishes_the_game(tokenizer: Any, 
     assert extra["wolfpack_outcome"] == await servers.outcome(extra["wolfpack_episode_id"], 0)
     assert extra["wolfpack_outcome"] in (WIN, LOSS)  # the game still ended
     check_token_layout(out, server, tokenizer)
+
+
+def comparable(traj: trajectory_pb2.Trajectory) -> trajectory_pb2.Trajectory:
+    """``traj`` without what differs between two plays of one game: ids, times, trace, worker."""
+    out = trajectory_pb2.Trajectory()
+    out.CopyFrom(traj)
+    for name in ("trajectory_id", "episode_id", "group_id", "finished_at", "trace"):
+        out.ClearField(name)
+    del out.metadata["worker_id"]
+    for turn in out.turns:
+        turn.ClearField("started_at")
+        turn.ClearField("generate_ms")
+    return out
+
+
+async def test_the_rollout_driver_is_the_player(tokenizer: Any, servers: Servers) -> None:
+    """The agent loop adds nothing to the play: a ``RolloutDriver`` built here over the loop's backends
+    (its environment and inference; the trainer's local-mode reward) plays the same seed to the same
+    scored Trajectory as the loop, and ``run``'s output is read off that Trajectory."""
+    row = sample(seed=11, seat=2, reward_spec="werewolf_shaped")
+    spec = EpisodeSpec.from_sample(row)
+    server_a, server_b, server_c = (FakeServer(tokenizer, garbage_first=True) for _ in range(3))
+    out = await make_loop(tokenizer, server_a, servers).run(dict(SAMPLING), **row)
+    played, _ = await make_loop(tokenizer, server_b, servers).play(spec, SAMPLING, row["raw_prompt"])
+    backends = make_loop(tokenizer, server_c, servers).backends(spec, SAMPLING, row["raw_prompt"])
+    driver = RolloutDriver(
+        RolloutConfig(concurrency=1, reward_spec="werewolf_shaped", sampling=SamplingConfig(max_tokens=256)),
+        environment=backends.environment, inference=backends.inference, reward=LocalReward(),
+    )  # fmt: skip
+    theirs = await driver.play([episode_task(spec)])
+    assert len(theirs) == 1 and played is not None
+    traj = theirs[0]
+    assert any(not t.valid for t in traj.turns), "the re-prompted answer is a turn of the trajectory"
+    assert comparable(played) == comparable(traj)
+    prompts = [[c["prompt_ids"] for c in s.calls] for s in (server_a, server_b, server_c)]
+    assert prompts[0] == prompts[1] == prompts[2]
+    prompt_ids, response_ids, mask, logprobs = agent_output_tokens(list(traj.turns))
+    assert (out.prompt_ids, out.response_ids, out.response_mask, out.response_logprobs) == (
+        prompt_ids,
+        response_ids,
+        mask,
+        logprobs,
+    )
+    seat_outcome = next(o for o in traj.outcomes if o.seat == 2)
+    assert out.reward_score == pytest.approx(seat_outcome.final_reward)
+    assert out.extra_fields["turn_scores"] == [t.reward for t in traj.turns]
+    assert out.extra_fields["wolfpack_outcome"] == seat_outcome.outcome
+    assert {b.seat: b.controller for b in traj.seats}[2] == common_pb2.SEAT_CONTROLLER_POLICY
+
+
+def test_agent_output_tokens_needs_one_token_stream() -> None:
+    """Mask 1 exactly where each answer's tokens stand in the final stream; a prompt that does not
+    continue the earlier turns is refused, not turned into a wrong mask."""
+    first = trajectory_pb2.Turn(
+        index=0, prompt_token_ids=[1, 2], response_token_ids=[3, 4], response_logprobs=[-1, -2]
+    )
+    second = trajectory_pb2.Turn(
+        index=1, prompt_token_ids=[1, 2, 3, 4, 9, 9], response_token_ids=[5], response_logprobs=[-0.5]
+    )
+    assert agent_output_tokens([first, second]) == (
+        [1, 2], [3, 4, 9, 9, 5], [1, 1, 0, 0, 1], [-1.0, -2.0, 0.0, 0.0, -0.5]
+    )  # fmt: skip
+    no_logprobs = [trajectory_pb2.Turn(prompt_token_ids=[1], response_token_ids=[2])]
+    assert agent_output_tokens(no_logprobs) == ([1], [2], [1], None)
+    stray = trajectory_pb2.Turn(index=1, prompt_token_ids=[1, 7, 3, 4, 9], response_token_ids=[5])
+    with pytest.raises(ValueError, match="does not continue"):
+        agent_output_tokens([first, stray])
 
 
 def test_episode_spec_rejects_unknown_keys_and_reads_rows() -> None:
