@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -327,3 +328,44 @@ async def test_a_server_on_port_0_reports_the_port_it_bound(tmp_path: Path) -> N
     finally:
         await first.stop(0)
         await second.stop(0)
+
+
+async def _closed_by_server(sock: Any, within_s: float) -> bool:
+    """Whether the server closes ``sock`` (reads end with b"") within ``within_s``; server bytes (its
+    HTTP/2 settings) are read past."""
+    import time
+
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if not await asyncio.to_thread(sock.recv, 4096):
+                return True
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return True
+    return False
+
+
+async def test_silent_connections_are_closed_and_the_server_keeps_answering(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sockets opened by anyone (no credential needed) that never speak gRPC are closed after the handshake
+    timeout, and connections over the cap are closed at accept: they cannot hold the descriptors that health
+    and real calls need (issue 20: 1,100 idle connections made health time out)."""
+    import socket
+
+    monkeypatch.setattr(rpc, "HANDSHAKE_TIMEOUT_MS", 500)
+    monkeypatch.setattr(rpc, "MAX_CONNECTIONS", 8)
+    server = await start(hold=False)
+    target = f"127.0.0.1:{server.port}"
+    try:
+        silent = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(12)]
+        closed = [await _closed_by_server(s, 10) for s in silent]
+        assert all(closed), f"{closed.count(False)} of 12 silent connections still open after 10 s"
+        for s in silent:
+            s.close()
+        assert await rpc.check_health(target) == "SERVING"
+    finally:
+        await server.stop(0)

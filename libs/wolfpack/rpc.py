@@ -46,6 +46,29 @@ def _size_options(settings: Settings) -> list[tuple[str, int]]:
     return [("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size)]
 
 
+HANDSHAKE_TIMEOUT_MS = 10_000
+"""A connection that has not completed gRPC's HTTP/2 handshake by then is closed (grpc's default waits two
+minutes, so idle sockets opened by anyone, no credential needed, could hold every file descriptor)."""
+IDLE_CONNECTION_MS = 300_000
+"""A connection with no call for this long is closed (GOAWAY; a client's channel reconnects on its next call)."""
+MAX_CONNECTIONS = 2048
+"""Incoming connections a server holds at once, at most a quarter of the soft descriptor limit; more are
+closed at accept, so the process keeps descriptors for Redis, model files and its own channels."""
+
+
+def connection_options() -> list[tuple[str, int]]:
+    """Server options that bound what idle or half-open connections can hold (see the constants)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    cap = MAX_CONNECTIONS if soft == resource.RLIM_INFINITY or soft <= 0 else min(MAX_CONNECTIONS, soft // 4)
+    return [
+        ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+        ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
+        ("grpc.max_allowed_incoming_connections", max(8, cap)),
+    ]
+
+
 class BindError(OSError):
     """A server could not listen on its address: the port is taken, or the host is not this machine's."""
 
@@ -287,7 +310,7 @@ async def start_server(
         ],
         # No SO_REUSEPORT: with it (grpc's default on Linux) a second server on a taken port binds anyway
         # and the kernel splits connections between two unrelated processes; without it the bind fails.
-        options=[*_size_options(settings), ("grpc.so_reuseport", 0)],
+        options=[*_size_options(settings), ("grpc.so_reuseport", 0), *connection_options()],
     )
     result = registrar(server)
     names = list(await result if asyncio.iscoroutine(result) else result)  # type: ignore[arg-type]
