@@ -141,7 +141,7 @@ class FakeServer:
 
 
 def make_loop(
-    tokenizer: Any, server: FakeServer, servers: Servers, response_length: int = 8192
+    tokenizer: Any, server: FakeServer, servers: Servers, response_length: int = 8192, **loop_kw: Any
 ) -> WolfpackAgentLoop:
     config = OmegaConf.create(
         {"actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": response_length}},
@@ -150,7 +150,7 @@ def make_loop(
     return WolfpackAgentLoop(
         trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=tokenizer, processor=None,
         dataset_cls=None, data_config=DictConfigWrap(config.data), hf_model_type="qwen2",
-        environment=servers.environment, name=AGENT_NAME,
+        environment=servers.environment, name=AGENT_NAME, **loop_kw,
     )  # fmt: skip
 
 
@@ -260,6 +260,18 @@ async def test_budget_runs_out_then_autopilot_finishes_the_game(tokenizer: Any, 
     assert extra["wolfpack_outcome"] == await servers.outcome(extra["wolfpack_episode_id"], 0)
     assert extra["wolfpack_outcome"] in (WIN, LOSS)  # the game still ended
     check_token_layout(out, server, tokenizer)
+
+
+async def test_max_policy_turns_then_autopilot_finishes_the_game(tokenizer: Any, servers: Servers) -> None:
+    server = FakeServer(tokenizer)
+    loop = make_loop(tokenizer, server, servers, max_policy_turns=1)
+    out = await loop.run(dict(SAMPLING), **sample(seed=11, seat=0, reward_spec="werewolf_outcome"))
+    extra = out.extra_fields
+    assert extra["wolfpack_policy_turns"] == len(server.calls) == 1
+    assert extra["wolfpack_autopilot_turns"] >= 1
+    assert extra["wolfpack_outcome"] == await servers.outcome(extra["wolfpack_episode_id"], 0)
+    assert extra["wolfpack_outcome"] in (WIN, LOSS)  # the game still ended
+    assert out.response_ids == server.calls[0]["ids"] and set(out.response_mask) == {1}  # one answer, no more
 
 
 def comparable(traj: trajectory_pb2.Trajectory) -> trajectory_pb2.Trajectory:
