@@ -17,7 +17,7 @@ STEPS=${STEPS:-3}
 ROWS=${ROWS:-64}
 LOG=${LOG:-$WORK/main_ppo.log}
 mkdir -p "$WORK"
-export PYTHONPATH=$ROOT/libs:$ROOT/services/environment:$ROOT/services/trainer:$ROOT/services/inference:${PYTHONPATH:-}
+export PYTHONPATH=$ROOT/libs:$ROOT/services/environment:$ROOT/services/trainer:$ROOT/services/inference:$ROOT/services/rollout:$ROOT/services/curriculum:${PYTHONPATH:-}
 export HYDRA_FULL_ERROR=1 PYTHONUNBUFFERED=1
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

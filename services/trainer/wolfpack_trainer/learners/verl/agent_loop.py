@@ -119,8 +119,8 @@ class EpisodeSpec:
         spec = cls(**kw)
         if spec.game_id in SCENARIO_GAMES:
             raise ValueError(
-                f"{spec.game_id}: the agent loop plays Werewolf only for now; scenario games are scored from the "
-                "whole transcript (scripted seats' messages included), which this loop does not rebuild yet"
+                f"{spec.game_id}: the agent loop plays Werewolf only for now; scenario games (scored from the "
+                "whole transcript, which the driver builds) are not checked through this loop yet"
             )
         if spec.observation not in ("delta", "full"):
             raise ValueError(f"observation must be 'delta' or 'full', not {spec.observation!r}")
