@@ -25,6 +25,8 @@ CHAT = f"/{INFERENCE}/Chat"  # bidi stream (a made-up method, to cover the fourt
 GET_EPISODE = "/wolfpack.v1.EnvironmentService/GetEpisode"
 CLOSE_EPISODE = "/wolfpack.v1.EnvironmentService/CloseEpisode"
 CREATE_EPISODE = "/wolfpack.v1.EnvironmentService/CreateEpisode"
+LIST_EPISODES = "/wolfpack.v1.EnvironmentService/ListEpisodes"
+SPECTATE = "/wolfpack.v1.EnvironmentService/SpectateEpisode"
 
 
 class Recorder:
@@ -81,6 +83,8 @@ class Recorder:
         environment = {
             "GetEpisode": unary(GET_EPISODE),
             "CloseEpisode": unary(CLOSE_EPISODE),
+            "ListEpisodes": unary(LIST_EPISODES),
+            "SpectateEpisode": unary(SPECTATE),
             "CreateEpisode": unary(CREATE_EPISODE),
         }
         return [
@@ -306,27 +310,37 @@ def test_client_interceptors_only_with_a_secret() -> None:
 
 
 async def test_a_configured_client_attaches_the_credential_to_privileged_calls_only() -> None:
-    """The credential goes on exactly PushWeights, LoadPolicy, GetEpisode and CloseEpisode; the caller's
+    """The credential goes on exactly the privileged methods (PushWeights, LoadPolicy, GetEpisode,
+    CloseEpisode, ListEpisodes, SpectateEpisode) and on no other; the caller's
     own metadata and deadline travel unchanged beside it."""
     server, recorder, target = await serve(auth.CredentialInterceptor(auth.Credential(SECRET)))
     interceptors = auth.client_interceptors(load_settings(admin_secret=SECRET))
     try:
         async with grpc.aio.insecure_channel(target, interceptors=interceptors) as ch:
-            for method in (PUSH, LOAD, GET_EPISODE, CLOSE_EPISODE, GENERATE, CREATE_EPISODE):
+            for method in (
+                PUSH,
+                LOAD,
+                GET_EPISODE,
+                CLOSE_EPISODE,
+                LIST_EPISODES,
+                SPECTATE,
+                GENERATE,
+                CREATE_EPISODE,
+            ):
                 await call(ch, method, [("x-caller", "kept")], timeout=30)
             # without metadata of its own, too
             await call(ch, LOAD)
             await call(ch, PUSH)
     finally:
         await server.stop(0)
-    seen = {m: md for m, md, _t in recorder.calls[:6]}
-    for method in (PUSH, LOAD, GET_EPISODE, CLOSE_EPISODE):
+    seen = {m: md for m, md, _t in recorder.calls[:8]}
+    for method in (PUSH, LOAD, GET_EPISODE, CLOSE_EPISODE, LIST_EPISODES, SPECTATE):
         assert seen[method].get("x-wolfpack-credential") == SECRET, method
     for method in (GENERATE, CREATE_EPISODE):
         assert "x-wolfpack-credential" not in seen[method], method
     assert all(md.get("x-caller") == "kept" for md in seen.values())
-    for method, md, _t in recorder.calls[6:]:
+    for method, md, _t in recorder.calls[8:]:
         assert md.get("x-wolfpack-credential") == SECRET, method
-    for method, _md, remaining in recorder.calls[:6]:
+    for method, _md, remaining in recorder.calls[:8]:
         # the 30 s deadline arrives (grpc rounds it up a little); none would read as None
         assert remaining is not None and 0 < remaining < 31, (method, remaining)

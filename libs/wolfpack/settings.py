@@ -98,7 +98,7 @@ class Settings(BaseSettings):
     admin_secret: SecretStr = Field(
         default=SecretStr(""),
         description="Service credential for privileged RPCs (PushWeights, LoadPolicy, a running episode's "
-        "full view and CloseEpisode), sent as x-wolfpack-credential; Helm: secrets.adminSecret. Empty: "
+        "full view, CloseEpisode, ListEpisodes, SpectateEpisode), sent as x-wolfpack-credential; Helm: secrets.adminSecret. Empty: "
         "allowed only when services listen on loopback (announced at start-up).",
     )
 

@@ -300,7 +300,10 @@ class _Details(grpc.ClientCallDetails):  # type: ignore[misc]
         )
 
 
-ENV_UNARY = ["ListGames", "CreateEpisode", "GetObservation", "Act", "GetEpisode", "CloseEpisode"]
+ENV_UNARY = [
+    "ListGames", "CreateEpisode", "GetObservation", "Act", "GetEpisode", "CloseEpisode", "ListEpisodes",
+    "SpectateEpisode",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("method", ENV_UNARY)
