@@ -21,17 +21,22 @@ game outcome is positive; its reward is the outcome minus the reward spec's pena
 
 The trained policy itself is evaluated by ``Trainer.evaluate`` through the same player as training
 (service mode: the rollout driver with the policy served by inference); this module turns its
-trajectories into the same per-episode rows.
+trajectories into the same per-episode rows, and keeps a few of them as ``Trajectory`` files in the run
+directory (``save_episodes``): the web view's training page opens them on its replay page, turn by turn
+with tokens and logprobs, which the TensorBoard text transcripts cannot show.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import random
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
@@ -40,6 +45,12 @@ from wolfpack_trainer.metrics import Estimate, mean_ci, wilson_ci
 
 MAX_STEPS = 200
 """Steps after which a reference game is cut (scored as unfinished: outcome 0, no win)."""
+
+SAVED_EPISODES = 4
+"""Evaluated episodes kept as files per evaluation (``save_episodes``): enough to read a few games of each
+evaluation, bounded so a long run's directory grows by kilobytes per evaluation, not by the whole eval set."""
+EPISODE_FILE = re.compile(r"^episode_(\d{2})\.pb$")
+"""Names ``save_episodes`` writes (and the only ones it removes)."""
 
 EpisodeRow = list[tuple[float, bool]]
 """One held-out episode: (reward, won) of each trainee seat."""
@@ -110,6 +121,42 @@ async def play_served(
         return list(await driver.play(tasks))
     finally:
         driver.config = config
+
+
+def episodes_dir(run_dir: Path, step: int) -> Path:
+    """Where the evaluation at update ``step`` keeps its episodes: ``<run>/eval/update_<step:06d>/`` (the
+    checkpoints' naming)."""
+    return run_dir / "eval" / f"update_{step:06d}"
+
+
+def save_episodes(
+    run_dir: Path,
+    step: int,
+    trajectories: Sequence[trajectory_pb2.Trajectory],
+    limit: int = SAVED_EPISODES,
+) -> list[Path]:
+    """Keep the first ``limit`` evaluated episodes as binary ``Trajectory`` files
+    ``episode_00.pb``, ``episode_01.pb``, ... in ``episodes_dir(run_dir, step)``; returns their paths.
+
+    Each file is written beside its final name and renamed over it, so a reader (the web view polling a
+    running job) sees a whole trajectory or none. An evaluation run again at the same step (a resumed run)
+    replaces the files, and removes its own numbered files beyond the new count, so a directory never
+    mixes two evaluations. The first episodes in seed order, so every evaluation shows the same seeds."""
+    out_dir = episodes_dir(run_dir, step)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kept = list(trajectories)[: max(0, min(limit, 100))]
+    paths = []
+    for i, traj in enumerate(kept):
+        path = out_dir / f"episode_{i:02d}.pb"
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(traj.SerializeToString())
+        os.replace(tmp, path)
+        paths.append(path)
+    for stale in out_dir.iterdir():
+        match = EPISODE_FILE.match(stale.name)
+        if match and int(match.group(1)) >= len(kept):
+            stale.unlink(missing_ok=True)
+    return paths
 
 
 # --- reference policies ---------------------------------------------------------------------------------

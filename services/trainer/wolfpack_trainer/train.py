@@ -406,7 +406,8 @@ class Trainer:
 
     async def _evaluate(self) -> EvalResult:
         """``evaluate`` off the event loop (a coroutine ``evaluate`` plays through services: awaited), its
-        sample transcripts to TensorBoard text."""
+        sample transcripts to TensorBoard text and a few of its episodes as ``Trajectory`` files in the run
+        dir (``evaluate.save_episodes``: the web view's training page replays them)."""
         evaluate: Callable[[], Any] = self.evaluate
         if asyncio.iscoroutinefunction(evaluate):
             res = await evaluate()
@@ -415,6 +416,10 @@ class Trainer:
         decode = self.tokenizer.decode if self.tokenizer is not None else None
         for i, traj in enumerate(list(getattr(res, "trajectories", None) or [])[:TRANSCRIPTS_PER_EVAL]):
             self.metrics.text(f"transcripts/eval/{i}", transcript(traj, decode), res.step)
+        if getattr(res, "trajectories", None):
+            from wolfpack_trainer.evaluate import save_episodes
+
+            await _off_loop(save_episodes, self.run_dir, res.step, res.trajectories)
         return res  # type: ignore[no-any-return]
 
     def _train_update(self, trajectories: Sequence[trajectory_pb2.Trajectory]) -> dict[str, float]:
