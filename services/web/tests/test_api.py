@@ -223,6 +223,7 @@ def test_spectating_beyond_loopback_needs_a_trusted_network() -> None:
         ("get", "/api/runs/..%2F..%2Fetc/metrics", {}, 404),
         ("get", "/api/runs/.hidden/metrics", {}, 404),
         ("get", "/api/runs/missing/samples", {}, 404),
+        ("get", "/api/runs/missing/episodes", {}, 404),
         ("get", "/static/..%2Fserver.py", {}, 404),
         ("get", "/static/app.py", {}, 404),
         ("get", "/no/such/route", {}, 404),
@@ -323,3 +324,39 @@ async def test_requests_for_another_host_name_are_refused(stack: Stack) -> None:
                 assert resp.status == status, (host, body)
                 if status == 403:
                     assert body["error"]["code"] == "HOST_NOT_ALLOWED"
+
+
+async def test_a_runs_evaluated_episodes_are_listed_and_replayed(stack: Stack) -> None:
+    """Written by the trainer's own ``save_episodes`` (its layout is the contract), listed newest evaluation
+    first, each opened as the replay page's trajectory JSON; anything else under the run is refused."""
+    from wolfpack_trainer.evaluate import save_episodes
+
+    run = stack.runs / "eval-run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 0}\n')
+    first = [sample_trajectory(turns=3, trajectory_id=f"eval-0-{i}") for i in range(2)]
+    save_episodes(run, 0, first)
+    save_episodes(run, 5, [sample_trajectory(turns=4, trajectory_id="eval-5-0")])
+    (run / "eval" / "update_000005" / "episode_07.pb").write_bytes(b"\xff\xfe not a trajectory")
+    async with aiohttp.ClientSession(stack.url) as s:
+        status, body = await _get(s, "/api/runs/eval-run/episodes")
+        assert status == 200, body
+        rows = body["episodes"]
+        assert [(r["step"], r["file"], r.get("trajectory_id")) for r in rows] == [
+            (5, "episode_00.pb", "eval-5-0"), (5, "episode_07.pb", None),
+            (0, "episode_00.pb", "eval-0-0"), (0, "episode_01.pb", "eval-0-1"),
+        ]  # fmt: skip
+        assert rows[1]["error"] and rows[0]["turns"] == 4 and rows[0]["trainee_reward"] == 1.0
+        status, traj = await _get(s, "/api/runs/eval-run/episodes/5/episode_00.pb")
+        assert status == 200 and traj["trajectory_id"] == "eval-5-0"
+        assert traj["turns"][0]["tokens"] == [[11, -0.05], [22, -1.2], [33, -3.5]]
+        for path, code in (
+            ("/api/runs/eval-run/episodes/5/episode_07.pb", 404),  # not a Trajectory
+            ("/api/runs/eval-run/episodes/5/episode_03.pb", 404),  # not there
+            ("/api/runs/eval-run/episodes/5/metrics.jsonl", 404),  # not an episode file
+            ("/api/runs/eval-run/episodes/x/episode_00.pb", 400),
+            ("/api/runs/eval-run/episodes/5/..%2F..%2Fmetrics.jsonl", 404),
+            ("/api/runs/nope/episodes/0/episode_00.pb", 404),
+        ):
+            status, err = await _get(s, path)
+            assert status == code and set(err) == {"error"}, (path, err)

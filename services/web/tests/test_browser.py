@@ -165,6 +165,7 @@ async def test_replay_steps_through_every_turn(stack: Stack, page, tmp_path: Pat
 async def test_training_page_follows_a_growing_run(stack: Stack, page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The run is written by the trainer's own ``MetricsWriter`` (metrics.jsonl and TensorBoard text), as
     ``wolfpack train`` writes it, while the page is open."""
+    from wolfpack_trainer.evaluate import save_episodes
     from wolfpack_trainer.metrics import MetricsWriter, transcript
 
     run = stack.runs / "demo-run"
@@ -185,6 +186,7 @@ async def test_training_page_follows_a_growing_run(stack: Stack, page, tmp_path:
         # The trainer goes on: an evaluated update with its sample game, another update, a half-written line.
         writer.log(3, metrics_values(3, evaluated=True))
         writer.text("transcripts/eval/0", transcript(sample_trajectory(turns=2)), 3)
+        save_episodes(run, 3, [sample_trajectory(turns=2, trajectory_id="eval-3-0")])
         writer.log(4, metrics_values(4))
         with writer.jsonl.open("a") as fh:
             fh.write('{"step": 5, "charts/rew')
@@ -205,6 +207,12 @@ async def test_training_page_follows_a_growing_run(stack: Stack, page, tmp_path:
         await sample.wait_for()
         assert "transcripts/eval/0 · update 3" in await sample.inner_text()
         assert "bargaining_v1/easy" in await sample.locator("pre").inner_text()
+        episode = page.locator("#eval-episodes a").first
+        await expect(episode).to_contain_text("update 3 · seed 11 · 2 turns · winner seller")
         await page.screenshot(path=str(screenshot_path(tmp_path, "training")), full_page=True)
+        await episode.click()  # the evaluated episode opens on the replay page, turn by turn
+        await expect(page.locator("#replay-counter")).to_have_text("Turn 1 / 2")
+        assert await page.inner_text("#replay-title") == "Trajectory eval-3-0"
+        assert page.url.endswith("#/replay/run/demo-run/3/episode_00.pb")
     finally:
         writer.close()

@@ -2,7 +2,9 @@
 
 A run directory is what ``wolfpack train`` writes (``<WOLFPACK_RUN_DIR>/train/<name>``): ``metrics.jsonl``
 (one JSON row per update, a resumed step's rows overwrite on read), and ``tb/`` whose text entries
-(``transcripts/eval/<i>``, ``transcripts/train/<i>``) are the sample games of each evaluation. The page
+(``transcripts/eval/<i>``, ``transcripts/train/<i>``) are the sample games of each evaluation as text, and
+``eval/update_<step>/episode_<i>.pb``, a few evaluated episodes of each evaluation as ``Trajectory`` files
+(the trainer's ``evaluate.save_episodes``), which the replay page opens turn by turn. The page
 is named by a run's directory name only; the name is looked up among the configured roots, so no path
 from a request ever reaches the file system.
 
@@ -23,11 +25,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
+from wolfpack.v1 import trajectory_pb2
+from wolfpack_web import replay
+
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_METRICS_BYTES = 64 << 20
 """A metrics file larger than this is read from its last 64 MiB (older updates are dropped)."""
 MAX_SAMPLES = 12
 MAX_SAMPLE_CHARS = 40_000
+EVAL_DIR = re.compile(r"^update_(\d{6,9})$")
+EPISODE_FILE = re.compile(r"^episode_\d{2}\.pb$")
+"""The trainer's layout of evaluated episodes (``<run>/eval/update_<step>/episode_<i>.pb``); nothing else
+under ``eval/`` is listed or opened."""
+MAX_EPISODES_LISTED = 48
+MAX_EPISODE_BYTES = 16 << 20
 
 
 class RunError(LookupError):
@@ -211,3 +224,58 @@ def _read_transcripts(tail: _Tail) -> None:
     if len(tail.found) > 4 * MAX_SAMPLES:
         tail.found.sort(key=lambda s: -s["step"])
         del tail.found[4 * MAX_SAMPLES :]
+
+
+# --- evaluated episodes ---------------------------------------------------------------------------------
+
+
+def _episode_path(run: Run, step: int, file: str) -> Path:
+    if not EPISODE_FILE.match(file) or not 0 <= step < 10**9:
+        raise RunError("an evaluated episode is update <step> and a file named episode_<nn>.pb")
+    return run.path / "eval" / f"update_{step:06d}" / file
+
+
+def read_episode(run: Run, step: int, file: str) -> trajectory_pb2.Trajectory:
+    """One evaluated episode's ``Trajectory``; ``RunError`` when it is not there (or too big to be one)."""
+    path = _episode_path(run, step, file)
+    try:
+        if path.stat().st_size > MAX_EPISODE_BYTES:
+            raise RunError(f"{path.name} of update {step} is larger than {MAX_EPISODE_BYTES >> 20} MiB")
+        data = path.read_bytes()
+    except OSError:
+        raise RunError(f"run {run.name!r} has no evaluated episode {file} at update {step}") from None
+    try:
+        return trajectory_pb2.Trajectory.FromString(data)
+    except DecodeError:
+        raise RunError(f"{file} of update {step} is not a Trajectory") from None
+
+
+def eval_episodes(run: Run, limit: int = MAX_EPISODES_LISTED) -> list[dict[str, Any]]:
+    """The run's evaluated episodes, newest evaluation first, each with the replay list's summary (seed,
+    turns, winner) and its mean trainee reward; at most ``limit`` (older evaluations are left out). A file
+    that does not parse is listed with an ``error`` instead of hiding the rest."""
+    try:
+        dirs = [(int(m.group(1)), p) for p in (run.path / "eval").iterdir() if (m := EVAL_DIR.match(p.name))]
+    except OSError:
+        return []
+    out: list[dict[str, Any]] = []
+    for step, directory in sorted(dirs, key=lambda d: -d[0]):
+        try:
+            files = sorted(p.name for p in directory.iterdir() if EPISODE_FILE.match(p.name))
+        except OSError:
+            continue
+        for name in files:
+            if len(out) >= limit:
+                return out
+            row: dict[str, Any] = {"step": step, "file": name}
+            try:
+                traj = read_episode(run, step, name)
+            except RunError as err:
+                row["error"] = str(err)
+            else:
+                row.update(replay.summary_json(traj))
+                bound = {b.seat for b in traj.seats if b.policy.policy_id}
+                rewards = [o.final_reward for o in traj.outcomes if o.seat in bound]
+                row["trainee_reward"] = sum(rewards) / len(rewards) if rewards else None
+            out.append(row)
+    return out

@@ -6,6 +6,7 @@
 | ``GET /api/episodes`` · ``POST /api/episodes`` · ``POST /api/episodes/watch`` · ``GET /api/episodes/{id}`` | spectating (``live.py``) |
 | ``GET /api/stream`` · ``GET /api/stream/{entry_id}`` · ``POST /api/trajectory`` | replay (``replay.py``) |
 | ``GET /api/runs`` · ``GET /api/runs/{name}/metrics`` · ``GET /api/runs/{name}/samples`` | training (``runs.py``) |
+| ``GET /api/runs/{name}/episodes`` · ``GET /api/runs/{name}/episodes/{step}/{file}`` | a run's evaluated episodes (``Trajectory`` files) for the replay page |
 
 Every error leaves as ``{"error": {"code", "message"}}`` with a 4xx status (5xx only for our own bugs,
 logged here, never with a traceback to the client). Every input is bounded before use: body sizes, ids
@@ -363,6 +364,19 @@ async def run_samples(request: web.Request) -> web.Response:
     return web.json_response({"run": run.name, "samples": await asyncio.to_thread(runs.samples, run)})
 
 
+async def run_episodes(request: web.Request) -> web.Response:
+    run = await asyncio.to_thread(runs.get_run, request.app[CONTEXT].run_roots, request.match_info["name"])
+    return web.json_response({"run": run.name, "episodes": await asyncio.to_thread(runs.eval_episodes, run)})
+
+
+async def run_episode(request: web.Request) -> web.Response:
+    """One evaluated episode as the replay page's trajectory JSON (the same shape as a stream entry)."""
+    run = await asyncio.to_thread(runs.get_run, request.app[CONTEXT].run_roots, request.match_info["name"])
+    step = _int(request.match_info["step"], "step", 0, 10**9 - 1)
+    traj = await asyncio.to_thread(runs.read_episode, run, step, request.match_info["file"])
+    return web.json_response(replay.trajectory_json(traj))
+
+
 # --- app and start-up ----------------------------------------------------------------------------------
 
 
@@ -419,6 +433,8 @@ def create_app(
     r.add_get("/api/runs", list_runs)
     r.add_get("/api/runs/{name}/metrics", run_metrics)
     r.add_get("/api/runs/{name}/samples", run_samples)
+    r.add_get("/api/runs/{name}/episodes", run_episodes)
+    r.add_get("/api/runs/{name}/episodes/{step}/{file}", run_episode)
     return app
 
 

@@ -52,7 +52,7 @@ function route() {
     $(`nav-${name}`).classList.toggle("active", name === page);
   }
   if (page === "live") showLive(parts[1]);
-  if (page === "replay") showReplay(parts[1], parts[2]);
+  if (page === "replay") showReplay(parts[1], parts[2], parts[3], parts[4]);
   if (page === "training") showTraining(parts[1]);
 }
 
@@ -252,10 +252,14 @@ async function refreshReplaySources(kind, id) {
   }).catch((err) => $("stream-list").replaceChildren(el("li", { class: "hint", text: err.message })));
 }
 
-function showReplay(kind, id) {
+function showReplay(kind, id, step, file) {
   refreshReplaySources(kind, id);
   if (kind === "episode" && id) loadEpisodeReplay(id);
   else if (kind === "entry" && id) loadTrajectory(`/api/stream/${encodeURIComponent(id)}`);
+  else if (kind === "run" && id && step && file) {
+    // an evaluated episode of a training run (the training page links here)
+    loadTrajectory(`/api/runs/${encodeURIComponent(id)}/episodes/${encodeURIComponent(step)}/${encodeURIComponent(file)}`);
+  }
   else if (kind !== "file") { $("replay-view").hidden = true; $("replay-empty").hidden = false; }
 }
 
@@ -444,6 +448,7 @@ async function showTraining(name) {
   state.run = run;
   $("charts").replaceChildren();
   $("samples").replaceChildren();
+  $("eval-episodes").replaceChildren();
   const poll = async () => {
     if (run.busy || state.run !== run) return;
     run.busy = true;
@@ -461,6 +466,7 @@ async function showTraining(name) {
       if (m.last_step !== run.step) {
         run.step = m.last_step;
         loadSamples(name);
+        loadEvalEpisodes(name);
       }
     } catch (err) {
       setStatus(err.message);
@@ -478,6 +484,21 @@ async function loadSamples(name) {
     $("samples").replaceChildren(...(body.samples.length ? body.samples.map((s) => el("div", { class: "sample" },
       el("div", { class: "meta", text: `${s.tag} · update ${s.step}` }), el("pre", { text: s.text })))
       : [el("div", { class: "hint", text: "no sample games logged yet (the trainer writes them at each evaluation)" })]));
+  } catch (err) { setStatus(err.message); }
+}
+
+function replayHref(run, e) {
+  return `#/replay/run/${encodeURIComponent(run)}/${e.step}/${encodeURIComponent(e.file)}`;
+}
+
+async function loadEvalEpisodes(name) {
+  try {
+    const { body } = await api(`/api/runs/${encodeURIComponent(name)}/episodes`);
+    $("eval-episodes").replaceChildren(...(body.episodes.length ? body.episodes.map((e) => el("li", { "data-step": String(e.step) },
+      el("a", { href: replayHref(body.run, e), text: e.error ? `update ${e.step} · ${e.file} (${e.error})`
+        : `update ${e.step} · seed ${e.seed} · ${e.turns} turns · winner ${e.winner || "-"}` +
+          (e.trainee_reward === null ? "" : ` · trainee reward ${e.trainee_reward.toFixed(2)}`) })))
+      : [el("li", { class: "hint", text: "no evaluated episodes yet (the trainer keeps a few per evaluation in <run>/eval/)" })]));
   } catch (err) { setStatus(err.message); }
 }
 
