@@ -28,6 +28,12 @@ class PolicyConfig(BaseModel):
     compress: bool = Field(
         default=True, description="Compress chat prompts over budget instead of rejecting them."
     )
+    prompt_cache_tokens: int = Field(
+        default=4_000_000,
+        ge=0,
+        description="Token ids kept by the prompt token cache (LRU; ~15 bytes a token with its text); 0: off.",
+    )
+    prompt_cache_entries: int = Field(default=4096, ge=1, description="Prompts kept by that cache (LRU).")
     strip_think: bool = Field(default=False, description="Remove <think>…</think> from returned text.")
     device: str = "auto"
     dtype: str = "auto"

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wolfpack_inference import adapters, prompts
+from wolfpack_inference import adapters, prompts, token_cache
 from wolfpack_inference.backends.base import Backend, ErrorCode, InferenceError, Request, Sampling
 from wolfpack_inference.config import PolicyConfig
 
@@ -84,6 +84,8 @@ class Policy:
         self.lock = asyncio.Lock()
         self.fallback_reason = ""
         """Why this policy serves the tiny fallback model instead of its own (empty: it does not)."""
+        self._token_cache: tuple[Any, token_cache.PrefixTokenCache | None] | None = None
+        """(the tokenizer it belongs to, the cache or ``None`` when that tokenizer does not qualify)."""
 
     @property
     def policy_id(self) -> str:
@@ -165,7 +167,8 @@ class Policy:
     ) -> tuple[list[int], bool]:
         tok = self.backend.tokenizer
         budget = self.context_budget
-        ids = prompts.render_chat(tok, msgs, add_gen)
+        encode = self._encoder(tok)
+        ids = prompts.render_chat(tok, msgs, add_gen, encode)
         if not budget or len(ids) + max_tokens <= budget or not self.cfg.compress:
             return ids, False  # the backend rejects what does not fit its positions
         if inline:
@@ -182,14 +185,33 @@ class Policy:
             nonlocal last
             if list(m) == last[0]:
                 return len(last[1])
-            last = (list(m), prompts.render_chat(tok, m, add_gen))
+            last = (list(m), prompts.render_chat(tok, m, add_gen, encode))
             return len(last[1])
 
         try:
-            kept, _ = prompts.compress_messages(msgs, count, room, prompts.TextCodec.of(tok))
+            kept, _ = prompts.compress_messages(msgs, count, room, prompts.TextCodec.of(tok, encode))
         except prompts.PromptTooLong as exc:
             raise InferenceError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
-        return (last[1] if kept == last[0] else prompts.render_chat(tok, kept, add_gen)), True
+        return (last[1] if kept == last[0] else prompts.render_chat(tok, kept, add_gen, encode)), True
+
+    def _encoder(self, tok: Any) -> Callable[..., list[int]] | None:
+        """This policy's cached tokenizer (``token_cache.PrefixTokenCache.encode``), or ``None`` when the
+        cache is off (``prompt_cache_tokens: 0``) or the tokenizer does not qualify. A new tokenizer
+        object (new weights loaded with their own) gets a new, empty cache: ids never cross tokenizers."""
+        if not self.cfg.prompt_cache_tokens:
+            return None
+        state = self._token_cache
+        if state is None or state[0] is not tok:
+            reason = token_cache.unsupported_reason(tok)
+            cache = None
+            if reason:
+                log.info("prompt token cache off", extra={"policy_id": self.policy_id, "reason": reason})
+            else:
+                cache = token_cache.PrefixTokenCache(
+                    tok, max_entries=self.cfg.prompt_cache_entries, max_tokens=self.cfg.prompt_cache_tokens
+                )
+            state = self._token_cache = (tok, cache)
+        return state[1].encode if state[1] is not None else None
 
 
 @contextlib.contextmanager

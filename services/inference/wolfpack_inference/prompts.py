@@ -35,8 +35,20 @@ class PromptTooLong(ValueError):
     """The prompt cannot fit even after compression (or compression is disabled)."""
 
 
-def render_chat(tokenizer: Any, messages: Sequence[Message], add_generation_prompt: bool = True) -> list[int]:
-    """Token ids of ``messages`` under the tokenizer's chat template."""
+def render_chat(
+    tokenizer: Any,
+    messages: Sequence[Message],
+    add_generation_prompt: bool = True,
+    encode: Callable[[str], list[int]] | None = None,
+) -> list[int]:
+    """Token ids of ``messages`` under the tokenizer's chat template. With ``encode`` (a policy's
+    ``token_cache.PrefixTokenCache.encode``) the template renders to text and ``encode`` tokenizes it,
+    as ``apply_chat_template`` itself does (no special tokens added), but reusing a cached prefix."""
+    if encode is not None:
+        text = tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=add_generation_prompt, tokenize=False
+        )
+        return encode(str(text))
     out = tokenizer.apply_chat_template(
         list(messages), add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False
     )
@@ -52,9 +64,21 @@ class TextCodec:
 
     encode: Callable[[str], list[int]]
     decode: Callable[[list[int]], str]
+    encode_tail: Callable[[str], list[int]] | None = None
+    """Tokenizes a window at a message's end (``None``: ``encode``); such windows start anywhere in the
+    text and are seldom seen twice, so a caching codec keeps them out of its cache."""
 
     @classmethod
-    def of(cls, tokenizer: Any) -> TextCodec:
+    def of(cls, tokenizer: Any, encode: Callable[..., list[int]] | None = None) -> TextCodec:
+        """The codec of ``tokenizer``; with ``encode`` (``PrefixTokenCache.encode``, which gives the same
+        ids) windows at a message's start reuse cached prefixes."""
+        if encode is not None:
+            cached = encode
+            return cls(
+                encode=lambda text: cached(text),
+                decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
+                encode_tail=lambda text: cached(text, remember=False),
+            )
         return cls(
             encode=lambda text: list(tokenizer.encode(text, add_special_tokens=False)),
             decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
@@ -190,9 +214,10 @@ def _end_tokens(text: str, n: int, codec: TextCodec, *, from_start: bool) -> tup
     two, so it is dropped; what a window yields otherwise matches the whole text's tokens up to the seam,
     and the caller's render checks the result either way."""
     k = min(len(text), 8 * (n + 8))
+    encode = codec.encode if from_start or codec.encode_tail is None else codec.encode_tail
     while True:
         window = text[:k] if from_start else text[len(text) - k :]
-        ids = codec.encode(window)
+        ids = encode(window)
         if k >= len(text):
             return (ids[:n] if from_start else ids[max(len(ids) - n, 0) :]), len(ids) <= 2 * n + 1
         if len(ids) > n + 1:

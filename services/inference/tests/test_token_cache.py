@@ -1,0 +1,162 @@
+"""The prompt token cache gives exactly the ids of tokenizing the whole text: over seeded Werewolf games
+(EN and ZH, 6/9/12 players, every seat's prompts interleaved in one cache, with and without compression)
+through ``Policy.prepare``, and over random growing chats with awkward text; plus its bounds, its
+per-tokenizer scope and the tokenizers it refuses."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from wolfpack_games.base import make_game
+from wolfpack_games.werewolf.policies import heuristic_bot
+from wolfpack_inference import token_cache
+from wolfpack_inference.backends.base import Sampling
+from wolfpack_inference.config import PolicyConfig
+from wolfpack_inference.policies import Policy
+from wolfpack_inference.token_cache import PrefixTokenCache, unsupported_reason
+
+
+class _Backend:
+    """Just what ``Policy.prepare`` reads of a backend: a tokenizer and the model's positions."""
+
+    chat_only = False
+    version = 0
+
+    def __init__(self, tokenizer: Any, max_positions: int) -> None:
+        self.tokenizer = tokenizer
+        self.max_positions = max_positions
+
+
+def _policy(tok: Any, budget: int, cache_tokens: int, entries: int = 4096) -> Policy:
+    cfg = PolicyConfig(
+        policy_id="p", model="tiny", context_budget=budget, prompt_cache_tokens=cache_tokens,
+        prompt_cache_entries=entries,
+    )  # fmt: skip
+    return Policy(cfg, _Backend(tok, 0))  # type: ignore[arg-type]
+
+
+def _game_prompts(variant: str, language: str, seed: int) -> list[str]:
+    """Every acting seat's prompt of one seeded game against heuristic bots, in the order asked."""
+    env = make_game("werewolf_v1", variant, language=language)
+    env.reset(seed=seed)
+    rng = random.Random(seed)
+    out: list[str] = []
+    for _ in range(400):
+        if env.done:
+            break
+        acts = {}
+        for seat in env.acting_seats():
+            out.append(env.observe(seat).text)
+            acts[seat] = heuristic_bot(env, seat, rng)
+        env.step(acts)
+    return out
+
+
+@pytest.mark.parametrize(("variant", "language"), [("6p", "en"), ("9p", "zh"), ("12p", "en"), ("6p", "zh")])
+def test_cached_prepare_matches_whole_tokenization_over_games(
+    tiny_dir: Path, variant: str, language: str
+) -> None:
+    """Several games' prompts interleaved (as concurrent episodes reach the service), each prepared
+    with the cache and without: the same ids and the same compression, at a budget that compresses
+    every long prompt (512, the tiny model's) and at one that never does."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    games = [_game_prompts(variant, language, seed) for seed in range(3)]
+    order = [(g, i) for i in range(max(map(len, games))) for g in range(len(games)) if i < len(games[g])]
+    sampling = Sampling(max_tokens=32)
+    for budget in (512, 100_000):
+        cached, plain = _policy(tok, budget, 1_000_000), _policy(tok, budget, 0)
+        for g, i in order:
+            msgs = [{"role": "system", "content": "Play well."}, {"role": "user", "content": games[g][i]}]
+            a = cached.prepare(sampling, messages=msgs)
+            b = plain.prepare(sampling, messages=msgs)
+            assert a.request.prompt_ids == b.request.prompt_ids, (budget, g, i)
+            assert a.compressed == b.compressed
+        state = cached._token_cache
+        assert state is not None and state[1] is not None
+        assert state[1].stats.hits > len(order) // 2  # growing prompts did reuse their prefix
+        assert state[1].stats.reused_tokens > 0
+
+
+def _random_text(rng: random.Random, n: int) -> str:
+    pieces = ["\n", "\n\n", " ", "  ", "\t", "\r\n", "Alice", " votes", " for", " Bob", "'s", "'ll", "123",
+              "4.5", "!!", "?", "  \n", "<|im_end|>", "<|im_start|>", "<think>", "</think>", "狼人", "预言家",
+              "é", "ü", "e\u0301", "🐺", "\u00a0", "-", "...", "[", "]", "{\"a\": 1}", "\u2028", "ß"]  # fmt: skip
+    return "".join(rng.choice(pieces) for _ in range(n))
+
+
+def test_random_growing_texts_match_whole_tokenization(tiny_dir: Path) -> None:
+    """Texts that grow by random suffixes, sometimes with their end rewritten, and unrelated texts mixed
+    in: every ``encode`` equals the tokenizer's own ids for the whole text."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    cache = PrefixTokenCache(tok, max_entries=64, max_tokens=200_000)
+    rng = random.Random(7)
+    texts = [_random_text(rng, 20) for _ in range(6)]
+    for step in range(600):
+        k = rng.randrange(len(texts))
+        t = texts[k]
+        if rng.random() < 0.3 and len(t) > 10:
+            t = t[: rng.randrange(len(t))]  # the end changes (a new instruction replaces the old)
+        texts[k] = t + _random_text(rng, rng.randrange(1, 40))
+        remember = rng.random() < 0.9
+        assert (
+            cache.encode(texts[k], remember=remember) == tok(texts[k], add_special_tokens=False)["input_ids"]
+        ), step
+    assert cache.stats.hits > 100
+
+
+def test_memory_is_bounded_lru(tiny_dir: Path) -> None:
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    cache = PrefixTokenCache(tok, max_entries=5, max_tokens=10**9)
+    for i in range(20):
+        cache.encode(f"line {i}\n" * 50)
+    assert len(cache) == 5
+    small = PrefixTokenCache(tok, max_entries=1000, max_tokens=500)
+    for i in range(20):
+        small.encode(f"player {i} speaks\n" * 30)
+        assert small.cached_tokens <= 500
+    # eviction leaves no index entry pointing at an evicted text
+    live = {id(e) for e in small._entries.values()}
+    assert all(id(e) in live for e in small._index.values())
+
+
+def test_new_tokenizer_gets_a_new_cache(tiny_dir: Path) -> None:
+    """Ids are never reused across tokenizers: a policy whose backend changes tokenizer starts empty."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    policy = _policy(tok, 100_000, 1_000_000)
+    msgs = [{"role": "user", "content": "Night falls.\nAlice wakes.\n" * 20}]
+    policy.prepare(Sampling(max_tokens=4), messages=msgs)
+    first = policy._token_cache
+    policy.backend.tokenizer = AutoTokenizer.from_pretrained(tiny_dir)  # type: ignore[misc]
+    policy.prepare(Sampling(max_tokens=4), messages=msgs)
+    second = policy._token_cache
+    assert first is not None and second is not None and first[1] is not second[1]
+    assert second[1] is not None and len(second[1]) == 1
+
+
+def test_tokenizers_outside_the_proven_shape_get_no_cache(tiny_dir: Path) -> None:
+    """A SentencePiece-style Metaspace tokenizer (it prepends a space to each piece it starts) and an
+    added token that strips whitespace both break restarting at a line: no cache for them."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers  # type: ignore[import-untyped]
+
+    assert unsupported_reason(AutoTokenizer.from_pretrained(tiny_dir)) == ""
+    meta = Tokenizer(models.BPE(vocab={"a": 0, "▁": 1}, merges=[]))
+    meta.pre_tokenizer = pre_tokenizers.Metaspace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=meta)  # type: ignore[no-untyped-call]
+    assert "pre-tokenizer" in unsupported_reason(fast)
+    stripping = AutoTokenizer.from_pretrained(tiny_dir)
+    stripping.add_tokens([AddedToken("<mark>", lstrip=True)])
+    assert "strips" in unsupported_reason(stripping)
+    assert unsupported_reason(object()) == "not a fast tokenizer"
+    policy = _policy(fast, 0, 1000)
+    assert policy._encoder(policy.backend.tokenizer) is None
+
+
+def test_cache_off_at_zero(tiny_dir: Path) -> None:
+    policy = _policy(AutoTokenizer.from_pretrained(tiny_dir), 0, 0)
+    assert policy._encoder(policy.backend.tokenizer) is None
+    assert token_cache.DEFAULT_MAX_TOKENS > 0

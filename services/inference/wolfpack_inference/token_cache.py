@@ -1,0 +1,265 @@
+"""Exact incremental tokenization of prompts that grow: a policy's bounded cache of recent texts and
+their token ids, so a seat's next prompt tokenizes only what is new since its last one.
+
+Why: a game prompt is "stable header, growing log, instruction", re-sent whole every turn (and several
+times per turn while ``prompts.compress_messages`` searches for a cut). Tokenizing ~2k tokens of it each
+time was most of the inference service's per-turn preparation. Consecutive prompts share a long prefix
+of *text*, but not of tokens in general (a BPE merge may span the point where they differ), so the cache
+reuses tokens only up to a point where tokenization provably restarts from scratch, and checks it.
+
+How (``PrefixTokenCache.encode``):
+  1. Find the cached text sharing the longest prefix with the new one: every cached text is indexed by a
+     chained hash of each ``CHUNK``-character prefix, so one pass over the new text finds it; a hit is
+     confirmed by comparing the characters (hash collisions cannot change the result).
+  2. Pick two *restart points* inside that common prefix: token starts right after a ``\\n`` and before
+     a character that is not whitespace. With the pre-tokenizers accepted here (byte-level BPE behind a
+     GPT-2/Qwen-style regex split, no prefix space, added tokens that neither strip nor contain a newline
+     before their end) no pre-token spans such a point, so the tokens after it depend only on the text
+     after it.
+  3. Tokenize the new text from the earlier point ``p0`` and require the tokens up to the later point
+     ``p1`` to equal the cached ones, with a token starting exactly at ``p1``: a check on real text that
+     the restart is clean. On any doubt (no restart point, an overlap that differs, truncation or
+     padding set on the tokenizer) the whole text is tokenized, as before.
+Tokenizers outside that shape (``unsupported_reason``) get no cache at all.
+
+Bounds: at most ``max_entries`` texts and ``max_tokens`` token ids in all, least recently used evicted
+first; texts longer than ``MAX_TEXT_CHARS`` are tokenized whole and not kept. One cache per policy
+tokenizer (``Policy`` drops it when the backend's tokenizer object changes), so nothing crosses policies.
+Thread safe: lookups and inserts hold a lock; tokenizing does not.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+CHUNK = 64
+"""Characters per indexed prefix step: a hit finds the common prefix to within one chunk, and the last
+partial chunk is compared character by character."""
+MAX_TEXT_CHARS = 262_144
+"""Texts longer than this are tokenized whole and not cached (their index alone would be large)."""
+DEFAULT_MAX_ENTRIES = 4096
+DEFAULT_MAX_TOKENS = 4_000_000
+"""Default bound on cached token ids: each token keeps its id and character span (three ``array('i')``
+values, 12 bytes), so ~48 MB at the bound plus the texts (~3 characters a token), ~60 MB in all."""
+
+_SAFE_PRE_TOKENIZERS = {"ByteLevel", "Split", "Digits", "Sequence"}
+_SAFE_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Sequence", "Strip"}
+
+
+def unsupported_reason(tokenizer: Any) -> str:
+    """Why ``tokenizer`` cannot be tokenized incrementally here ("" when it can). Only fast (Rust)
+    byte-level BPE tokenizers without a prefix space, whose added tokens do not strip whitespace, qualify:
+    for them step 2 of the module docstring holds."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode"):
+        return "not a fast tokenizer"
+    try:
+        spec = json.loads(backend.to_str())
+    except Exception as exc:  # a backend that cannot describe itself is not trusted
+        return f"tokenizer description unreadable: {type(exc).__name__}"
+    if (spec.get("model") or {}).get("type") != "BPE":
+        return "not a BPE model"
+
+    def nodes(node: Any, key: str) -> list[dict[str, Any]]:
+        if not node:
+            return []
+        if node.get("type") == "Sequence":
+            return [n for sub in node.get(key, []) for n in nodes(sub, key)]
+        return [node]
+
+    pre = nodes(spec.get("pre_tokenizer"), "pretokenizers")
+    if not pre or any(p.get("type") not in _SAFE_PRE_TOKENIZERS for p in pre):
+        return "pre-tokenizer not byte-level/split"
+    if any(p.get("type") == "ByteLevel" and p.get("add_prefix_space") for p in pre):
+        return "byte-level with a prefix space"
+    if any(p.get("type") == "Split" and (p.get("behavior") != "Isolated" or p.get("invert")) for p in pre):
+        return "split that does not isolate its matches"
+    if not any(
+        p.get("type") == "Split" or (p.get("type") == "ByteLevel" and p.get("use_regex")) for p in pre
+    ):
+        return "no regex split"
+    norm = nodes(spec.get("normalizer"), "normalizers")
+    if any(n.get("type") not in _SAFE_NORMALIZERS for n in norm):
+        return "normalizer not local"
+    for added in spec.get("added_tokens", []):
+        content = str(added.get("content", ""))
+        if added.get("lstrip") or added.get("rstrip") or added.get("single_word") or "\n" in content[:-1]:
+            return f"added token {content!r} strips whitespace or spans a line"
+    return ""
+
+
+@dataclass
+class _Entry:
+    text: str
+    ids: array[int]
+    starts: array[int]
+    ends: array[int]
+    keys: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
+class CacheStats:
+    """Counters for tests and the bench: how often the cache answered and how much it saved."""
+
+    hits: int = 0
+    misses: int = 0
+    overlap_mismatches: int = 0
+    reused_tokens: int = 0
+    encoded_chars: int = 0
+
+
+class PrefixTokenCache:
+    """``encode(text)``: the token ids of ``text`` (no special tokens added), tokenizing only what
+    follows the longest cached common prefix. See the module docstring for why that is exact."""
+
+    def __init__(
+        self, tokenizer: Any, max_entries: int = DEFAULT_MAX_ENTRIES, max_tokens: int = DEFAULT_MAX_TOKENS
+    ) -> None:
+        self.tokenizer = tokenizer
+        self._backend = tokenizer.backend_tokenizer
+        self.max_entries = max_entries
+        self.max_tokens = max_tokens
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._index: dict[tuple[int, int], _Entry] = {}
+        self._tokens = 0
+        self._lock = threading.Lock()
+        self.stats = CacheStats()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def cached_tokens(self) -> int:
+        return self._tokens
+
+    def encode(self, text: str, remember: bool = True) -> list[int]:
+        """Token ids of ``text``; ``remember=False`` uses the cache without adding ``text`` to it (for
+        one-off texts such as a window at a prompt's end)."""
+        if (
+            len(text) > MAX_TEXT_CHARS
+            or self._backend.truncation is not None
+            or self._backend.padding is not None
+        ):
+            return list(self._backend.encode(text, add_special_tokens=False).ids)
+        keys = _chunk_keys(text)
+        with self._lock:
+            base = self._longest(text, keys)
+        ids, starts, ends = self._encode_from(text, base)
+        if remember:
+            with self._lock:
+                self._add(_Entry(text, ids, starts, ends, keys))
+        return ids.tolist()
+
+    def _longest(self, text: str, keys: list[tuple[int, int]]) -> tuple[_Entry, int] | None:
+        """The cached entry sharing the longest prefix with ``text``, and that prefix's length."""
+        for key in reversed(keys):
+            entry = self._index.get(key)
+            if entry is None:
+                continue
+            n = key[0] * CHUNK
+            if entry.text[:n] != text[:n]:
+                continue  # a hash collision: look for a shorter prefix
+            self._entries.move_to_end(id(entry))
+            end = min(len(text), len(entry.text), n + CHUNK)
+            while n < end and text[n] == entry.text[n]:
+                n += 1
+            return entry, n
+        return None
+
+    def _encode_from(
+        self, text: str, base: tuple[_Entry, int] | None
+    ) -> tuple[array[int], array[int], array[int]]:
+        if base is not None:
+            entry, common = base
+            restart = _restart_points(entry, common)
+            if restart is not None:
+                (p0, j0), (p1, j1) = restart
+                enc = self._backend.encode(text[p0:], add_special_tokens=False)
+                fresh = enc.ids
+                span = j1 - j0
+                offsets = enc.offsets
+                if (
+                    len(fresh) > span
+                    and fresh[:span] == entry.ids[j0:j1].tolist()
+                    and offsets[span][0] == p1 - p0
+                    and (span == 0 or offsets[span - 1][1] <= p1 - p0)
+                ):
+                    self.stats.hits += 1
+                    self.stats.reused_tokens += j0
+                    self.stats.encoded_chars += len(text) - p0
+                    ids = entry.ids[:j0]
+                    ids.extend(fresh)
+                    starts = entry.starts[:j0]
+                    starts.extend(s + p0 for s, _ in offsets)
+                    ends = entry.ends[:j0]
+                    ends.extend(e + p0 for _, e in offsets)
+                    return ids, starts, ends
+                self.stats.overlap_mismatches += 1
+        self.stats.misses += 1
+        self.stats.encoded_chars += len(text)
+        enc = self._backend.encode(text, add_special_tokens=False)
+        return (
+            array("i", enc.ids),
+            array("i", (s for s, _ in enc.offsets)),
+            array("i", (e for _, e in enc.offsets)),
+        )
+
+    def _add(self, entry: _Entry) -> None:
+        old = self._entries.pop(id(entry), None)
+        if old is not None:  # cannot happen for a fresh object, kept for safety of the accounting
+            self._tokens -= len(old.ids)
+        self._entries[id(entry)] = entry
+        self._tokens += len(entry.ids)
+        for key in entry.keys:
+            self._index[key] = entry
+        while self._entries and (len(self._entries) > self.max_entries or self._tokens > self.max_tokens):
+            _, gone = self._entries.popitem(last=False)
+            self._tokens -= len(gone.ids)
+            for key in gone.keys:
+                if self._index.get(key) is gone:
+                    del self._index[key]
+
+
+def _chunk_keys(text: str) -> list[tuple[int, int]]:
+    """``(k, h_k)`` for each whole ``CHUNK``-character prefix, ``h_k`` chaining the chunks' hashes: one
+    pass over the text, and two texts share key ``k`` (barring collisions) iff they share ``k`` chunks."""
+    keys = []
+    h = 0
+    for k in range(1, len(text) // CHUNK + 1):
+        h = hash((h, text[(k - 1) * CHUNK : k * CHUNK]))
+        keys.append((k, h))
+    return keys
+
+
+def _restart_points(entry: _Entry, common: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The last two restart points ``(char, token index)`` of ``entry`` strictly inside its first
+    ``common`` characters: a token starts there, the previous one ends there, the character before is a
+    newline and the one at it is not whitespace."""
+    text, starts, ends = entry.text, entry.starts, entry.ends
+    found: list[tuple[int, int]] = []
+    j = _last_start_before(starts, common)
+    while j > 0 and len(found) < 2:
+        p = starts[j]
+        if starts[j - 1] < p and ends[j - 1] <= p and text[p - 1] == "\n" and not text[p].isspace():
+            found.append((p, j))
+        j -= 1
+    if len(found) < 2:
+        return None
+    return found[1], found[0]
+
+
+def _last_start_before(starts: array[int], limit: int) -> int:
+    """Index of the last token whose start is below ``limit`` (-1 if none): binary search."""
+    lo, hi = 0, len(starts)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if starts[mid] < limit:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
