@@ -26,6 +26,9 @@ EXTRAS = {
     "curriculum": (),
     "rollout": (),
     "trainer": ("environment", "inference", "trainer"),
+    # The web view: aiohttp; no torch and no sotopia (it reaches the environment over gRPC). Without
+    # tensorboard its training page shows curves and evaluated episodes, not the TensorBoard text samples.
+    "web": ("web",),
 }
 # The accelerator stack of each variant: these replace whatever the extras say about the same packages.
 TORCH_INDEX = {

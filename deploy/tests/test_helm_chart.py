@@ -553,3 +553,76 @@ def test_a_config_change_rolls_only_its_own_service() -> None:
     assert scaled == base
     model = checksums(merged(example("cpu-dev"), {"services": {"inference": {"model": "smollm2"}}}))
     assert {n for n in base if base[n] != model[n]} == {"wolfpack-inference"}
+
+
+def _web_settings(c: Doc, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The web container's WOLFPACK_WEB_* variables as the web view loads them (and its bind check)."""
+    from wolfpack_web.server import check_bind
+    from wolfpack_web.settings import load_web_settings
+
+    with monkeypatch.context() as m:
+        for e in c["env"]:
+            if e["name"].startswith("WOLFPACK_WEB_"):
+                m.setenv(e["name"], e["value"])
+        settings = load_web_settings()
+    check_bind(settings)  # what `wolfpack web` does before listening: raises where it would refuse
+    return settings
+
+
+def test_web_view_is_reached_through_a_port_forward_unless_exposed_to_named_peers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On by default, listening on its pod's loopback only: no Service, no NetworkPolicy opening it, probes
+    that exec inside the pod; the service credential from the Secret only while it spectates. Exposure to
+    the cluster needs peers named (an authenticating proxy) and then trusts them explicitly."""
+    docs = render(example("gpu"))
+    web = container(docs, "Deployment", "wolfpack-web")
+    env = env_of(web)
+    assert web["args"] == ["web"] and web["image"].split(":")[0].endswith("-web") and "ports" not in web
+    settings = _web_settings(web, monkeypatch)
+    assert settings.addr == "127.0.0.1:8470" and settings.spectate and not settings.trust_network
+    assert env["WOLFPACK_ADMIN_SECRET"]["valueFrom"]["secretKeyRef"] == {
+        "name": "wolfpack-secrets",
+        "key": "admin-secret",
+    }
+    assert env["WOLFPACK_ENVIRONMENT_ADDR"]["value"] == "wolfpack-environment:50051"
+    assert "$(WOLFPACK_REDIS_PASSWORD)" in env["WOLFPACK_REDIS_URL"]["value"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        command = web[probe]["exec"]["command"]
+        assert command[:2] == ["python", "-c"] and "http://127.0.0.1:8470/healthz" in command[2], probe
+    assert "wolfpack-web" not in by_kind(docs, "Service") and "wolfpack-web" not in by_kind(
+        docs, "NetworkPolicy"
+    )
+    assert by_kind(docs, "Deployment")["wolfpack-web"]["spec"]["replicas"] == 1
+
+    blind = env_of(container(render({"web": {"spectate": False}}), "Deployment", "wolfpack-web"))
+    assert blind["WOLFPACK_WEB_SPECTATE"]["value"] == "false" and "WOLFPACK_ADMIN_SECRET" not in blind
+    assert "wolfpack-web" not in by_kind(render({"web": {"enabled": False}}), "Deployment")
+
+    with pytest.raises(helm_python.HelmError, match=re.escape("web.exposure=cluster needs web.from")):
+        render({"web": {"exposure": "cluster"}})
+    proxy = [{"podSelector": {"matchLabels": {"app": "oauth2-proxy"}}}]
+    exposed = render({"web": {"exposure": "cluster", "from": proxy}})
+    web = container(exposed, "Deployment", "wolfpack-web")
+    settings = _web_settings(web, monkeypatch)
+    assert settings.addr == "0.0.0.0:8470" and settings.trust_network
+    assert web["ports"] == [{"name": "http", "containerPort": 8470}]
+    svc = by_kind(exposed, "Service")["wolfpack-web"]["spec"]
+    assert svc["type"] == "ClusterIP" and svc["ports"][0]["port"] == 8470
+    policy = by_kind(exposed, "NetworkPolicy")["wolfpack-web"]["spec"]
+    assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "web"
+    assert policy["ingress"] == [{"ports": [{"port": 8470, "protocol": "TCP"}], "from": proxy}]
+
+    with pytest.raises(helm_python.HelmError, match=re.escape("web.trainingRuns mounts the training claim")):
+        render({"web": {"trainingRuns": True}})
+    runs = render(merged(example("gpu"), {"web": {"trainingRuns": True}, "training": {"enabled": True}}))
+    spec = dict(pod_specs(runs))["wolfpack-web"]
+    assert {
+        "name": "training",
+        "persistentVolumeClaim": {"claimName": "wolfpack-training", "readOnly": True},
+    } in spec["volumes"]
+    web = spec["containers"][0]
+    assert {"name": "training", "mountPath": "/var/lib/wolfpack-training", "readOnly": True} in web[
+        "volumeMounts"
+    ]
+    assert [str(p) for p in _web_settings(web, monkeypatch).runs] == ["/var/lib/wolfpack-training/train"]

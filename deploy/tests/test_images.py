@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "docker" / "Dockerfile"
-SERVICES = ("environment", "inference", "reward", "curriculum", "rollout", "trainer")
+SERVICES = ("environment", "inference", "reward", "curriculum", "rollout", "trainer", "web")
 
 sys.path.insert(0, str(ROOT / "deploy" / "docker"))
 import requirements as reqs  # noqa: E402
@@ -101,6 +101,8 @@ def test_requirements_per_service_and_variant(service: str) -> None:
             service == "environment" or (service == "trainer" and variant == "cpu")
         )
         assert not ("sotopia" in names and "vllm" in names)
+        if service == "web":  # the web view: aiohttp for its server, gRPC to the environment, nothing heavy
+            assert "aiohttp" in names and "grpcio" in names
         if not heavy:
             assert lines == reqs.requirements(pyproject, service, "cpu")  # one image serves both
             continue
@@ -153,7 +155,8 @@ def test_build_context_holds_every_copied_path() -> None:
 def test_entrypoint_runs_the_cli_from_the_source_tree(tmp_path: Path) -> None:
     """The image's `wolfpack` (entrypoint.sh) with PYTHONPATH as the Dockerfile sets it, against this checkout:
     commands pass through; no arguments serves IMAGE_SERVICE on every interface, which without the admin
-    credential refuses to start and says why."""
+    credential refuses to start and says why; the web image's no-argument command is `wolfpack web` (here
+    told to listen beyond loopback while spectating, which it refuses)."""
     env_line = " ".join(r for w, r in instructions() if w == "ENV")
     match = re.search(r"PYTHONPATH=(\S+)", env_line)
     assert match
@@ -177,3 +180,8 @@ def test_entrypoint_runs_the_cli_from_the_source_tree(tmp_path: Path) -> None:
         "WOLFPACK_ADMIN_SECRET" in served.stdout + served.stderr
         and "0.0.0.0:50051" in served.stdout + served.stderr
     )
+    web = subprocess.run(
+        ["sh", script], env={**env, "IMAGE_SERVICE": "web", "WOLFPACK_WEB_ADDR": "0.0.0.0:0"},
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert web.returncode == 1 and "web: refusing to listen on 0.0.0.0:0" in web.stdout + web.stderr

@@ -26,6 +26,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 TILT = ROOT / "tilt"
 SERVICES = ("environment", "inference", "reward", "curriculum", "rollout")
+IMAGES = (*SERVICES, "web")
+"""Images Tilt builds with live update: the gRPC services and the web view."""
 
 # Tilt's builtins as far as the Tiltfile uses them, with their documented keyword arguments.
 DOCKER_BUILD = {
@@ -151,14 +153,14 @@ def test_root_tiltfile_includes_the_real_one() -> None:
 def test_default_builds_cpu_images_with_a_live_update_that_reloads() -> None:
     calls = evaluate()
     builds = {kw["ref"]: kw for kw in named(calls, "docker_build_with_restart")}
-    assert set(builds) == {f"wolfpack-{s}" for s in SERVICES}
+    assert set(builds) == {f"wolfpack-{s}" for s in IMAGES}
     assert not named(calls, "docker_build")  # no trainer image without --train
     pythonpath = re.search(r"PYTHONPATH=(\S+)", dockerfile_env())
     assert pythonpath
     on_path = pythonpath.group(1).split(":")
     entry = re.search(r"COPY --chmod=0755 deploy/docker/entrypoint.sh (\S+)", dockerfile_env())
     assert entry
-    for svc in SERVICES:
+    for svc in IMAGES:
         b = builds[f"wolfpack-{svc}"]
         assert (TILT / b["dockerfile"]).resolve() == ROOT / "deploy" / "docker" / "Dockerfile"
         assert (TILT / b["context"]).resolve() == ROOT
@@ -199,6 +201,18 @@ def test_default_deploys_the_chart_for_a_cpu_cluster_with_cli_port_forwards() ->
         assert f"127.0.0.1:{fwd['local_port']}" == cli.service_addr(svc) and fwd["container_port"] == 50051
         assert ALL.index(svc) == fwd["local_port"] - 50051
     assert resources["wolfpack-gateway"]["port_forwards"][0]["local_port"] == 8080
+    # the web view: forwarded to the port `wolfpack web` uses on a laptop, onto the port its pod listens on
+    # (its loopback: the forward is the only way in)
+    [web_fwd] = resources["wolfpack-web"]["port_forwards"]
+    web_env = {
+        e["name"]: e.get("value")
+        for e in workloads["wolfpack-web"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert (
+        web_fwd["local_port"] == 8470
+        and web_env["WOLFPACK_WEB_ADDR"] == f"127.0.0.1:{web_fwd['container_port']}"
+    )
+    assert "wolfpack-environment" in resources["wolfpack-web"]["resource_deps"]
     # every image Tilt builds is used by a rendered workload (Tilt injects its tags there)
     images = {
         c["image"].split(":")[0]
@@ -337,10 +351,17 @@ def wait_ready(name: str, probe: dict[str, Any], proc: subprocess.Popen[bytes], 
 @pytest.mark.slow
 def test_local_mode_starts_every_service_until_healthy(tmp_path: Path) -> None:
     base = random.randrange(20000, 30000, 20)
-    calls = evaluate({"mode": "local", "base_port": str(base), "gateway_port": str(free_port())})
+    calls = evaluate(
+        {
+            "mode": "local",
+            "base_port": str(base),
+            "gateway_port": str(free_port()),
+            "web_port": str(free_port()),
+        }
+    )
     assert not named(calls, "k8s_yaml") and not named(calls, "docker_build_with_restart")
     resources = [kw for kw in named(calls, "local_resource") if "serve_cmd" in kw]
-    assert {r["name"] for r in resources} == {"redis", "gateway", *SERVICES}
+    assert {r["name"] for r in resources} == {"redis", "gateway", "web", *SERVICES}
     for r in resources:
         assert (
             r["serve_cmd"][0] == str(ROOT / ".venv" / "bin" / "python")
@@ -367,6 +388,11 @@ def test_local_mode_starts_every_service_until_healthy(tmp_path: Path) -> None:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/games", timeout=10) as resp:
             games = json.loads(resp.read())
         assert "werewolf" in json.dumps(games)
+        # and the web view's live list, which asks the environment service for its episodes (ListEpisodes)
+        web = next(r for r in resources if r["name"] == "web")["readiness_probe"]["http_get"]["port"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{web}/api/episodes", timeout=10) as resp:
+            listing = json.loads(resp.read())
+        assert listing["spectate"] is True and not listing.get("problem"), listing
     [train] = [
         kw
         for kw in named(evaluate({"mode": "local", "train": True}), "local_resource")
