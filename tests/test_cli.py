@@ -105,6 +105,9 @@ def test_up_streams_prefixed_logs_and_stops_cleanly_on_ctrl_c(tmp_path: Path) ->
     assert "environment" in state
     status = run(["status"], tmp_path)
     assert status.returncode == 0, status.stdout
+    # the web view `up` started: its URL (the page to open) and its health, as in the `up` table
+    web = next(ln for ln in status.stdout.splitlines() if " web " in ln)
+    assert "http://127.0.0.1:" in web and "SERVING" in web, status.stdout
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
     output = "".join(lines) + rest

@@ -69,6 +69,7 @@ class UpState:
     started_at: float
     launcher_pid: int = 0
     pgid: int = 0  # the services' process group
+    web_url: str = ""  # the web view's URL once it listens ("": not started, e.g. not installed)
 
     @staticmethod
     def path(run_dir: Path) -> Path:
@@ -364,6 +365,8 @@ async def _run_up(
         web = await web_start
         if web is not None:  # its row shows the URL to open
             state.pids["web"] = web.proc.pid  # type: ignore[union-attr]
+            if web.status == "SERVING":
+                state.web_url = web.address
             save()
             procs.append(web)
             pumps.append(asyncio.create_task(_pump(web, "white", console, echo=not check)))
@@ -458,6 +461,17 @@ async def _ping(url: str) -> bool:
         await client.aclose()
 
 
+def _web_health(url: str) -> str:
+    """The web view's ``/healthz`` (HTTP, not gRPC): SERVING, or why not."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/healthz", timeout=2) as resp:
+            return str(json.loads(resp.read()).get("status", "UNKNOWN"))
+    except (OSError, ValueError):
+        return "UNREACHABLE"
+
+
 async def run_status(settings: Settings, console: Console) -> int:
     """Health of a running stack (from ``up.json`` if ``wolfpack up`` runs, else configured addresses)."""
     path = UpState.path(settings.run_dir)
@@ -466,10 +480,12 @@ async def run_status(settings: Settings, console: Console) -> int:
         addresses: dict[str, str] = state["services"]
         pids: dict[str, int] = state["pids"]
         redis_url: str | None = state["redis_url"]
+        web_url = str(state.get("web_url") or "")
     else:
         addresses = {s: settings.service_addr(s) for s in SERVICES}
         pids = {}
         redis_url = settings.redis_url
+        web_url = ""
     statuses = await asyncio.gather(*(rpc.check_health(a, timeout_s=2.0) for a in addresses.values()))
     rows = []
     if redis_url:
@@ -477,5 +493,9 @@ async def run_status(settings: Settings, console: Console) -> int:
     rows += [
         (s, a, str(pids.get(s, "-")), st) for (s, a), st in zip(addresses.items(), statuses, strict=True)
     ]
+    if web_url:  # the page to open, with its health
+        rows.append(
+            ("web", web_url, str(pids.get("web", "-")), await asyncio.to_thread(_web_health, web_url))
+        )
     console.print(status_table("wolfpack status", rows))
     return 0 if all(r[3] in ("SERVING", "PONG") for r in rows) else 1
