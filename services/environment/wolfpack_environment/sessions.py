@@ -1,8 +1,9 @@
 """Episode sessions: the environment service's business logic, independent of gRPC.
 
-An ``Episode`` wraps one pure game engine (``GameEnv``) and adds what a networked game needs:
-secret per-seat tokens, scripted seats that play themselves, a turn id that makes ``act`` idempotent,
-a deadline per decision after which a silent seat gets its default action, change notifications for
+An ``Episode`` is a ``wolfpack_games.session.Session`` (the session rules, shared with the trainer's
+in-process environment: seat plans, scripted seats that play themselves, turn ids, parse-then-step,
+re-prompts and defaults) plus what a networked game needs: secret per-seat tokens, idempotent acts, a
+deadline per decision after which a silent seat gets its default action, limits, change notifications for
 observation streams, and one trace per episode with a span per applied turn.
 
 Why acts are applied one seat at a time: engines accept actions of any subset of the acting seats (a
@@ -23,7 +24,6 @@ import itertools
 import logging
 import math
 import os
-import random
 import secrets
 import time
 import uuid
@@ -36,7 +36,9 @@ import yaml
 from opentelemetry import trace
 
 from wolfpack.errors import ServiceError
-from wolfpack_games import Action, GameEnv, Observation, get_game, make_game
+from wolfpack_games import Action, Observation
+from wolfpack_games.session import Applied, Session, SessionSetupError, start_session
+from wolfpack_games.session import SeatPlan as SeatPlan  # re-exported: callers build plans from here
 
 tracer = trace.get_tracer("wolfpack.environment")
 log = logging.getLogger(__name__)
@@ -51,6 +53,11 @@ def _on_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _after(deadline: float) -> Callable[[], bool]:
+    """``Session.play_scripted``'s ``stop``: true once ``deadline`` (``time.perf_counter``) has passed."""
+    return lambda: time.perf_counter() > deadline
 
 
 MAX_OPTIONS = 64
@@ -138,23 +145,8 @@ class Limits:
     max_request_id_chars: int = 128
 
 
-@dataclass
-class SeatPlan:
-    """How a seat is played: ``"scripted"`` (with ``bot``), ``"external"`` or ``"policy"``."""
-
-    controller: str
-    bot: str = ""
-    policy_id: str = ""
-    display_name: str = ""
-
-
-@dataclass(slots=True)
-class ActResult:
-    accepted: bool
-    reason: str
-    action: Action | None
-    defaulted: bool
-    duplicate: bool
+ActResult = Applied
+"""What ``act`` answers: the library's result of one answer, ``duplicate`` set for a retry."""
 
 
 @dataclass(slots=True)
@@ -163,31 +155,22 @@ class _Bucket:
     last: float
 
 
-@dataclass
-class Episode:
-    episode_id: str
-    game_id: str
-    variant: str
-    seed: int
-    env: GameEnv
-    seats: dict[int, SeatPlan]
-    tokens: dict[str, int]  # token -> seat
-    admin_token: str
+@dataclass(kw_only=True)
+class Episode(Session):
+    """A session (the game and its rules' state: ``env``, ``seats``, ``bots``, ``open_turns``, ``closed``,
+    ``done``) hosted by this process."""
+
     turn_timeout_s: float
-    bots: dict[int, Callable[[GameEnv, int, random.Random], Action]]
-    bot_rng: random.Random
-    seat_turns: dict[int, int] = field(default_factory=dict)  # seat -> its own last turn id (per seat:
-    # one shared counter would let a seat count other seats' private decisions from the gaps)
+    tokens: dict[str, int] = field(default_factory=dict)  # token -> seat
+    admin_token: str = ""
     request_id: str = ""
     last_active: float = field(default_factory=time.monotonic)
-    open_turns: dict[int, int] = field(default_factory=dict)  # seat -> id of its pending decision
     turn_deadlines: dict[int, float] = field(default_factory=dict)  # seat -> deadline of its open turn
     scheduled: bool = False  # has an entry in the manager's deadline heap
     traced: bool = False  # the episode span records (an SDK exports spans): turns get spans too
     version: int = 0
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     acted: dict[tuple[int, int], ActResult] = field(default_factory=dict)
-    closed: bool = False
     finished_at: float | None = None
     span: trace.Span | None = None
     timeouts: int = 0
@@ -196,10 +179,6 @@ class Episode:
     advancing: bool = False  # a sliced scripted run is still in progress (see ``_advance``)
     created_ns: int = field(default_factory=time.time_ns)  # wall clock, for listings
     seq: int = 0  # creation order in this process (``EpisodeManager.page``'s cursor)
-
-    @property
-    def done(self) -> bool:
-        return self.closed or self.env.done
 
 
 class EpisodeManager:
@@ -269,60 +248,25 @@ class EpisodeManager:
                 f"episode limit reached ({self.limits.max_episodes}); close some first"
             )
         try:
-            spec = get_game(game_id)
-            env = make_game(game_id, variant)
-        except KeyError as exc:
-            raise SessionError(str(exc.args[0])) from None
-        variant = variant or spec.default_variant
-        bot_name = default_bot or spec.default_bot
-        reset_options: dict[str, Any] = dict(options or {})
-        if language and language != "en":  # "en" is every game's default: skip the config rebuild
-            reset_options["language"] = language
-        try:
-            env.start(seed=seed, options=reset_options)
-        except Exception as exc:  # bad option values surface as any of Key/Value/Type/Attribute errors
-            raise SessionError(f"cannot start {game_id}/{variant}: {exc}") from None
-        # Seats come from the started game (options such as ``roles`` may change the count).
-        n = len(env.possible_agents)
-        plans = dict(seats or {})
-        for seat in plans:
-            if not 0 <= seat < n:
-                raise SessionError(f"seat {seat} out of range for {game_id}/{variant} with {n} seats")
-        for seat in range(n):
-            plans.setdefault(seat, SeatPlan("scripted", bot=bot_name))
-        bots = {}
-        for seat, plan in plans.items():
-            if plan.controller == "scripted":
-                name = plan.bot or bot_name
-                if name not in spec.bots:
-                    raise SessionError(f"unknown bot {name!r} for {game_id}; bots: {', '.join(spec.bots)}")
-                bots[seat] = spec.bots[name]
-        ep_id = uuid.uuid4().hex
-        played = [seat for seat, p in plans.items() if p.controller != "scripted"]
+            ep = start_session(
+                Episode, episode_id=uuid.uuid4().hex, game_id=game_id, variant=variant, seed=seed, seats=seats,
+                default_bot=default_bot, language=language, options=options,
+                turn_timeout_s=turn_timeout_s or limits.default_turn_timeout_s, request_id=request_id,
+            )  # fmt: skip
+        except SessionSetupError as exc:
+            raise SessionError(str(exc)) from None
+        ep_id, variant = ep.episode_id, ep.variant
+        played = ep.played_seats()
         secret = _new_tokens(len(played) + 1)  # one per played seat, then the admin token
-        tokens = dict(zip(secret, played, strict=False))
-        span = tracer.start_span(
+        ep.tokens = dict(zip(secret, played, strict=False))
+        ep.admin_token = secret[-1]
+        ep.span = span = tracer.start_span(
             "episode",
             attributes={"wolfpack.episode.id": ep_id, "wolfpack.game.id": game_id, "wolfpack.game.variant": variant,
                         "wolfpack.seed": seed},
         )  # fmt: skip
-        ep = Episode(
-            episode_id=ep_id,
-            game_id=game_id,
-            variant=variant,
-            seed=seed,
-            env=env,
-            seats=plans,
-            tokens=tokens,
-            admin_token=secret[-1],
-            turn_timeout_s=turn_timeout_s or self.limits.default_turn_timeout_s,
-            bots=bots,
-            bot_rng=random.Random(seed),
-            span=span,
-            traced=span.is_recording(),
-            request_id=request_id,
-            seq=next(self._seq),
-        )
+        ep.traced = span.is_recording()
+        ep.seq = next(self._seq)
         # Registered only once its first scripted moves ran: a bot that raises leaves nothing behind.
         self.episodes[ep_id] = ep
         try:
@@ -461,38 +405,27 @@ class EpisodeManager:
         return result
 
     def _apply(self, ep: Episode, seat: int, move: Action | str, timed_out: bool = False) -> ActResult:
-        env = ep.env
-        # Parse once, before the step: afterwards the phase may have moved on and the same text would
-        # parse differently. An unparseable text goes to the engine as is, which records the reason.
-        parsed = env.parse(seat, move).action if isinstance(move, str) else move
-        span = ep.span
         traced = ep.traced
-        phase = env.observe(seat).phase if traced else ""
+        phase = ep.env.observe(seat).phase if traced else ""
         started = time.time_ns() if traced else 0
-        info = env.step_seat(seat, parsed if parsed is not None else move)
-        reason = str(info.get("invalid_reason", ""))
-        defaulted = bool(info.get("defaulted", False))
-        accepted = not reason
-        applied = info.get("default_action") if defaulted else parsed if accepted else None
+        a = ep.apply(seat, move)  # the rules: parse once, step, close the turn unless re-prompted
         if traced:  # a span per turn, child of the episode span (skipped entirely when not exported)
             tracer.start_span(
                 "turn",
-                context=trace.set_span_in_context(span),  # type: ignore[arg-type]
+                context=trace.set_span_in_context(ep.span),  # type: ignore[arg-type]
                 start_time=started,
                 attributes={
                     "wolfpack.episode.id": ep.episode_id,
                     "wolfpack.seat": seat,
                     "wolfpack.phase": phase,
-                    "wolfpack.action.kind": applied.kind if applied else "",
-                    "wolfpack.action.valid": accepted,
-                    "wolfpack.action.defaulted": defaulted,
+                    "wolfpack.action.kind": a.action.kind if a.action else "",
+                    "wolfpack.action.valid": a.accepted,
+                    "wolfpack.action.defaulted": a.defaulted,
                     "wolfpack.turn.timed_out": timed_out,
                 },
             ).end()
-        if accepted or defaulted:  # the decision is made; a re-prompt keeps the same turn id
-            del ep.open_turns[seat]
         self._advance(ep)
-        return ActResult(accepted, reason, applied, defaulted, False)
+        return a
 
     def _advance(self, ep: Episode, sliced: bool = True) -> None:
         """Play every due scripted seat, then open the turns of the seats that must decide. On an event
@@ -500,24 +433,14 @@ class EpisodeManager:
         the loop's next turn), so a long all-bot stretch never stalls other callers; an external act on
         an episode between slices completes the run first (``sliced=False``), so nobody ever acts on a
         half-advanced game."""
-        env = ep.env
-        bots = ep.bots
-        if bots:
-            deadline = time.perf_counter() + ADVANCE_SLICE_S if sliced and _on_loop() else None
-            moved = True
-            while moved and not env.done:
-                moved = False
-                for seat in env.acting_seats():
-                    bot = bots.get(seat)
-                    if bot is not None:
-                        env.step_seat(seat, bot(env, seat, ep.bot_rng))
-                        moved = True
-                        if deadline is not None and time.perf_counter() > deadline and not env.done:
-                            self._continue_later(ep)
-                            return
+        if ep.bots:
+            stop = _after(time.perf_counter() + ADVANCE_SLICE_S) if sliced and _on_loop() else None
+            if not ep.play_scripted(stop):
+                self._continue_later(ep)
+                return
         ep.advancing = False
         ep.version += 1
-        if env.done:
+        if ep.env.done:
             self._finish(ep, aborted=False)
         else:
             self._open_turns(ep)
@@ -555,21 +478,12 @@ class EpisodeManager:
     def _open_turns(self, ep: Episode) -> None:
         """Give every newly due non-scripted seat a turn id and a deadline; drop turns that vanished
         (a seat that died or whose phase ended before it acted)."""
-        acting = ep.env.acting_seats()
-        open_turns = ep.open_turns
-        if open_turns:
-            for seat in [s for s in open_turns if s not in acting]:
-                del open_turns[seat]
-        bots = ep.bots
-        new = [s for s in acting if s not in open_turns and s not in bots]
+        new = ep.open_due_turns()
         if not new:
             return
         deadline = time.monotonic() + ep.turn_timeout_s
         deadlines = ep.turn_deadlines
-        seat_turns = ep.seat_turns
-        for seat in sorted(new) if len(new) > 1 else new:
-            turn_id = seat_turns[seat] = seat_turns.get(seat, 0) + 1
-            open_turns[seat] = turn_id
+        for seat in new:
             deadlines[seat] = deadline
         if not ep.scheduled:
             self._schedule(ep, deadline)

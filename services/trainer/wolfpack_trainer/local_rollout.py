@@ -4,12 +4,11 @@ Local mode plays exactly as service mode does — ``wolfpack_rollout``'s ``Rollo
 decisions → generate → act → close → build ``Trajectory`` → score) — only the three things it talks to
 live in this process instead of behind gRPC (the seam is ``wolfpack_rollout.backends``):
 
-* ``LocalEnvironment`` — the game engines (``wolfpack_games``) with the environment service's session
-  rules: unlisted and scripted seats played by their bot from one ``random.Random(seed)`` per episode in
-  acting-seat order, a turn id per decision, free text parsed before the step, an invalid answer
-  re-prompted under the same turn id (feedback in the observation) until the game defaults it, events
-  and outcomes read back as ``GetEpisode`` gives them. No tokens' secrecy, deadlines or limits: nobody
-  else plays here.
+* ``LocalEnvironment`` — the game engines (``wolfpack_games``) under the environment service's own
+  session rules and proto mapping, which are library code both call (``wolfpack_games.session``: seat
+  plans, scripted seats, turn ids, parse-then-step, re-prompts and defaults; ``session_proto``:
+  observations and ``GetEpisode`` state). What stays here is the PlaySeats batching. No tokens' secrecy,
+  deadlines or limits: nobody else plays here.
 * ``LocalInference`` — the learner's own weights (``sample``: batched, KV cache, sampler logprobs at the
   sampling temperature); chat prompts through the tokenizer's chat template, token prompts as given.
 * ``LocalReward`` — the reward service's specs from the library (``wolfpack_rewards.score``).
@@ -25,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +38,8 @@ from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import environment_service_pb2 as env_pb
 from wolfpack.v1 import inference_service_pb2 as inf_pb
 from wolfpack.v1 import reward_service_pb2 as rew_pb
-from wolfpack_games import Action, GameEnv, get_game, make_game
+from wolfpack_games.session import Session, start_session
+from wolfpack_games.session_proto import Observations, action_to_pb, episode_state_pb, seat_plans
 from wolfpack_rewards import ScoreError, resolve_spec, score
 from wolfpack_rollout.client import BatchItem, RolloutConfig, RolloutDriver, SamplingConfig
 
@@ -182,47 +181,18 @@ def rollout_config(cfg: Any, *, concurrency: int = 64, temperature: float | None
 
 # --- in-process environment ---------------------------------------------------------------------------
 
-_OUTCOME = {1: common_pb2.OUTCOME_KIND_WIN, -1: common_pb2.OUTCOME_KIND_LOSS, 0: common_pb2.OUTCOME_KIND_DRAW}
 MAX_TEXT_CHARS = 8_000
 """Characters of a free-text answer the game reads (the environment service's ``Limits.max_text_chars``)."""
 
 
-@dataclass
-class _Episode:
-    episode_id: str
-    game_id: str
-    variant: str
-    seed: int
-    env: GameEnv
-    controllers: dict[int, common_pb2.SeatController.ValueType]
-    bots: dict[int, Callable[[GameEnv, int, random.Random], Action]]
-    bot_rng: random.Random
-    tokens: dict[str, int]  # token -> played seat
-    admin_token: str
-    open_turns: dict[int, int] = field(default_factory=dict)
-    seat_turns: dict[int, int] = field(default_factory=dict)
-    sent: dict[int, int] = field(default_factory=dict)  # seat -> turn id last sent (a re-prompt clears it)
+@dataclass(kw_only=True)
+class _Episode(Session):
+    """The session (``wolfpack_games.session``: the rules the environment service plays by) with the
+    seat tokens the driver answers with and what this stream last sent each seat."""
 
-    def advance(self) -> None:
-        """Play every due scripted seat, then open a turn for each played seat that must decide (the
-        environment service's ``EpisodeManager._advance`` / ``_open_turns``)."""
-        env = self.env
-        moved = True
-        while moved and not env.done:
-            moved = False
-            for seat in env.acting_seats():
-                bot = self.bots.get(seat)
-                if bot is not None:
-                    env.step_seat(seat, bot(env, seat, self.bot_rng))
-                    moved = True
-        if env.done:
-            self.open_turns.clear()
-            return
-        acting = env.acting_seats()
-        for seat in [s for s in self.open_turns if s not in acting]:
-            del self.open_turns[seat]
-        for seat in sorted(s for s in acting if s not in self.open_turns and s not in self.bots):
-            self.open_turns[seat] = self.seat_turns[seat] = self.seat_turns.get(seat, 0) + 1
+    tokens: dict[str, int] = field(default_factory=dict)  # token -> played seat
+    admin_token: str = ""
+    sent: dict[int, int] = field(default_factory=dict)  # seat -> turn id last sent (a re-prompt clears it)
 
 
 class LocalEnvironment:
@@ -230,6 +200,7 @@ class LocalEnvironment:
 
     def __init__(self) -> None:
         self.episodes: dict[str, _Episode] = {}
+        self.observations = Observations()
 
     def play_stream(
         self, *, include_text: bool = True, close_finished: bool = False, rejected_results_only: bool = False
@@ -240,107 +211,48 @@ class LocalEnvironment:
         """Start an episode as ``CreateEpisode`` does; raises ``ValueError`` naming what is wrong."""
         if req.scenario_id:
             raise ValueError("scenario_id needs the environment service's scenario store (service mode)")
-        spec = get_game(req.game.game_id)
-        env = make_game(req.game.game_id, req.game.variant)
-        options: dict[str, Any] = {k: yaml.safe_load(v) for k, v in req.options.items()}
-        if req.language and req.language != "en":
-            options["language"] = req.language
-        env.start(seed=req.seed, options=options)
-        default_bot = req.default_bot or spec.default_bot
-        controllers: dict[int, common_pb2.SeatController.ValueType] = dict.fromkeys(
-            env.possible_agents, common_pb2.SEAT_CONTROLLER_SCRIPTED
-        )
-        bot_names = dict.fromkeys(env.possible_agents, default_bot)
-        for b in req.seats:
-            controllers[b.seat] = b.controller
-            if b.controller == common_pb2.SEAT_CONTROLLER_SCRIPTED:
-                bot_names[b.seat] = b.bot or default_bot
-        bots = {}
-        for seat, controller in controllers.items():
-            if controller == common_pb2.SEAT_CONTROLLER_SCRIPTED:
-                if bot_names[seat] not in spec.bots:
-                    raise ValueError(f"unknown bot {bot_names[seat]!r} for {req.game.game_id}")
-                bots[seat] = spec.bots[bot_names[seat]]
         episode_id = uuid.uuid4().hex
-        ep = _Episode(
-            episode_id, req.game.game_id, req.game.variant or spec.default_variant, req.seed, env,
-            controllers, bots, random.Random(req.seed),
-            tokens={f"{episode_id}:{s}": s for s, c in controllers.items() if c != common_pb2.SEAT_CONTROLLER_SCRIPTED},
-            admin_token=f"{episode_id}:admin",
+        ep = start_session(
+            _Episode, episode_id=episode_id, game_id=req.game.game_id, variant=req.game.variant, seed=req.seed,
+            seats=seat_plans(req), default_bot=req.default_bot, language=req.language or "en",
+            options={k: yaml.safe_load(v) for k, v in req.options.items()},
         )  # fmt: skip
+        ep.tokens = {f"{episode_id}:{s}": s for s in ep.played_seats()}
+        ep.admin_token = f"{episode_id}:admin"
         ep.advance()
         self.episodes[episode_id] = ep
         return ep
 
     def act(self, act: env_pb.SeatAct) -> env_pb.SeatActResult:
-        """Apply one answer as ``EnvironmentService`` does: parse, step, re-prompt or default."""
+        """Apply one answer as ``EnvironmentService`` does (``Session.apply``: parse, step, re-prompt or
+        default), then play on to the next decisions."""
         ep = self.episodes.get(act.episode_id)
         seat = ep.tokens.get(act.token) if ep is not None else None
         out = env_pb.SeatActResult(episode_id=act.episode_id, seat=seat or 0, turn_id=act.turn_id)
-        if ep is None or seat is None or ep.env.done or ep.open_turns.get(seat) != act.turn_id:
+        if ep is None or seat is None or ep.done or ep.open_turns.get(seat) != act.turn_id:
             out.error.code = grpc.StatusCode.FAILED_PRECONDITION.value[0]
             out.error.message = "not this seat's current turn"
             return out
-        env = ep.env
-        move = act.raw_text[:MAX_TEXT_CHARS]
-        parsed = env.parse(seat, move).action
-        info = env.step_seat(seat, parsed if parsed is not None else move)
-        reason = str(info.get("invalid_reason", ""))
-        defaulted = bool(info.get("defaulted", False))
-        applied = info.get("default_action") if defaulted else parsed if not reason else None
-        out.accepted, out.reason, out.defaulted = not reason, reason, defaulted
-        if applied is not None:
-            out.action.kind, out.action.text = applied.kind, applied.text
-            if applied.target is not None:
-                out.action.target = applied.target
-        if out.accepted or defaulted:
-            del ep.open_turns[seat]
-        else:
+        result = ep.apply(seat, act.raw_text[:MAX_TEXT_CHARS])
+        out.accepted, out.reason, out.defaulted = result.accepted, result.reason, result.defaulted
+        if result.action is not None:
+            out.action.CopyFrom(action_to_pb(result.action))
+        if not (result.accepted or result.defaulted):
             ep.sent.pop(seat, None)  # re-prompt: the same turn id is due again, now with feedback
         ep.advance()
         return out
 
     def observation(self, ep: _Episode, seat: int, include_text: bool, into: Any) -> None:
-        o = ep.env.observe(seat)
-        msg = into.add(episode_id=ep.episode_id, seat=seat, phase=o.phase, round=o.round, role=o.role)
-        if ep.env.done:
-            msg.done = True
-            msg.outcome = _OUTCOME[ep.env.outcome()[seat]]
-        else:
-            msg.turn_id = ep.open_turns.get(seat, 0)
-            msg.your_turn = o.your_turn and msg.turn_id != 0
-        if o.feedback:
-            msg.feedback = o.feedback
-        if include_text:
-            msg.text = o.text
-            msg.messages.add(role="user", content=o.text)
+        self.observations.observation(ep, seat, include_text=include_text, into=into)
 
     async def get_episode(self, episode_id: str, token: str) -> env_pb.GetEpisodeResponse:
-        ep = self.episodes[episode_id]
-        env = ep.env
-        obs = env.observe(0)
-        resp = env_pb.GetEpisodeResponse(
-            episode_id=episode_id, seed=ep.seed, phase=obs.phase, round=obs.round, done=env.done,
-            winner=env.winner() if env.done else "",
-        )  # fmt: skip
-        resp.game.game_id, resp.game.variant = ep.game_id, ep.variant
-        outcome = env.outcome() if env.done else {}
-        alive = getattr(env, "alive", None)
-        for s in env.possible_agents:
-            state = resp.seats.add(seat=s, controller=ep.controllers[s], role=env.role(s))
-            state.alive = bool(alive[s]) if alive is not None else not env.done
-            if s in outcome:
-                state.outcome = _OUTCOME[outcome[s]]
-        for e in env.events:
-            resp.events.add(
-                index=e.index, kind=e.kind, channel=e.channel, actor=e.actor, target=e.target, text=e.text,
-                phase=e.phase, round=e.round,
-            )  # fmt: skip
-        return resp
+        """``GetEpisode`` with the admin token's full view (every role, the event log)."""
+        return episode_state_pb(self.episodes[episode_id], None)
 
     async def close_episode(self, episode_id: str, admin_token: str) -> bool:
         ep = self.episodes.pop(episode_id, None)
         if ep is not None:
+            ep.closed = True
             ep.env.close()
         return ep is not None
 
