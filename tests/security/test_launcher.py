@@ -154,4 +154,6 @@ def test_a_signal_during_start_up_stops_everything(
     out, _ = launcher.communicate(timeout=60)
     assert b"stopped" in out
     assert not any(alive(p) for p in [*services, redis]), out.decode()[-2000:]
-    assert not (run_dir / "up.json").exists()
+    web = state(run_dir).get("pids", {}).get("web") if (run_dir / "up.json").exists() else None
+    assert not (run_dir / "up.json").exists(), out.decode()[-3000:]
+    assert web is None or not alive(web)

@@ -306,6 +306,7 @@ async def _run_up(
     procs: list[ServiceProc] = []
     embedded: Any = None
     redis_watch: asyncio.Task[str] | None = None
+    web_start: asyncio.Future[ServiceProc | None] | None = None
     pgid = 0
     state = UpState(redis_url="", embedded_redis=False, services={}, pids={}, started_at=time.time(),
                     launcher_pid=os.getpid())  # fmt: skip
@@ -408,6 +409,13 @@ async def _run_up(
         console.print("stopping: draining services…")
         return 0
     finally:
+        if web_start is not None and not web_start.done():  # a signal during start-up: no web view either
+            web_start.cancel()
+            await asyncio.gather(web_start, return_exceptions=True)
+        if web_start is not None and web_start.done() and not web_start.cancelled():
+            late = web_start.result() if web_start.exception() is None else None
+            if late is not None and late not in procs:
+                procs.append(late)
         # Shielded: a second signal while draining must not leave children behind.
         await asyncio.shield(_terminate(procs, settings.grpc_grace_s, pgid))
         if redis_watch is not None:  # a restart in progress finishes, so stop() stops what it started
