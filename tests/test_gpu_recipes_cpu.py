@@ -114,21 +114,8 @@ def test_cpu_overrides_change_only_where_and_how_big(path: Path) -> None:
     assert (cpu.warmstart is None) == (gpu.warmstart is None)
 
 
-SHARED_LOCAL_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="train.py Trainer.setup: with train.share_policy the second policy id gets no entry in "
-    "state.versions (the `continue` skips versions.setdefault), so local play answers it NOT_FOUND "
-    "('policy 'seller' is not in process') until the first publish; service mode publishes first",
-)
-
-
 def _local_params() -> list[Any]:
-    out = []
-    for path in GPU_RECIPES:
-        data = yaml.safe_load(path.read_text())
-        shared = data.get("train", {}).get("share_policy") and len(data["policies"]) > 1
-        out.append(pytest.param(path, id=path.stem, marks=[SHARED_LOCAL_BUG] if shared else []))
-    return out
+    return [pytest.param(path, id=path.stem) for path in GPU_RECIPES]
 
 
 @pytest.mark.slow

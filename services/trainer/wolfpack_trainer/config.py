@@ -78,6 +78,8 @@ class WarmStartSection(_Strict):
     episodes: int = 100
     steps: int = 40
     lr: float = 3e-3
+    format_only: bool = False
+    """Clone the bot's moves but answer speech turns with one neutral sentence (warmstart.py)."""
 
 
 class OpponentPolicy(_Strict):
@@ -460,10 +462,6 @@ def check_config(cfg: TrainConfig) -> None:
     if ws is not None and ws.steps > 0:
         if ws.bot not in spec.bots:
             raise ValueError(f"warmstart.bot: {cfg.game.id} has no bot {ws.bot!r}; bots: {bots}")
-        if any(p.roles for p in cfg.policies):
-            raise ValueError(
-                "warmstart clones the bot on fixed seats: it needs seat-based policies, not roles"
-            )
         if not local and any(p.lora_rank > 0 for p in cfg.policies):
             raise ValueError(
                 "warmstart with LoRA needs rollout.mode local: the warm start changes the base, which a "

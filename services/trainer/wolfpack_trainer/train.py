@@ -167,21 +167,10 @@ class Trainer:
             self.resumed_from = self.state.step
         policies = self.cfg.policies
         base = self.state.model_path or resolve_model_path(policies[0].model, str(self.cache_dir))
-        if not self.state.model_path and self.cfg.warmstart is not None and self.cfg.warmstart.steps > 0:
-            from wolfpack_trainer.warmstart import WarmStartConfig, clone_bot
+        from wolfpack_trainer.warmstart import clone_bot, warmstart_config
 
-            ws = self.cfg.warmstart
-            seats = tuple(sorted({s for p in policies for s in p.seats}))
-            wcfg = WarmStartConfig(
-                game_id=self.cfg.game.id,
-                variant=self.cfg.game.variant or "easy",
-                seats=seats,
-                bot=ws.bot,
-                episodes=ws.episodes,
-                steps=ws.steps,
-                lr=ws.lr,
-                max_prompt_tokens=self.cfg.rollout.max_prompt_tokens,
-            )
+        wcfg = warmstart_config(self.cfg)
+        if not self.state.model_path and wcfg is not None:
             self.progress("warm start", 0, 1)
             base = clone_bot(base, wcfg, self.cache_dir)
         self.state.model_path = base
@@ -191,6 +180,7 @@ class Trainer:
         for p in policies:
             if self.cfg.train.share_policy and shared is not None:
                 self.learners[p.id] = shared
+                self.state.versions.setdefault(p.id, 0)
                 continue
             learner = get_learner(p.learner)(self.cfg.learner_config(p, str(self.cache_dir), model=base))
             if resumed is not None:
