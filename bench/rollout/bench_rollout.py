@@ -225,6 +225,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     settings = load_settings(rpc_timeout_s=3600)
     servers: list[Any] = []
     backend: Any = None
+    served: Any = None  # the in-process policy, whose prompt cache --prompt-cache switches
     policy_id = args.policy_id
     addr = {"environment": args.environment, "inference": args.inference, "reward": args.reward}
     if not all(addr.values()):
@@ -250,7 +251,8 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
             gpu_memory_utilization=args.gpu_memory_utilization, context_budget=args.context_budget,
         )  # fmt: skip
         backend = build_backend(cfg, cache)
-        registry = PolicyRegistry(cache, [Policy(cfg, backend)])
+        served = Policy(cfg, backend)
+        registry = PolicyRegistry(cache, [served])
         if not addr["environment"]:
             servers.append(
                 await rpc.start_server(
@@ -283,55 +285,124 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         warm = RolloutDriver(warm_cfg, environment=env, inference_channel=inference, reward_channel=reward)
         await warm.play(tasks(args.game, args.variant, 2, policy_id, args.seat, 10_000))
         await warm.close()
+        modes = ["on", "off"] if args.prompt_cache == "both" else [args.prompt_cache]
+        counters = EngineCounters(backend) if backend is not None else None
         for c in args.concurrency:
-            samples: list[dict[str, float]] = []
+            by_mode: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
             for r in range(args.repeats):
-                cpu0 = cpu_now()
-                if args.driver_process:
-                    played, elapsed, failed = await play_in_child(args, addr, c, r)
-                else:
-                    played, elapsed, failed = await play_row(args, env, inference, reward, c, r)
-                rollout_cpu = cpu_now() - cpu0
-                tokens = sum(len(t.response_token_ids) for tr in played for t in tr.turns)
-                turns = sum(1 for tr in played for t in tr.turns if t.response_token_ids)
-                sample = {"episodes_per_min": 60 * len(played) / elapsed, "rollout_tok_s": tokens / elapsed,
+                for mode in modes if r % 2 == 0 else modes[::-1]:  # alternate which mode goes first
+                    samples = by_mode[mode]
+                    if served is not None:
+                        set_prompt_cache(served, mode == "on")
+                    cpu0 = cpu_now()
+                    snap = counters.snapshot() if counters is not None else None
+                    if args.driver_process:
+                        played, elapsed, failed = await play_in_child(args, addr, c, r)
+                    else:
+                        played, elapsed, failed = await play_row(args, env, inference, reward, c, r)
+                    rollout_cpu = cpu_now() - cpu0
+                    tokens = sum(len(t.response_token_ids) for tr in played for t in tr.turns)
+                    turns = sum(1 for tr in played for t in tr.turns if t.response_token_ids)
+                    sample = {"episodes_per_min": 60 * len(played) / elapsed, "rollout_tok_s": tokens / elapsed,
                           "turns_per_s": turns / elapsed, "failed": float(failed)}  # fmt: skip
-                if backend is not None:
-                    # the rollout's generations in the order it issued them, so prefix reuse is alike
-                    issued = sorted(
+                    if backend is not None:
+                        # the rollout's generations in the order it issued them, so prefix reuse is alike
+                        issued = sorted(
                         (t.started_at.ToNanoseconds(), list(t.prompt_token_ids))
                         for tr in played for t in tr.turns if t.response_token_ids
                     )  # fmt: skip
-                    prompts = [p for _, p in issued]
-                    if args.raw_cache == "cold":
-                        await reset_prefix_cache(backend)
-                    cpu1 = cpu_now()
-                    raw_s, raw_tokens = await raw_engine(
-                        backend, prompts, c, args.max_tokens, args.temperature
-                    )
-                    raw_cpu = cpu_now() - cpu1
-                    sample["raw_tok_s"] = raw_tokens / raw_s
-                    sample["ratio"] = sample["rollout_tok_s"] / sample["raw_tok_s"]
-                    sample["cpu_ratio"] = (tokens / rollout_cpu) / (raw_tokens / raw_cpu)
-                    print(
-                        f"  round {r + 1}/{args.repeats} c={c}: ratio {sample['ratio']:.3f} by wall, "
-                        f"{sample['cpu_ratio']:.3f} by CPU",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                samples.append(sample)
-            row: dict[str, Any] = {"concurrency": c, "episodes": args.episodes, "rounds": len(samples)}
-            for key in samples[0]:
-                row[key] = statistics.median(s[key] for s in samples)
-            for key in ("ratio", "cpu_ratio"):
-                if key in samples[0]:
-                    row[f"{key}_min"] = min(s[key] for s in samples)
-                    row[f"{key}_max"] = max(s[key] for s in samples)
-            rows.append(row)
-            print_row(row)
+                        prompts = [p for _, p in issued]
+                        if args.raw_cache == "cold":
+                            await reset_prefix_cache(backend)
+                        occupancy = counters.since(snap) if counters is not None and snap is not None else {}
+                        snap = counters.snapshot() if counters is not None else None
+                        cpu1 = cpu_now()
+                        raw_s, raw_tokens = await raw_engine(
+                            backend, prompts, c, args.max_tokens, args.temperature
+                        )
+                        raw_cpu = cpu_now() - cpu1
+                        raw_occupancy = (
+                            counters.since(snap) if counters is not None and snap is not None else {}
+                        )
+                        for key, value in occupancy.items():
+                            sample[f"rollout_{key}"] = value
+                        for key, value in raw_occupancy.items():
+                            sample[f"raw_{key}"] = value
+                        sample["raw_tok_s"] = raw_tokens / raw_s
+                        sample["ratio"] = sample["rollout_tok_s"] / sample["raw_tok_s"]
+                        sample["cpu_ratio"] = (tokens / rollout_cpu) / (raw_tokens / raw_cpu)
+                        print(
+                            f"  round {r + 1}/{args.repeats} c={c} prompt cache {mode}: ratio {sample['ratio']:.3f} by wall, "
+                            f"{sample['cpu_ratio']:.3f} by CPU"
+                            + (
+                                f"; rows per decode step {sample['rollout_rows_per_step']:.2f} rollout, "
+                                f"{sample['raw_rows_per_step']:.2f} raw; jobs per prefill "
+                                f"{sample['rollout_jobs_per_prefill']:.2f} / {sample['raw_jobs_per_prefill']:.2f}"
+                                if "raw_rows_per_step" in sample
+                                else ""
+                            ),
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                    samples.append(sample)
+            for mode, samples in by_mode.items():
+                row: dict[str, Any] = {"concurrency": c, "episodes": args.episodes, "rounds": len(samples),
+                                   "prompt_cache": mode}  # fmt: skip
+                for key in samples[0]:
+                    row[key] = statistics.median(s[key] for s in samples)
+                for key in ("ratio", "cpu_ratio"):
+                    if key in samples[0]:
+                        row[f"{key}_min"] = min(s[key] for s in samples)
+                        row[f"{key}_max"] = max(s[key] for s in samples)
+                rows.append(row)
+                print_row(row)
     for server in servers:
         await server.stop(0)
     return rows
+
+
+class EngineCounters:
+    """Decode steps, live rows per step and prefill calls of the in-process transformers backend,
+    counted by wrapping its ``_step``/``_prefill`` on the instance (bench instrumentation only).
+
+    Why: on CPU a tiny model's step costs about the same whatever the batch's rows, so the CPU per token
+    of a row follows how full the engine's batches were; these counts show how much of a rollout/raw gap
+    is occupancy (requests arriving one at a time between game steps) rather than the services' work."""
+
+    def __init__(self, backend: Any) -> None:
+        self.steps = self.rows = self.prefills = self.prefilled = 0
+        if not hasattr(backend, "_step") or not hasattr(backend, "_prefill"):
+            self.active = False
+            return
+        self.active = True
+        step, prefill = backend._step, backend._prefill
+
+        def counted_step(batch: Any) -> Any:
+            self.steps += 1
+            self.rows += len(batch.live())
+            return step(batch)
+
+        def counted_prefill(jobs: Any) -> Any:
+            self.prefills += 1
+            self.prefilled += len(jobs)
+            return prefill(jobs)
+
+        backend._step, backend._prefill = counted_step, counted_prefill
+
+    def snapshot(self) -> tuple[int, int, int, int]:
+        return self.steps, self.rows, self.prefills, self.prefilled
+
+    def since(self, snap: tuple[int, int, int, int]) -> dict[str, float]:
+        steps, rows, prefills, prefilled = (a - b for a, b in zip(self.snapshot(), snap, strict=True))
+        return {"rows_per_step": rows / max(steps, 1), "jobs_per_prefill": prefilled / max(prefills, 1)}
+
+
+def set_prompt_cache(policy: Any, on: bool) -> None:
+    """Switch the in-process policy's prompt token cache on or off (off: every prompt tokenized whole,
+    the path before the cache), starting empty either way so no row inherits another's entries."""
+    tokens = type(policy.cfg).model_fields["prompt_cache_tokens"].default if on else 0
+    policy.cfg = policy.cfg.model_copy(update={"prompt_cache_tokens": tokens})
+    policy._token_cache = None
 
 
 def print_row(row: dict[str, Any]) -> None:
@@ -341,7 +412,7 @@ def print_row(row: dict[str, Any]) -> None:
         if "raw_tok_s" in row
         else f"{'-':>10}  {'-':>21}  {'-':>21}"
     )
-    print(f"{row['concurrency']:>11}  {row['episodes']:>8}  {row['episodes_per_min']:>10,.1f}  {row['turns_per_s']:>8,.1f}"
+    print(f"{row['concurrency']:>11}  {row.get('prompt_cache', '-'):>5}  {row['episodes']:>8}  {row['episodes_per_min']:>10,.1f}  {row['turns_per_s']:>8,.1f}"
           f"  {row['rollout_tok_s']:>11,.0f}  {raw}  {int(row['failed']):>6}", flush=True)  # fmt: skip
 
 
@@ -375,6 +446,10 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--context-budget", type=int, default=0, help="prompt budget (0: the model's positions)")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.85)
+    ap.add_argument(
+        "--prompt-cache", default="on", choices=["on", "off", "both"],
+        help="the in-process policy's prompt token cache; both: a row of each per round, order alternating",
+    )  # fmt: skip
     ap.add_argument("--policy-id", default="bench")
     ap.add_argument(
         "--environment", default="", help="use this environment service instead of one in process"
@@ -395,7 +470,7 @@ def main() -> None:
         return
     print(f"rollout bench: backend={args.backend} model={args.model} game={args.game}/{args.variant} "
           f"max_tokens={args.max_tokens} ignore_eos={args.ignore_eos} prompt_mode={args.prompt_mode}")  # fmt: skip
-    print(f"{'concurrency':>11}  {'episodes':>8}  {'episodes/min':>10}  {'turns/s':>8}  {'rollout tok/s':>11}  "
+    print(f"{'concurrency':>11}  {'cache':>5}  {'episodes':>8}  {'episodes/min':>10}  {'turns/s':>8}  {'rollout tok/s':>11}  "
           f"{'raw tok/s':>10}  {'ratio min/med/max':>21}  {'CPU ratio min/med/max':>21}  {'failed':>6}")  # fmt: skip
     rows = asyncio.run(bench(args))
     if args.json:

@@ -30,6 +30,7 @@ Thread safe: lookups and inserts hold a lock; tokenizing does not.
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 from array import array
@@ -97,8 +98,9 @@ def unsupported_reason(tokenizer: Any) -> str:
 class _Entry:
     text: str
     ids: array[int]
-    starts: array[int]
-    ends: array[int]
+    lines: list[tuple[int, int]]
+    """Restart points ``(character, token index)`` in order: a token starts at the character, the previous
+    one ends there, the character before is a newline and the one at it is not whitespace."""
     keys: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -149,10 +151,10 @@ class PrefixTokenCache:
         keys = _chunk_keys(text)
         with self._lock:
             base = self._longest(text, keys)
-        ids, starts, ends = self._encode_from(text, base)
+        ids, lines = self._encode_from(text, base)
         if remember:
             with self._lock:
-                self._add(_Entry(text, ids, starts, ends, keys))
+                self._add(_Entry(text, ids, lines, keys))
         return ids.tolist()
 
     def _longest(self, text: str, keys: list[tuple[int, int]]) -> tuple[_Entry, int] | None:
@@ -173,41 +175,32 @@ class PrefixTokenCache:
 
     def _encode_from(
         self, text: str, base: tuple[_Entry, int] | None
-    ) -> tuple[array[int], array[int], array[int]]:
+    ) -> tuple[array[int], list[tuple[int, int]]]:
         if base is not None:
             entry, common = base
-            restart = _restart_points(entry, common)
-            if restart is not None:
-                (p0, j0), (p1, j1) = restart
+            k = bisect.bisect_left(entry.lines, (common, -1)) - 1  # the last restart point below common
+            if k >= 1:
+                (p0, j0), (p1, j1) = entry.lines[k - 1], entry.lines[k]
                 enc = self._backend.encode(text[p0:], add_special_tokens=False)
                 fresh = enc.ids
                 span = j1 - j0
-                offsets = enc.offsets
                 if (
                     len(fresh) > span
                     and fresh[:span] == entry.ids[j0:j1].tolist()
-                    and offsets[span][0] == p1 - p0
-                    and (span == 0 or offsets[span - 1][1] <= p1 - p0)
+                    and enc.token_to_chars(span)[0] == p1 - p0
+                    and enc.token_to_chars(span - 1)[1] <= p1 - p0
                 ):
                     self.stats.hits += 1
                     self.stats.reused_tokens += j0
                     self.stats.encoded_chars += len(text) - p0
                     ids = entry.ids[:j0]
                     ids.extend(fresh)
-                    starts = entry.starts[:j0]
-                    starts.extend(s + p0 for s, _ in offsets)
-                    ends = entry.ends[:j0]
-                    ends.extend(e + p0 for _, e in offsets)
-                    return ids, starts, ends
+                    return ids, entry.lines[:k] + _line_starts(text, enc, p0, j0)
                 self.stats.overlap_mismatches += 1
         self.stats.misses += 1
         self.stats.encoded_chars += len(text)
         enc = self._backend.encode(text, add_special_tokens=False)
-        return (
-            array("i", enc.ids),
-            array("i", (s for s, _ in enc.offsets)),
-            array("i", (e for _, e in enc.offsets)),
-        )
+        return array("i", enc.ids), _line_starts(text, enc, 0, 0)
 
     def _add(self, entry: _Entry) -> None:
         old = self._entries.pop(id(entry), None)
@@ -236,30 +229,18 @@ def _chunk_keys(text: str) -> list[tuple[int, int]]:
     return keys
 
 
-def _restart_points(entry: _Entry, common: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
-    """The last two restart points ``(char, token index)`` of ``entry`` strictly inside its first
-    ``common`` characters: a token starts there, the previous one ends there, the character before is a
-    newline and the one at it is not whitespace."""
-    text, starts, ends = entry.text, entry.starts, entry.ends
-    found: list[tuple[int, int]] = []
-    j = _last_start_before(starts, common)
-    while j > 0 and len(found) < 2:
-        p = starts[j]
-        if starts[j - 1] < p and ends[j - 1] <= p and text[p - 1] == "\n" and not text[p].isspace():
-            found.append((p, j))
-        j -= 1
-    if len(found) < 2:
-        return None
-    return found[1], found[0]
-
-
-def _last_start_before(starts: array[int], limit: int) -> int:
-    """Index of the last token whose start is below ``limit`` (-1 if none): binary search."""
-    lo, hi = 0, len(starts)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if starts[mid] < limit:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo - 1
+def _line_starts(text: str, enc: Any, p0: int, j0: int) -> list[tuple[int, int]]:
+    """The restart points of ``text[p0:]``, tokenized as ``enc`` (its token ``j`` is token ``j0 + j`` of
+    the whole), shifted to the whole text: one lookup per line, not per token."""
+    out = []
+    i = text.find("\n", p0)
+    while i >= 0:
+        p = i + 1
+        if p < len(text) and not text[p].isspace():
+            j = enc.char_to_token(p - p0)
+            if j is not None and j > 0:
+                start = enc.token_to_chars(j)[0]
+                if start == p - p0 and enc.token_to_chars(j - 1)[1] <= start:
+                    out.append((p, j + j0))
+        i = text.find("\n", p)
+    return out
