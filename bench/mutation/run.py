@@ -244,8 +244,8 @@ TARGETS = (
         ),
     ),
     Target(
-        "environment convert",
-        "services/environment/wolfpack_environment/convert.py",
+        "environment session proto mapping",
+        "libs/wolfpack_games/session_proto.py",
         (
             "services/environment/tests/test_convert.py",
             "services/environment/tests/test_server.py",
