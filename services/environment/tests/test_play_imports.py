@@ -9,8 +9,10 @@ The command runs in a fresh interpreter, as a user runs it; the module set is re
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 HEAVY = ("grpc", "opentelemetry.sdk", "redis", "torch", "transformers", "wolfpack.rpc", "wolfpack.telemetry")
 
@@ -25,9 +27,13 @@ main()
 
 def modules_of(*args: str) -> tuple[str, set[str]]:
     """(stdout, modules loaded at exit) of ``wolfpack *args`` in a fresh interpreter."""
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120, check=False
-    )
+    # A run dir of its own: with ``wolfpack up`` running in the checkout's ``.wolfpack``, ``play`` would
+    # (rightly) go through that stack and load gRPC.
+    with tempfile.TemporaryDirectory() as run_dir:
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120, check=False,
+            env={**os.environ, "WOLFPACK_RUN_DIR": run_dir},
+        )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
     return done.stdout, set(json.loads(line.removeprefix("MODULES ")))

@@ -7,17 +7,22 @@ seed gives byte-identical output (the engines are deterministic and bots draw fr
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
+import time
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from wolfpack_games import GameEnv, get_game, list_games, make_game
+
+if TYPE_CHECKING:
+    from wolfpack_environment.stack_play import Stack
 
 console = Console()
 err = Console(stderr=True)
@@ -53,8 +58,10 @@ def play_game(
     bots: str,
     language: str = "en",
     options: dict[str, Any] | None = None,
+    pace_ms: int = 0,
 ) -> tuple[GameEnv, dict[str, int]]:
-    """Play one game with ``bots`` in every seat; returns the finished engine and counters."""
+    """Play one game with ``bots`` in every seat (``pace_ms`` after each step); returns the finished
+    engine and counters."""
     spec = get_game(game_id)
     if bots not in spec.bots:
         raise typer.BadParameter(f"unknown bots {bots!r} for {game_id}; bots: {', '.join(sorted(spec.bots))}")
@@ -69,12 +76,53 @@ def play_game(
     while not env.done:
         acting = env.acting_seats()
         result = env.step({seat: bot(env, seat, rng) for seat in acting})
+        if pace_ms > 0:
+            time.sleep(pace_ms / 1000)
         counts["steps"] += 1
         counts["actions"] += len(acting)
         counts["invalid"] += sum(1 for info in result.infos.values() if info.get("invalid_reason"))
         if counts["steps"] > 100_000:
             raise RuntimeError("game did not finish")
     return env, dict(counts)
+
+
+def _play_on_stack(
+    stack: Stack,
+    game_id: str,
+    variant: str,
+    seed: int,
+    bots: str,
+    lang: str,
+    options: dict[str, Any],
+    pace_ms: int,
+) -> tuple[GameEnv, dict[str, int], str]:
+    """The game through ``stack``'s environment service (``stack_play``): prints where to watch it first,
+    fails with one readable line when the service is unreachable or played a different game."""
+    import asyncio
+
+    from wolfpack_environment.stack_play import StackPlayError, play_on_stack, stack_transcript, watch_url
+
+    def announce(episode_id: str) -> None:
+        where = watch_url(stack.web_url, episode_id) if stack.web_url else "(no web view in this stack)"
+        err.print(f"playing on the stack's environment service {stack.environment}: episode {episode_id}")
+        err.print(f"watch: {where}", highlight=False, soft_wrap=True)
+
+    try:
+        game = asyncio.run(
+            play_on_stack(
+                stack, game_id, variant, seed, bots, lang, options, pace_ms=pace_ms, on_created=announce
+            )
+        )
+    except StackPlayError as exc:
+        err.print(f"{exc} (wolfpack play --local plays in this process)", style="red", markup=False)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    return (
+        game.env,
+        game.counts,
+        stack_transcript(game, game_id, lang, lambda e: transcript(e, game_id, lang)),
+    )
 
 
 def play(
@@ -96,8 +144,19 @@ def play(
     config: Annotated[
         Path | None, typer.Option(help="YAML file of game options (then --option overrides).")
     ] = None,
+    local: Annotated[
+        bool, typer.Option("--local", help="Play in this process even when `wolfpack up` runs.")
+    ] = False,
+    pace_ms: Annotated[
+        int, typer.Option("--pace-ms", min=0, help="Wait this long after each move (to watch it live).")
+    ] = 0,
 ) -> None:
-    """Play a whole game with scripted bots and print a readable transcript and the verified winner."""
+    """Play a whole game with scripted bots and print a readable transcript and the verified winner.
+
+    When ``wolfpack up`` runs for the run directory (``WOLFPACK_RUN_DIR``, default ``.wolfpack``), the
+    game is played through that stack's environment service and the web view's URL of the episode is
+    printed first; ``--local`` plays in this process. Either way the same seed gives the same transcript.
+    """
     import yaml
 
     game_id = resolve_game(game)
@@ -125,12 +184,21 @@ def play(
         if not sep:
             raise typer.BadParameter(f"--option needs KEY=VALUE, got {item!r}")
         options[key] = yaml.safe_load(value)
+    if bots not in spec.bots:
+        raise typer.BadParameter(f"unknown bots {bots!r} for {game_id}; bots: {', '.join(sorted(spec.bots))}")
+    from wolfpack_environment.stack_play import find_stack  # file reads only: no gRPC until a stack runs
+
+    stack = None if local else find_stack(Path(os.environ.get("WOLFPACK_RUN_DIR") or ".wolfpack"))
     try:
-        env, counts = play_game(game_id, variant, seed, bots, lang, options)
+        if stack is None:
+            env, counts = play_game(game_id, variant, seed, bots, lang, options, pace_ms=pace_ms)
+            text = transcript(env, game_id, lang)
+        else:
+            env, counts, text = _play_on_stack(stack, game_id, variant, seed, bots, lang, options, pace_ms)
     except (KeyError, ValueError) as exc:
         err.print(f"[red]{exc}[/]")
         raise typer.Exit(2) from None
-    sys.stdout.write(transcript(env, game_id, lang))
+    sys.stdout.write(text)
     outcome = env.outcome()
     winners = sorted(s for s, v in outcome.items() if v > 0)
     sys.stdout.write(
