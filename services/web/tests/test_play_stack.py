@@ -107,3 +107,49 @@ async def test_an_unreachable_environment_is_one_readable_error(stack: Stack, tm
     assert rc == 1 and out == "", errs
     assert "environment service at 127.0.0.1:1: UNAVAILABLE" in errs and "--local" in errs
     assert "Traceback" not in errs
+
+
+async def test_play_through_a_real_wolfpack_up(tmp_path: Path) -> None:
+    """The issue's check, as a user does it: ``wolfpack up --base-port 0`` (tiny model, embedded Redis),
+    then ``wolfpack play``; the printed URL is the web view's of that stack, and its episode list holds
+    the game, finished, with the transcript's winner."""
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WOLFPACK_")}
+    env.update(
+        {"WOLFPACK_RUN_DIR": str(tmp_path / "run"), "COLUMNS": "200", "WOLFPACK_INFERENCE_MODEL": "tiny"}
+    )
+    up = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "wolfpack.cli.main", "up", "--base-port", "0", env=env, cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert up.stdout is not None
+    seen: list[str] = []
+    try:
+        async with asyncio.timeout(180):
+            while not any("Ctrl-C to stop" in ln for ln in seen):
+                line = (await up.stdout.readline()).decode()
+                assert line, "".join(seen)
+                seen.append(line)
+        web_url = json.loads((tmp_path / "run" / "up.json").read_text())["web_url"]
+        play = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "wolfpack.cli.main", "play", "werewolf", "--players", "9", "--seed", "5",
+            env=env, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        drain = asyncio.create_task(up.stdout.read())  # keep the launcher's pipe flowing meanwhile
+        out, errs = await asyncio.wait_for(play.communicate(), timeout=180)
+        assert play.returncode == 0, errs.decode()
+        match = re.search(r"watch: (\S+)/#/live/(\S+)", errs.decode())
+        assert match and match.group(1) == web_url.rstrip("/"), errs.decode()
+        async with aiohttp.ClientSession() as s, s.get(web_url.rstrip("/") + "/api/episodes") as resp:
+            episodes = {e["episode_id"]: e for e in (await resp.json())["episodes"]}
+        winner = re.search(r"winner (\w+);", out.decode())
+        assert winner, out.decode()
+        assert episodes[match.group(2)]["done"] is True
+        assert episodes[match.group(2)]["winner"] == winner.group(1)
+    finally:
+        if up.returncode is None:
+            up.send_signal(signal.SIGINT)
+            await asyncio.wait_for(up.wait(), timeout=60)
+    await drain
+    assert up.returncode == 0
