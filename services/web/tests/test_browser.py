@@ -1,7 +1,8 @@
 """The pages in a real headless browser: Debian's chromium driven by Playwright, against a real stack
 (environment gRPC server with the credential on, real Redis, the web view). Each test saves a screenshot
-of its page: under ``$WOLFPACK_WEB_SCREENSHOTS`` when set, else this test's pytest temporary directory
-(``<basetemp>/test_<name>0/``)."""
+of its page as an artifact: under ``$WOLFPACK_WEB_SCREENSHOTS`` when set, else the checkout's gitignored
+``.artifacts/web/`` (``live.png``, ``live-elsewhere.png``, ``replay.png``, ``training.png``, replaced by each
+run). ``docs/images/web-*.png`` are copies of them."""
 
 from __future__ import annotations
 
@@ -20,8 +21,12 @@ pytestmark = pytest.mark.timeout(60)
 CHROMIUM = "/usr/bin/chromium"
 
 
-def screenshot_path(tmp_path: Path, name: str) -> Path:
-    folder = Path(os.environ.get("WOLFPACK_WEB_SCREENSHOTS") or tmp_path)
+ARTIFACTS = Path(__file__).resolve().parents[3] / ".artifacts" / "web"
+"""Where screenshots go when ``$WOLFPACK_WEB_SCREENSHOTS`` is unset: stable, so a person or CI finds them."""
+
+
+def screenshot_path(name: str) -> Path:
+    folder = Path(os.environ.get("WOLFPACK_WEB_SCREENSHOTS") or ARTIFACTS)
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{name}.png"
 
@@ -43,7 +48,7 @@ async def page(stack: Stack) -> AsyncIterator[object]:
         assert errors == [], errors  # no JavaScript error on any page
 
 
-async def test_live_nine_player_game_followed_to_its_end(stack: Stack, page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_live_nine_player_game_followed_to_its_end(stack: Stack, page) -> None:  # type: ignore[no-untyped-def]
     await page.goto(stack.url + "#/live")
     await page.wait_for_selector("#start-game option[value=werewolf_v1]", state="attached")
     assert await page.input_value("#start-game") == "werewolf_v1"
@@ -70,7 +75,7 @@ async def test_live_nine_player_game_followed_to_its_end(stack: Stack, page, tmp
     episode_id = (await page.evaluate("location.hash")).split("/")[-1]
     ep = stack.servicer.manager.episodes.get(episode_id)
     assert ep is None or (ep.admin_token not in html and not any(t in html for t in ep.tokens))
-    await page.screenshot(path=str(screenshot_path(tmp_path, "live")), full_page=True)
+    await page.screenshot(path=str(screenshot_path("live")), full_page=True)
     # The finished game is listed for replay and steps through every event.
     await page.goto(stack.url + f"#/replay/episode/{episode_id}")
     await page.wait_for_selector("#replay-view:not([hidden])")
@@ -81,7 +86,7 @@ async def test_live_nine_player_game_followed_to_its_end(stack: Stack, page, tmp
 
 
 async def test_an_episode_created_elsewhere_is_listed_and_followed_to_its_end(  # type: ignore[no-untyped-def]
-    stack: Stack, page, tmp_path: Path
+    stack: Stack, page
 ) -> None:
     """A game the web view did not start (created and played through the environment client, as
     ``wolfpack rollout`` plays): it appears in the live list by polling, opens as spectator, and is followed
@@ -122,7 +127,7 @@ async def test_an_episode_created_elsewhere_is_listed_and_followed_to_its_end(  
     )
     html = await page.content()
     assert ep.admin_token not in html and not any(t in html for t in ep.seat_tokens.values())
-    await page.screenshot(path=str(screenshot_path(tmp_path, "live-elsewhere")), full_page=True)
+    await page.screenshot(path=str(screenshot_path("live-elsewhere")), full_page=True)
 
 
 async def test_replay_steps_through_every_turn(stack: Stack, page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -149,7 +154,7 @@ async def test_replay_steps_through_every_turn(stack: Stack, page, tmp_path: Pat
         titles = await box.locator(".tok").evaluate_all("els => els.map(e => e.title)")
         assert titles[1] == "token 22: logprob -1.200 (p 0.301)"
         if i == 2:
-            await page.screenshot(path=str(screenshot_path(tmp_path, "replay")), full_page=True)
+            await page.screenshot(path=str(screenshot_path("replay")), full_page=True)
         await page.click("#replay-next")
     assert await page.inner_text("#replay-counter") == "Turn 6 / 6"  # the last turn stays
     assert "seller win" in await page.inner_text("#replay-outcome")
@@ -162,7 +167,7 @@ async def test_replay_steps_through_every_turn(stack: Stack, page, tmp_path: Pat
     assert await page.inner_text("#replay-title") == "Trajectory traj-web-1"
 
 
-async def test_training_page_follows_a_growing_run(stack: Stack, page, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_training_page_follows_a_growing_run(stack: Stack, page) -> None:  # type: ignore[no-untyped-def]
     """The run is written by the trainer's own ``MetricsWriter`` (metrics.jsonl and TensorBoard text), as
     ``wolfpack train`` writes it, while the page is open."""
     from wolfpack_trainer.evaluate import save_episodes
@@ -209,7 +214,7 @@ async def test_training_page_follows_a_growing_run(stack: Stack, page, tmp_path:
         assert "bargaining_v1/easy" in await sample.locator("pre").inner_text()
         episode = page.locator("#eval-episodes a").first
         await expect(episode).to_contain_text("update 3 · seed 11 · 2 turns · winner seller")
-        await page.screenshot(path=str(screenshot_path(tmp_path, "training")), full_page=True)
+        await page.screenshot(path=str(screenshot_path("training")), full_page=True)
         await episode.click()  # the evaluated episode opens on the replay page, turn by turn
         await expect(page.locator("#replay-counter")).to_have_text("Turn 1 / 2")
         assert await page.inner_text("#replay-title") == "Trajectory eval-3-0"
