@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from .conftest import SECRET, Stack
 
@@ -76,14 +77,28 @@ async def test_play_goes_through_the_running_stack_and_matches_the_local_game(
     assert episodes[episode_id]["done"] is True and episodes[episode_id]["winner"] == winner.group(1)
 
 
-async def test_a_scenario_game_through_the_stack_matches_too(stack: Stack, tmp_path: Path) -> None:
+CONFIG = Path(__file__).resolve().parents[3] / "configs" / "play" / "werewolf-9p-wolf-king.yaml"
+
+
+@pytest.mark.parametrize(
+    "game",
+    [
+        ("bargaining", "--seed", "4"),
+        ("werewolf", "--players", "6", "--seed", "1", "--lang", "zh", "--bots", "random"),
+        ("werewolf", "--players", "9", "--seed", "2", "--config", str(CONFIG)),
+    ],
+    ids=["scenario", "zh-random", "options"],
+)
+async def test_other_games_languages_bots_and_options_match_too(
+    stack: Stack, tmp_path: Path, game: tuple[str, ...]
+) -> None:
     run_dir = tmp_path / "run"
     announce(run_dir, stack, os.getpid())
-    rc, remote, errs = await wolfpack(run_dir, "play", "bargaining", "--seed", "4")
+    rc, remote, errs = await wolfpack(run_dir, "play", *game)
     assert rc == 0 and "watch: " in errs, errs
-    rc, local, errs = await wolfpack(run_dir, "play", "bargaining", "--seed", "4", "--local")
+    rc, local, errs = await wolfpack(run_dir, "play", *game, "--local")
     assert rc == 0, errs
-    assert remote == local and "Verified outcome" in remote
+    assert remote == local and "Summary: " in remote
 
 
 async def test_a_stale_up_json_plays_in_process(stack: Stack, tmp_path: Path) -> None:
@@ -153,3 +168,32 @@ async def test_play_through_a_real_wolfpack_up(tmp_path: Path) -> None:
             await asyncio.wait_for(up.wait(), timeout=60)
     await drain
     assert up.returncode == 0
+
+
+async def test_a_service_game_that_differs_from_the_mirror_is_an_error(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control for the equality checks: when what reaches the service is not what the mirror played
+    (here every speech is rewritten on its way out), the command fails instead of printing a transcript
+    that the service never played."""
+    from wolfpack.v1 import common_pb2
+    from wolfpack_environment import stack_play
+    from wolfpack_games import session_proto
+
+    real = session_proto.action_to_pb
+
+    def rewritten(action: object) -> common_pb2.Action:
+        msg = real(action)  # type: ignore[arg-type]
+        if msg.text:
+            msg.text = "something else"
+        return msg
+
+    monkeypatch.setattr(session_proto, "action_to_pb", rewritten)
+    monkeypatch.setenv("WOLFPACK_ADMIN_SECRET", SECRET)
+    created: list[str] = []
+    with pytest.raises(stack_play.StackPlayError, match="differs from the local engine"):
+        await stack_play.play_on_stack(
+            stack_play.Stack(stack.target, stack.url), "werewolf_v1", "6p", 3, "heuristic",
+            on_created=created.append,
+        )  # fmt: skip
+    assert len(created) == 1
