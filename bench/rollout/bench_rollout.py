@@ -14,6 +14,11 @@ table gives min / median / max over rounds, by wall clock and by CPU (tokens per
 process, which hosts the services and the engine, plus the driver's process with ``--driver-process``):
 on a shared machine one round's wall-clock ratio says more about the neighbours than about the code.
 
+Prompt cache: ``--prompt-cache both`` plays a row with the inference policy's prompt token cache and one
+without in every round (order alternating), each followed by its own raw replay. Each round also prints
+the engine's occupancy in both rows (live rows per decode step, jobs per prefill): on CPU a tiny model's
+decode step costs about the same with 5 rows as with 8, so occupancy sets much of the CPU ratio.
+
 CPU (tiny model):  python bench/rollout/bench_rollout.py
 GPU (vLLM):        python bench/rollout/bench_rollout.py --backend vllm --model random-qwen2.5-0.5b \\
                        --concurrency 64,256 --episodes 512 --max-tokens 64 --device cuda --dtype bfloat16
