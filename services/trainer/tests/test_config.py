@@ -24,7 +24,7 @@ def test_the_seed_recipes_are_all_there() -> None:
         "werewolf-ppo",
         "werewolf-gigpo-aiw",
         "werewolf-12p-zh-grpo",
-        "scenarios-selfplay-grpo-lora",
+        "gpu-scenarios-selfplay-lora-smollm2",
         "ippo-ultimatum",
     } <= names
 
