@@ -336,3 +336,35 @@ async def test_an_act_between_slices_completes_the_scripted_run_first(
     assert [e.text for e in ep.env.events[: len(reference.env.events)]] == [
         e.text for e in reference.env.events
     ]
+
+
+@pytest.mark.parametrize("limits", [Limits(max_episodes=50, max_unclaimed=3, unclaimed_ttl_s=100.0,
+                                           abandoned_ttl_s=1_000.0, collect_every_s=10.0)])  # fmt: skip
+async def test_episodes_nobody_joins_are_capped_and_released_early(stack: Any, clock: FakeClock) -> None:
+    """Issue 20: creates with an external seat nobody ever joins (no credential needed) filled the episode
+    table for the whole abandonment time. At most ``max_unclaimed`` such episodes exist at once (others, and
+    all-bot ones, can still be created), and one still unjoined after ``unclaimed_ttl_s`` is released."""
+    _manager, client = stack
+    idle = [
+        await client.create_episode("werewolf_v1", "6p", seed=i, external_seats=(0,), turn_timeout_s=900)
+        for i in range(3)
+    ]
+    code, details = await code_of(client.create_episode("werewolf_v1", "6p", seed=9, external_seats=(0,)))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "nobody has joined" in details
+    await client.create_episode("werewolf_v1", "6p", seed=10)  # all bots: not held back
+    await client.seat(idle[0].episode_id, idle[0].seat_tokens[0]).observation()  # joined: no longer counted
+    joined_late = await client.create_episode("werewolf_v1", "6p", seed=11, external_seats=(0,))
+
+    async def alive(ep: Any) -> bool:
+        try:
+            await client.get_episode(ep.episode_id, ep.admin_token)
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND
+            return False
+        return True
+
+    clock.advance(111.0)  # past unclaimed_ttl_s and collect_every_s, far below abandoned_ttl_s
+    await client.create_episode("werewolf_v1", "6p", seed=12)  # a create runs the collection
+    assert await alive(idle[0])  # joined: the abandonment time applies
+    assert not await alive(idle[1]) and not await alive(idle[2]) and not await alive(joined_late)
+    await client.create_episode("werewolf_v1", "6p", seed=13, external_seats=(0,))  # room again

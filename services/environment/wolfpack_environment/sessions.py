@@ -131,7 +131,12 @@ class Limits:
     (its final state stays readable), then released; a running episode whose seats nobody has touched
     (no act, observation or join by a seat token) for ``abandoned_ttl_s`` is aborted and released, even
     while turn timeouts keep playing default actions for it. ``turn_timeout_s`` is at most
-    ``max_turn_timeout_s`` (half the abandonment time). Checked at most every ``collect_every_s``."""
+    ``max_turn_timeout_s`` (half the abandonment time). Checked at most every ``collect_every_s``.
+
+    Episodes with external seats that no seat token has touched yet (*unclaimed*) cost nothing to create and
+    would otherwise hold their slot for the whole abandonment time: at most ``max_unclaimed`` of them exist at
+    once (more creates are RESOURCE_EXHAUSTED, while episodes that are played or all-bot still get the rest of
+    the table), and one still unclaimed after ``unclaimed_ttl_s`` is aborted and released."""
 
     max_episodes: int = 20_000
     max_text_chars: int = 8_000
@@ -141,6 +146,8 @@ class Limits:
     max_turn_timeout_s: float = 900.0
     finished_ttl_s: float = 600.0
     abandoned_ttl_s: float = 1_800.0
+    max_unclaimed: int = 5_000
+    unclaimed_ttl_s: float = 300.0
     collect_every_s: float = 5.0
     max_request_id_chars: int = 128
 
@@ -197,6 +204,7 @@ class EpisodeManager:
         # them), so looking a create up by one would hand its tokens to anyone who saw it.
         self._requests: dict[str, tuple[bytes, str]] = {}
         self._advancing: deque[Episode] = deque()  # episodes whose scripted run continues (see _advance)
+        self._unclaimed: dict[str, float] = {}  # running episodes with external seats no token touched yet
         self._slicing = False
         self._last_collect = time.monotonic()
         self._seq = itertools.count(1)
@@ -257,6 +265,13 @@ class EpisodeManager:
             raise SessionError(str(exc)) from None
         ep_id, variant = ep.episode_id, ep.variant
         played = ep.played_seats()
+        if played and len(self._unclaimed) >= limits.max_unclaimed:
+            ep.env.close()
+            raise ResourceExhaustedError(
+                f"{len(self._unclaimed)} episodes have seats nobody has joined yet (the limit is "
+                f"{limits.max_unclaimed}; each is released {limits.unclaimed_ttl_s:g}s after its creation if "
+                "still unjoined): join or close some first"
+            )
         secret = _new_tokens(len(played) + 1)  # one per played seat, then the admin token
         ep.tokens = dict(zip(secret, played, strict=False))
         ep.admin_token = secret[-1]
@@ -269,6 +284,9 @@ class EpisodeManager:
         ep.seq = next(self._seq)
         # Registered only once its first scripted moves ran: a bot that raises leaves nothing behind.
         self.episodes[ep_id] = ep
+        ep.last_active = time.monotonic()  # the manager's clock (the field's default bound the real one)
+        if played:
+            self._unclaimed[ep_id] = ep.last_active
         try:
             self._advance(ep)
         except Exception as exc:
@@ -324,6 +342,8 @@ class EpisodeManager:
         if seat is None:
             raise PermissionDeniedError("this token does not hold a seat in this episode")
         ep.last_active = time.monotonic()  # a seat in use: the episode is not abandoned
+        if self._unclaimed:
+            self._unclaimed.pop(ep.episode_id, None)
         return seat
 
     def is_admin(self, ep: Episode, token: str) -> bool:
@@ -354,6 +374,7 @@ class EpisodeManager:
             self._finish(ep, aborted=not ep.env.done)
         if self.episodes.get(ep.episode_id) is ep:
             del self.episodes[ep.episode_id]
+            self._unclaimed.pop(ep.episode_id, None)
         if ep.request_id and self._requests.get(ep.request_id, (b"", ""))[1] == ep.episode_id:
             del self._requests[ep.request_id]
         for token in ep.tokens:
@@ -638,7 +659,9 @@ class EpisodeManager:
         abandoned = [
             ep
             for ep in self.episodes.values()
-            if ep.finished_at is None and now - ep.last_active > limits.abandoned_ttl_s
+            if ep.finished_at is None
+            and now - ep.last_active
+            > (limits.unclaimed_ttl_s if ep.episode_id in self._unclaimed else limits.abandoned_ttl_s)
         ]
         for ep in abandoned:
             self.release(ep)
