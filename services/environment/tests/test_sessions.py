@@ -80,6 +80,16 @@ async def code_of(call: Any) -> tuple[grpc.StatusCode, str]:
     return err.value.code(), err.value.details() or ""
 
 
+async def alive(client: EnvironmentClient, ep: Any) -> bool:
+    """Whether the service still holds ``ep`` (NOT_FOUND once it was released)."""
+    try:
+        await client.get_episode(ep.episode_id, ep.admin_token)
+    except grpc.aio.AioRpcError as exc:
+        assert exc.code() == grpc.StatusCode.NOT_FOUND
+        return False
+    return True
+
+
 def create_req(**kw: Any) -> pb.CreateEpisodeRequest:
     kw.setdefault("external_seats", (0,))
     return episode_request("werewolf_v1", "6p", **kw)
@@ -213,28 +223,20 @@ async def test_abandoned_episodes_go_after_abandoned_ttl_s_checked_every_collect
     a = await client.create_episode("werewolf_v1", "6p", seed=1, external_seats=(0,), turn_timeout_s=800)
     b = await client.create_episode("werewolf_v1", "6p", seed=2, external_seats=(0,), turn_timeout_s=800)
 
-    async def alive(ep: Any) -> bool:
-        try:
-            await client.get_episode(ep.episode_id, ep.admin_token)
-        except grpc.aio.AioRpcError as exc:
-            assert exc.code() == grpc.StatusCode.NOT_FOUND
-            return False
-        return True
-
     for ep in (a, b):  # a seat read sets the last activity on the manager's (fake) clock
         await client.seat(ep.episode_id, ep.seat_tokens[0]).observation()
     clock.advance(500.0)
     await client.seat(b.episode_id, b.seat_tokens[0]).observation()
     clock.advance(500.0)  # t = 2000: A untouched for exactly 1000 s, not longer
     await client.create_episode("werewolf_v1", "6p", seed=5)
-    assert await alive(a) and await alive(b)
+    assert await alive(client, a) and await alive(client, b)
     clock.advance(5.0)  # t = 2005: A is overdue, but the last collection was 5 s ago (< 10 s)
     await client.create_episode("werewolf_v1", "6p", seed=6)
-    assert await alive(a)
+    assert await alive(client, a)
     clock.advance(5.0)  # t = 2010: 10 s since the last collection
     await client.create_episode("werewolf_v1", "6p", seed=7)
-    assert not await alive(a)
-    assert await alive(b)  # touched 510 s ago
+    assert not await alive(client, a)
+    assert await alive(client, b)  # touched 510 s ago
     code, _ = await code_of(client.seat(a.episode_id, a.seat_tokens[0]).observation())
     assert code == grpc.StatusCode.NOT_FOUND  # its token opens nothing any more
 
@@ -355,16 +357,12 @@ async def test_episodes_nobody_joins_are_capped_and_released_early(stack: Any, c
     await client.seat(idle[0].episode_id, idle[0].seat_tokens[0]).observation()  # joined: no longer counted
     joined_late = await client.create_episode("werewolf_v1", "6p", seed=11, external_seats=(0,))
 
-    async def alive(ep: Any) -> bool:
-        try:
-            await client.get_episode(ep.episode_id, ep.admin_token)
-        except grpc.aio.AioRpcError as exc:
-            assert exc.code() == grpc.StatusCode.NOT_FOUND
-            return False
-        return True
-
     clock.advance(111.0)  # past unclaimed_ttl_s and collect_every_s, far below abandoned_ttl_s
     await client.create_episode("werewolf_v1", "6p", seed=12)  # a create runs the collection
-    assert await alive(idle[0])  # joined: the abandonment time applies
-    assert not await alive(idle[1]) and not await alive(idle[2]) and not await alive(joined_late)
+    assert await alive(client, idle[0])  # joined: the abandonment time applies
+    assert (
+        not await alive(client, idle[1])
+        and not await alive(client, idle[2])
+        and not await alive(client, joined_late)
+    )
     await client.create_episode("werewolf_v1", "6p", seed=13, external_seats=(0,))  # room again
