@@ -45,8 +45,9 @@ MAX_TEXT_CHARS = 262_144
 """Texts longer than this are tokenized whole and not cached (their index alone would be large)."""
 DEFAULT_MAX_ENTRIES = 4096
 DEFAULT_MAX_TOKENS = 4_000_000
-"""Default bound on cached token ids: each token keeps its id and character span (three ``array('i')``
-values, 12 bytes), so ~48 MB at the bound plus the texts (~3 characters a token), ~60 MB in all."""
+"""Default bound on cached token ids: ids (``array('i')``, 16 MB), their texts and the prefix index
+(one int key per ``CHUNK`` characters). Measured at the bound with 12-player Werewolf prompts (1,817
+prompts, 8 M characters): 64 MB more resident memory."""
 
 _SAFE_PRE_TOKENIZERS = {"ByteLevel", "Split", "Digits", "Sequence"}
 _SAFE_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Sequence", "Strip"}
@@ -101,7 +102,7 @@ class _Entry:
     lines: list[tuple[int, int]]
     """Restart points ``(character, token index)`` in order: a token starts at the character, the previous
     one ends there, the character before is a newline and the one at it is not whitespace."""
-    keys: list[tuple[int, int]] = field(default_factory=list)
+    keys: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -127,7 +128,7 @@ class PrefixTokenCache:
         self.max_entries = max_entries
         self.max_tokens = max_tokens
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
-        self._index: dict[tuple[int, int], _Entry] = {}
+        self._index: dict[int, _Entry] = {}
         self._tokens = 0
         self._lock = threading.Lock()
         self.stats = CacheStats()
@@ -157,13 +158,13 @@ class PrefixTokenCache:
                 self._add(_Entry(text, ids, lines, keys))
         return ids.tolist()
 
-    def _longest(self, text: str, keys: list[tuple[int, int]]) -> tuple[_Entry, int] | None:
+    def _longest(self, text: str, keys: list[int]) -> tuple[_Entry, int] | None:
         """The cached entry sharing the longest prefix with ``text``, and that prefix's length."""
-        for key in reversed(keys):
-            entry = self._index.get(key)
+        for k in range(len(keys), 0, -1):
+            entry = self._index.get(keys[k - 1])
             if entry is None:
                 continue
-            n = key[0] * CHUNK
+            n = k * CHUNK
             if entry.text[:n] != text[:n]:
                 continue  # a hash collision: look for a shorter prefix
             self._entries.move_to_end(id(entry))
@@ -218,14 +219,15 @@ class PrefixTokenCache:
                     del self._index[key]
 
 
-def _chunk_keys(text: str) -> list[tuple[int, int]]:
-    """``(k, h_k)`` for each whole ``CHUNK``-character prefix, ``h_k`` chaining the chunks' hashes: one
-    pass over the text, and two texts share key ``k`` (barring collisions) iff they share ``k`` chunks."""
+def _chunk_keys(text: str) -> list[int]:
+    """``h_k`` for each whole ``CHUNK``-character prefix ``k``, chaining the chunks' hashes (and so the
+    prefix's length): one pass over the text, and two texts share ``h_k`` (barring collisions, which the
+    caller's character comparison catches) iff they share their first ``k`` chunks."""
     keys = []
     h = 0
     for k in range(1, len(text) // CHUNK + 1):
         h = hash((h, text[(k - 1) * CHUNK : k * CHUNK]))
-        keys.append((k, h))
+        keys.append(h)
     return keys
 
 
