@@ -50,7 +50,7 @@ DEFAULT_MAX_TOKENS = 4_000_000
 prompts, 8 M characters): 64 MB more resident memory."""
 
 _SAFE_PRE_TOKENIZERS = {"ByteLevel", "Split", "Digits", "Sequence"}
-_SAFE_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Sequence", "Strip"}
+_SAFE_NORMALIZERS = {"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Sequence"}
 
 
 def unsupported_reason(tokenizer: Any) -> str:
@@ -60,11 +60,14 @@ def unsupported_reason(tokenizer: Any) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not hasattr(backend, "encode"):
         return "not a fast tokenizer"
-    try:
-        spec = json.loads(backend.to_str())
+    try:  # the components alone: the whole tokenizer's JSON holds the vocabulary (megabytes)
+        model = type(backend.model).__name__
+        pre_spec = json.loads(backend.pre_tokenizer.__getstate__()) if backend.pre_tokenizer else None
+        norm_spec = json.loads(backend.normalizer.__getstate__()) if backend.normalizer else None
+        added_tokens = list(backend.get_added_tokens_decoder().values())
     except Exception as exc:  # a backend that cannot describe itself is not trusted
         return f"tokenizer description unreadable: {type(exc).__name__}"
-    if (spec.get("model") or {}).get("type") != "BPE":
+    if model != "BPE":
         return "not a BPE model"
 
     def nodes(node: Any, key: str) -> list[dict[str, Any]]:
@@ -74,7 +77,7 @@ def unsupported_reason(tokenizer: Any) -> str:
             return [n for sub in node.get(key, []) for n in nodes(sub, key)]
         return [node]
 
-    pre = nodes(spec.get("pre_tokenizer"), "pretokenizers")
+    pre = nodes(pre_spec, "pretokenizers")
     if not pre or any(p.get("type") not in _SAFE_PRE_TOKENIZERS for p in pre):
         return "pre-tokenizer not byte-level/split"
     if any(p.get("type") == "ByteLevel" and p.get("add_prefix_space") for p in pre):
@@ -85,12 +88,12 @@ def unsupported_reason(tokenizer: Any) -> str:
         p.get("type") == "Split" or (p.get("type") == "ByteLevel" and p.get("use_regex")) for p in pre
     ):
         return "no regex split"
-    norm = nodes(spec.get("normalizer"), "normalizers")
+    norm = nodes(norm_spec, "normalizers")
     if any(n.get("type") not in _SAFE_NORMALIZERS for n in norm):
         return "normalizer not local"
-    for added in spec.get("added_tokens", []):
-        content = str(added.get("content", ""))
-        if added.get("lstrip") or added.get("rstrip") or added.get("single_word") or "\n" in content[:-1]:
+    for added in added_tokens:
+        content = str(added.content)
+        if added.lstrip or added.rstrip or added.single_word or "\n" in content[:-1]:
             return f"added token {content!r} strips whitespace or spans a line"
     return ""
 
