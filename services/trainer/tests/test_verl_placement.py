@@ -15,7 +15,11 @@ from wolfpack_trainer.learners.verl.learner import cuda_index
     [
         ("cuda", {}, 0),
         ("cuda:1", {}, 1),
-        ("cuda:1", {"LOCAL_RANK": "0", "WORLD_SIZE": "1"}, 1),  # our own one-process defaults do not override it
+        (
+            "cuda:1",
+            {"LOCAL_RANK": "0", "WORLD_SIZE": "1"},
+            1,
+        ),  # our own one-process defaults do not override it
         ("cuda", {"LOCAL_RANK": "0", "WORLD_SIZE": "1"}, 0),
         ("cuda:1", {"LOCAL_RANK": "0", "WORLD_SIZE": "2"}, 0),  # torchrun: each rank on its LOCAL_RANK card
         ("cuda", {"LOCAL_RANK": "1", "WORLD_SIZE": "2"}, 1),

@@ -250,7 +250,9 @@ class VerlFsdpLearner(Learner):
         if ray_gpus and not self.use_cuda:
             raise ValueError("verl_fsdp over Ray needs CUDA devices (ray_gpus > 0 with device cpu)")
         if ray_gpus and self.device.startswith("cuda:"):
-            raise ValueError(f"device {self.device} with ray_gpus: Ray places the workers on its GPUs; use device cuda")
+            raise ValueError(
+                f"device {self.device} with ray_gpus: Ray places the workers on its GPUs; use device cuda"
+            )
         if not self.use_cuda:
             use_cpu_platform()
         for key, value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
