@@ -176,7 +176,7 @@ def _run(
     from wolfpack_trainer.config import TrainConfig
     from wolfpack_trainer.evaluate import reference_lines
     from wolfpack_trainer.metrics import update_line
-    from wolfpack_trainer.train import ResumeError, learning_line, run_training
+    from wolfpack_trainer.train import ResumeError, learning_line, policy_learning_lines, run_training
 
     assert isinstance(cfg, TrainConfig)  # train() has refused a run of another config before calling this
     total = updates if updates is not None else cfg.train.updates
@@ -261,6 +261,8 @@ def _run(
     for line in reference_lines(cfg, evals[0].metric(metric), evals[-1].metric(metric)):
         console.print(line, highlight=False)
     console.print(learning_line(cfg.eval.metric, evals[0], evals[-1]), highlight=False)
+    for line in policy_learning_lines(cfg.eval.metric, evals[0], evals[-1]):
+        console.print(line, highlight=False, markup=False)  # "[policy]" is no rich style tag
 
 
 def mount(app: typer.Typer) -> None:

@@ -105,6 +105,50 @@ def trajectory_rows(
     return rows, missing
 
 
+@dataclass(frozen=True)
+class PolicyScore:
+    """One trained policy's held-out score, from its own seats only (``policy_scores``)."""
+
+    reward: Estimate
+    win_rate: Estimate
+
+    def metric(self, name: str) -> Estimate:
+        return self.win_rate if name == "win_rate" else self.reward
+
+
+def policy_scores(
+    trajectories: Sequence[trajectory_pb2.Trajectory], expected: int, policies: Sequence[str]
+) -> dict[str, PolicyScore]:
+    """Each trained policy's (reward, win rate) on the seats bound to it alone, when a run trains several:
+    the overall estimate averages the seats of an episode, so co-trained policies (IPPO's proposer and
+    responder) hide each other's progress in it. An episode where the policy holds no seat does not count
+    for it (its ``n`` is the episodes it played); a missing episode is a loss for every policy, as overall.
+    Empty with one policy: the overall estimate is already its own."""
+    if len(policies) < 2:
+        return {}
+    out: dict[str, PolicyScore] = {}
+    for pid in policies:
+        rows, _ = trajectory_rows(trajectories, expected, [pid])
+        out[pid] = PolicyScore(*summarize(rows))
+    return out
+
+
+def policy_metrics(scores: dict[str, PolicyScore]) -> dict[str, float]:
+    """Metrics-file keys ``eval/<policy>/reward_mean``, ``eval/<policy>/reward_lo|_hi``,
+    ``eval/<policy>/win_rate[_lo|_hi]``: the overall ``eval/`` keys, one level down."""
+    out: dict[str, float] = {}
+    for pid, score in scores.items():
+        base = f"eval/{pid}"
+        for key, ci, est in (
+            ("reward_mean", "reward", score.reward),
+            ("win_rate", "win_rate", score.win_rate),
+        ):
+            out[f"{base}/{key}"] = est.mean
+            out[f"{base}/{ci}_lo"] = est.lo
+            out[f"{base}/{ci}_hi"] = est.hi
+    return out
+
+
 async def play_served(
     driver: Any, tasks: Sequence[Any], temperature: float
 ) -> list[trajectory_pb2.Trajectory]:

@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis.asyncio as aioredis
 import torch
@@ -72,6 +72,9 @@ from wolfpack_trainer.metrics import (
 from wolfpack_trainer.publish import Publisher
 from wolfpack_trainer.state import RunState
 
+if TYPE_CHECKING:
+    from wolfpack_trainer.evaluate import PolicyScore
+
 log = logging.getLogger(__name__)
 
 MAX_USED_IDS = 200_000
@@ -94,6 +97,8 @@ class EvalResult:
     """Episodes that failed to play (counted as losses in the estimates)."""
     trajectories: list[trajectory_pb2.Trajectory] = field(default_factory=list, repr=False)
     """The played episodes (sample transcripts); not saved with the checkpoint."""
+    policies: dict[str, PolicyScore] = field(default_factory=dict)
+    """Each trained policy's score on its own seats (``evaluate.policy_scores``; empty with one policy)."""
 
     def metric(self, name: str) -> Estimate:
         return self.win_rate if name == "win_rate" else self.reward
@@ -308,6 +313,7 @@ class Trainer:
             trajs = await _off_loop(self.play_local, tasks, temperature, "eval")
         rows, failed = ev.trajectory_rows(trajs, len(seeds), list(self.learners))
         reward, win_rate = ev.summarize(rows)
+        per_policy = ev.policy_scores(trajs, len(seeds), list(self.learners))
         self.progress("eval", len(seeds), len(seeds))
         metrics = {"eval/failed_episodes": float(failed)}
         versions = [t.policy.version for tr in trajs for t in tr.turns if t.policy.policy_id in self.learners]
@@ -316,7 +322,7 @@ class Trainer:
         if not self.state.evals:
             metrics.update(ev.reference_metrics(ev.references(self.cfg)))
         self.metrics.log(self.state.step, metrics)
-        return EvalResult(self.state.step, reward, win_rate, failed, list(trajs))
+        return EvalResult(self.state.step, reward, win_rate, failed, list(trajs), per_policy)
 
     # --- the loop ------------------------------------------------------------------------------------
 
@@ -438,6 +444,8 @@ class Trainer:
             self.crash_point("acked", self.state.step)
 
     def _record_eval(self, res: EvalResult) -> EvalResult:
+        from wolfpack_trainer import evaluate as ev
+
         self.state.evals = [e for e in self.state.evals if e["step"] != res.step] + [_eval_to_json(res)]
         self.metrics.log(
             res.step,
@@ -448,6 +456,9 @@ class Trainer:
                 "eval/win_rate": res.win_rate.mean,
                 "eval/win_rate_lo": res.win_rate.lo,
                 "eval/win_rate_hi": res.win_rate.hi,
+                **ev.policy_metrics(
+                    getattr(res, "policies", {})
+                ),  # a stand-in evaluate's result may lack them
             },
         )
         return res
@@ -760,17 +771,49 @@ def service_task(task: Task, index: int) -> Any:
 
 
 def _eval_to_json(res: EvalResult) -> dict[str, Any]:
-    return {"step": res.step, "reward": res.reward.__dict__, "win_rate": res.win_rate.__dict__}
+    out: dict[str, Any] = {"step": res.step, "reward": res.reward.__dict__, "win_rate": res.win_rate.__dict__}
+    policies: dict[str, PolicyScore] = getattr(res, "policies", {})
+    if policies:  # a single-policy run's state.json stays as it was
+        out["policies"] = {
+            pid: {"reward": s.reward.__dict__, "win_rate": s.win_rate.__dict__} for pid, s in policies.items()
+        }
+    return out
 
 
 def _eval_from_json(d: dict[str, Any]) -> dict[str, Any]:
-    return {"step": d["step"], "reward": Estimate(**d["reward"]), "win_rate": Estimate(**d["win_rate"])}
+    from wolfpack_trainer.evaluate import PolicyScore
+
+    policies = {
+        pid: PolicyScore(Estimate(**s["reward"]), Estimate(**s["win_rate"]))
+        for pid, s in d.get("policies", {}).items()
+    }
+    return {
+        "step": d["step"],
+        "reward": Estimate(**d["reward"]),
+        "win_rate": Estimate(**d["win_rate"]),
+        "policies": policies,
+    }
+
+
+def _learning(label: str, metric: str, a: Estimate, b: Estimate) -> str:
+    return f"{label}: {metric} {a.mean:.2f} -> {b.mean:.2f} on {b.n} held-out episodes (95% CI {b.lo:.2f}..{b.hi:.2f})"
 
 
 def learning_line(metric: str, first: EvalResult, last: EvalResult) -> str:
     """``learning: <metric> <initial> -> <final> on <n> held-out episodes (95% CI <lo>..<hi>)``."""
-    a, b = first.metric(metric), last.metric(metric)
-    return f"learning: {metric} {a.mean:.2f} -> {b.mean:.2f} on {b.n} held-out episodes (95% CI {b.lo:.2f}..{b.hi:.2f})"
+    return _learning("learning", metric, first.metric(metric), last.metric(metric))
+
+
+def policy_learning_lines(metric: str, first: EvalResult, last: EvalResult) -> list[str]:
+    """``learning[<policy>]: ...`` per trained policy of a multi-policy run, on its own seats (the overall
+    line averages co-trained seats, so it cannot say which policy learned); none with one policy, or for a
+    policy the first evaluation did not score (a run resumed from a checkpoint written before these
+    scores existed)."""
+    return [
+        _learning(f"learning[{pid}]", metric, first.policies[pid].metric(metric), score.metric(metric))
+        for pid, score in last.policies.items()
+        if pid in first.policies
+    ]
 
 
 class ResumeError(RuntimeError):
