@@ -456,9 +456,7 @@ class Trainer:
                 "eval/win_rate": res.win_rate.mean,
                 "eval/win_rate_lo": res.win_rate.lo,
                 "eval/win_rate_hi": res.win_rate.hi,
-                **ev.policy_metrics(
-                    getattr(res, "policies", {})
-                ),  # a stand-in evaluate's result may lack them
+                **ev.policy_metrics(getattr(res, "policies", {})),  # a stand-in evaluate's may lack them
             },
         )
         return res
