@@ -39,6 +39,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench_env_grpc import checkout, cpu_seconds  # the sibling bench (this folder is on sys.path)
+
 from wolfpack import rpc
 from wolfpack.redis_server import free_port
 from wolfpack.settings import load_settings
@@ -117,20 +119,11 @@ async def over_service(
 
 
 def server_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def checkout(rev: str, into: Path) -> str:
-    """``libs`` and ``services/environment`` of ``rev`` under ``into``; returns their PYTHONPATH."""
-    root = Path(__file__).resolve().parents[2]
-    archive = subprocess.run(
-        ["git", "-C", str(root), "archive", rev, "libs", "services/environment"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return os.pathsep.join([str(into / "libs"), str(into / "services" / "environment")])
+    """The server's CPU seconds so far (``bench_env_grpc.cpu_seconds``); this bench needs ``/proc``."""
+    seconds = cpu_seconds(pid)
+    if seconds is None:
+        raise SystemExit("bench_env_cpu.py reads the server's CPU time from /proc (Linux)")
+    return seconds
 
 
 def serve(port: int, profile: str, pythonpath: str = "") -> subprocess.Popen[bytes]:
