@@ -200,7 +200,7 @@ def _lenient(deserialize: Any) -> Any:
     def parse(data: bytes) -> Any:
         try:
             return deserialize(data)
-        except Exception as exc:  # protobuf's DecodeError, or a RuntimeWarning-free garbage error
+        except Exception as exc:  # protobuf's DecodeError, or whatever else a parser raises on garbage
             return Undecodable(exc)
 
     return parse
