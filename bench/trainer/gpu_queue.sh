@@ -11,20 +11,50 @@
 # after a failure. /tmp/queue.done lists each recipe's exit status.
 # Why the polling matters: a lent machine is given back 30 s after a call ends, and everything started on it
 # (this queue too) goes with it; so keep one call running (`sleep` + `tail`) until the queue is done.
+#
+# PARALLEL=SECONDS runs the recipes side by side on the one card instead, each started SECONDS after the
+# previous (vLLM profiles the card's free memory at start-up; staggering keeps one start from seeing another's
+# allocations). Give each recipe a smaller vLLM share then (e.g. `EXTRA=inference.gpu_memory_utilization=0.1`,
+# applied to every recipe). Either way a sampler writes the card's utilisation and memory and the host's load
+# average every 10 s to $OUT/gpu-samples.csv, which is what says whether the recipes were waiting on the card.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : > /tmp/queue.done
+out=${OUT:-/tmp}
+( echo "time,gpu_util_pct,mem_used_mib,load1"
+  while true; do
+    g=$(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
+    echo "$(date +%T),$g,$(cut -d' ' -f1 /proc/loadavg)"
+    sleep 10
+  done ) > "$out/gpu-samples.csv" 2>/dev/null &
+sampler=$!
+trap 'kill $sampler 2>/dev/null' EXIT
+run_one() {
+  local cfg=$1 minutes=$2 name
+  name=$(basename "$cfg" .yaml)
+  echo "== $(date +%T) $name ${minutes:+($minutes min)}"
+  # shellcheck disable=SC2086  # EXTRA is a list of key=value overrides
+  if [ -n "$minutes" ]; then
+    RUN=$name bash "$here/gpu_train.sh" recipe "$cfg" "train.max_minutes=$minutes" ${EXTRA:-}
+  else
+    RUN=$name bash "$here/gpu_train.sh" recipe "$cfg" ${EXTRA:-}
+  fi
+  echo "$name $?" >> /tmp/queue.done
+}
+if [ -n "${PARALLEL:-}" ]; then
+  for item in "$@"; do
+    cfg=${item%%:*}; minutes=${item#*:}; [ "$minutes" = "$item" ] && minutes=""
+    run_one "$cfg" "$minutes" > "/tmp/$(basename "$cfg" .yaml).queue.log" 2>&1 &
+    sleep "$PARALLEL"
+  done
+  wait
+  echo "== $(date +%T) queue done"
+  exit 0
+fi
 for item in "$@"; do
   cfg=${item%%:*}
   minutes=${item#*:}
   [ "$minutes" = "$item" ] && minutes=""
-  name=$(basename "$cfg" .yaml)
-  echo "== $(date +%T) $name ${minutes:+($minutes min)}"
-  if [ -n "$minutes" ]; then
-    RUN=$name bash "$here/gpu_train.sh" recipe "$cfg" "train.max_minutes=$minutes"
-  else
-    RUN=$name bash "$here/gpu_train.sh" recipe "$cfg"
-  fi
-  echo "$name $?" >> /tmp/queue.done
+  run_one "$cfg" "$minutes"
 done
 echo "== $(date +%T) queue done"
