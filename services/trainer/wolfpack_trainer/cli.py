@@ -59,6 +59,9 @@ def train(
         cfg = load_config(config, overrides or ())
         if check:
             console.print(check_plan(cfg, config), highlight=False, soft_wrap=True)
+            weights = weights_plan(cfg)
+            if weights:
+                console.print(f"  weights: {weights}", highlight=False, soft_wrap=True)
             return
     except ConfigError as exc:
         console.print(f"[red]{exc}[/]", markup=True, highlight=False)
@@ -120,16 +123,69 @@ def check_plan(cfg: Any, path: Path) -> str:
     )
 
 
+def weights_plan(cfg: Any) -> str:
+    """``--check``'s account of where the trained weights start and how they reach the sampler: the warm
+    start (which bot, how long, when it runs), full weights or LoRA, and what the stack's inference serves.
+    In service mode a warm start with LoRA runs before the stack starts, which then serves the clone as the
+    base the adapters are pushed onto (``serve_base``); with full weights it runs in the trainer's set-up
+    and the clone reaches inference as version 1. Empty for full fine-tuning of the model as it is (then
+    ``--check`` prints no ``weights:`` line)."""
+    from wolfpack_trainer.warmstart import warmstart_config
+
+    wcfg = warmstart_config(cfg)
+    lora = [p for p in cfg.policies if p.lora_rank > 0]
+    if wcfg is None and not lora:
+        return ""
+    service = cfg.rollout.mode == "service"
+    models = ", ".join(sorted({p.model for p in cfg.policies}))
+    parts = []
+    if wcfg is not None:
+        when = "before the stack starts" if service and lora else "in the trainer's set-up"
+        parts.append(
+            f"{models} warm-started on the {wcfg.bot} bot ({wcfg.episodes} episodes, {wcfg.steps} steps) {when}"
+        )
+    for rank, alpha in sorted({(p.lora_rank, p.lora_alpha) for p in lora}):
+        ids = ", ".join(p.id for p in lora if (p.lora_rank, p.lora_alpha) == (rank, alpha))
+        if not service:
+            parts.append(f"{ids}: LoRA rank {rank} alpha {alpha}, sampled in process")
+        elif wcfg is not None:
+            parts.append(
+                f"{ids}: LoRA rank {rank} alpha {alpha}; inference serves the clone as the base (a resumed run: "
+                "its checkpoint's base) and each version's adapter is pushed onto it"
+            )
+        else:
+            parts.append(
+                f"{ids}: LoRA rank {rank} alpha {alpha}, each version's adapter pushed onto {models}"
+            )
+    full = ", ".join(p.id for p in cfg.policies if p.lora_rank == 0)
+    if full:
+        if not service:
+            parts.append(f"{full}: full weights, sampled in process")
+        elif wcfg is not None:
+            parts.append(
+                f"{full}: full weights; the clone reaches inference as version 1, before any rollout"
+            )
+        else:
+            parts.append(f"{full}: full weights")
+    return "; ".join(parts)
+
+
 def _ensure_stack(stack: contextlib.ExitStack, cfg: Any, settings: Any, out: Path) -> Any:
     """The running stack's settings (after registering on its inference the policies the run needs, or one
     line and exit 2 before any work when it cannot serve them), or those of a stack started for this job
     (serving the run's policies and opponents, its curriculum configured from the run; stopped at the end).
-    (A warm start with LoRA in service mode is refused by the config check.)"""
+    With a warm start, a LoRA policy is served from the run's warm-started base (``serve_base``), so that
+    the adapters the trainer pushes apply to the weights they were trained on. (A full-weight policy keeps
+    its model: its first push, before any rollout, replaces every weight with the clone's.)"""
     from wolfpack.cli.main import settings_or_exit
     from wolfpack_trainer.learners.cpu import resolve_model_path
     from wolfpack_trainer.stack import StackError, child_stack, running_stack, serve_on_running
 
-    models = {p.id: resolve_model_path(p.model, str(settings.run_dir / "models")) for p in cfg.policies}
+    cache = settings.run_dir / "models"
+    models = {p.id: resolve_model_path(p.model, str(cache)) for p in cfg.policies}
+    base = serve_base(cfg, out, cache) if any(p.lora_rank > 0 for p in cfg.policies) else None
+    if base is not None:  # a LoRA policy's adapters must land on the warm-started weights
+        models.update({p.id: base for p in cfg.policies if p.lora_rank > 0})
     running = running_stack(settings)
     if running is not None:
         console.print(f"using the running stack of {settings.run_dir}")
@@ -144,6 +200,38 @@ def _ensure_stack(stack: contextlib.ExitStack, cfg: Any, settings: Any, out: Pat
     console.print(f"starting a stack for this job in {out / 'stack'} (logs: {out / 'stack' / 'up.log'})")
     stack_dir = stack.enter_context(child_stack(cfg, out / "stack", models))
     return settings_or_exit(run_dir=stack_dir)
+
+
+def serve_base(cfg: Any, out: Path, cache: Path) -> str | None:
+    """Service mode with a warm start and LoRA: the base the stack must serve, settled *before* it starts
+    (``warmstart.run_base``): the clone, warm-started here on a fresh run (printed, with its time) or found
+    in ``cache``, or a resumed run's own base from its checkpoint (no second warm start). ``Trainer.setup``
+    loads the same directory. None without a warm start (the stack serves each policy's model).
+    A resumed run whose base is gone: one line, exit 2, nothing started."""
+    from wolfpack_trainer.warmstart import BaseMissingError, WarmStartConfig, run_base
+
+    def building(wcfg: WarmStartConfig) -> None:
+        console.print(
+            f"warm start: cloning the {wcfg.bot} bot ({wcfg.episodes} episodes, {wcfg.steps} steps) into "
+            f"{cfg.policies[0].model} before the stack starts, which then serves the clone",
+            highlight=False, soft_wrap=True,
+        )  # fmt: skip
+
+    started = time.monotonic()
+    try:
+        base = run_base(cfg, out, cache, on_build=building)
+    except BaseMissingError as exc:
+        console.print(str(exc), style="red", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    if not base.warm:
+        return None
+    said = {
+        "built": f"built in {time.monotonic() - started:.0f} s",
+        "cached": "cached from an earlier run with the same settings",
+        "checkpoint": "the base this run's checkpoint was trained on (no second warm start)",
+    }[base.how]
+    console.print(f"warm start: serving {base.path} ({said})", highlight=False, soft_wrap=True)
+    return base.path
 
 
 def _service_parts(cfg: Any, settings: Any, out: Path, redis_url: str) -> tuple[Any, Any]:

@@ -458,15 +458,11 @@ def check_config(cfg: TrainConfig) -> None:
                 )
     _check_reward_spec(cfg)
 
+    # A warm start goes with LoRA in either mode: in service mode the job warm-starts before its stack
+    # starts, which serves the clone as the base the adapters are pushed onto (cli.serve_base).
     ws = cfg.warmstart
-    if ws is not None and ws.steps > 0:
-        if ws.bot not in spec.bots:
-            raise ValueError(f"warmstart.bot: {cfg.game.id} has no bot {ws.bot!r}; bots: {bots}")
-        if not local and any(p.lora_rank > 0 for p in cfg.policies):
-            raise ValueError(
-                "warmstart with LoRA needs rollout.mode local: the warm start changes the base, which a "
-                "pushed adapter cannot carry to inference"
-            )
+    if ws is not None and ws.steps > 0 and ws.bot not in spec.bots:
+        raise ValueError(f"warmstart.bot: {cfg.game.id} has no bot {ws.bot!r}; bots: {bots}")
 
 
 def _check_reward_spec(cfg: TrainConfig) -> None:

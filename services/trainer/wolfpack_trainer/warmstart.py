@@ -23,7 +23,8 @@ import contextlib
 import hashlib
 import json
 import random
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,11 +156,22 @@ def cache_key(model_dir: str, cfg: WarmStartConfig) -> str:
     return hashlib.sha256(json.dumps([model_dir, fields], sort_keys=True).encode()).hexdigest()[:12]
 
 
+def clone_dir(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> Path:
+    """Where ``clone_bot`` keeps the clone of ``model_dir`` for ``cfg`` (built or not)."""
+    return cache_dir / f"warm-{Path(model_dir).name}-{cache_key(model_dir, cfg)}"
+
+
+RECORD = "warmstart.json"
+"""Written into every clone that ``clone_bot`` builds: how it was built (steps, losses, seconds, device),
+so a run's base can be told apart from a second build of the same key."""
+
+
 def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     """A checkpoint directory of ``model_dir`` fine-tuned on the bot's messages (built once)."""
-    out = cache_dir / f"warm-{Path(model_dir).name}-{cache_key(model_dir, cfg)}"
+    out = clone_dir(model_dir, cfg, cache_dir)
     if (out / "config.json").exists():
         return str(out)
+    started = time.monotonic()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -173,6 +185,7 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     model.train()
     rng = random.Random(0)
     pad = int(tok.pad_token_id or 0)
+    losses = []
     for _ in range(cfg.steps):
         chunk = rng.sample(pairs, min(cfg.batch_size, len(pairs)))
         width = max(len(p) + len(r) for p, r in chunk)
@@ -188,9 +201,80 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        losses.append(float(loss.detach()))
     tmp = out.with_name(out.name + f".tmp{random.randrange(1 << 30)}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    record = {"model": model_dir, "config": asdict(cfg), "pairs": len(pairs), "device": device,
+              "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+              "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
+    (tmp / RECORD).write_text(json.dumps(record, indent=1, default=str))
+    del model, opt
+    if device == "cuda":  # the job's inference (vLLM) and learner start next, on the same card
+        torch.cuda.empty_cache()
     with contextlib.suppress(OSError):  # another process built the same clone first: theirs is identical
         tmp.rename(out)
     return str(out)
+
+
+@dataclass(frozen=True)
+class RunBase:
+    """The base model a run's learners load and its inference serves (``run_base``)."""
+
+    path: str
+    how: str
+    """``checkpoint`` (the resumed run's own base), ``built`` (warm-started now), ``cached`` (a clone built
+    earlier with the same settings) or ``model`` (no warm start: the first policy's model)."""
+    warm: bool
+    """The base is a warm-started clone (the config has a warm start), not the configured model."""
+
+
+class BaseMissingError(RuntimeError):
+    """A resumed run's base model is gone; the message is the one line to print."""
+
+
+def checkpoint_base(run_dir: Path) -> str | None:
+    """The base model path a run's latest checkpoint was trained from (``state.json``'s ``model_path``, as
+    ``Trainer.setup`` resumes it), or None for a run without a checkpoint."""
+    pointer = run_dir / "checkpoints" / "LATEST"
+    if not pointer.exists():
+        return None
+    state = run_dir / "checkpoints" / pointer.read_text().strip() / "state.json"
+    if not state.exists():
+        return None
+    path = json.loads(state.read_text()).get("model_path")
+    return str(path) if path else None
+
+
+def run_base(
+    cfg: Any, run_dir: Path, cache_dir: Path, on_build: Callable[[WarmStartConfig], None] | None = None
+) -> RunBase:
+    """The base ``Trainer.setup`` will load for ``cfg`` in ``run_dir``, decided the same way and before it:
+    a resumed run keeps the base of its checkpoint (never a second warm start: a LoRA checkpoint holds only
+    the adapter, which belongs to the exact weights it was trained on); a fresh run with a warm start gets
+    the clone, built now (``on_build`` is told first) unless cached; else the first policy's model.
+
+    Why a job calls it before ``Trainer.setup``: in service mode the stack's inference must *serve* this
+    base before any rollout, since a LoRA policy's versions reach inference as adapters, which only mean
+    the trained policy on top of the base the learner trains them on. ``Trainer.setup`` then finds the
+    same clone in the cache (same key, same ``cache_dir``) and does not train it again."""
+    from wolfpack_trainer.learners.cpu import resolve_model_path
+
+    saved = checkpoint_base(run_dir)
+    wcfg = warmstart_config(cfg)
+    if saved is not None:
+        local = Path(saved).is_absolute() or wcfg is not None
+        if local and not (Path(saved) / "config.json").exists():
+            raise BaseMissingError(
+                f"{run_dir} resumes from weights trained on the base {saved}, which is gone: restore it, or "
+                "rerun with --fresh (a new warm start is other weights, so the checkpoint would not fit them)"
+            )
+        return RunBase(saved, "checkpoint", wcfg is not None)
+    base = resolve_model_path(cfg.policies[0].model, str(cache_dir))
+    if wcfg is None:
+        return RunBase(base, "model", False)
+    if (clone_dir(base, wcfg, cache_dir) / "config.json").exists():
+        return RunBase(clone_bot(base, wcfg, cache_dir), "cached", True)
+    if on_build is not None:
+        on_build(wcfg)
+    return RunBase(clone_bot(base, wcfg, cache_dir), "built", True)
