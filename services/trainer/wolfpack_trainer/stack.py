@@ -3,7 +3,10 @@
 Why a child ``wolfpack up`` rather than a second launcher: one launcher owns process groups, pid files,
 orphan reaping and draining; the job only needs its addresses (``up.json``) and to stop it at the end.
 The child's inference serves every policy of the config from the same base model the learners load,
-so the pushed versions apply to the weights that sampled the trajectories.
+so the pushed versions apply to the weights that sampled the trajectories. With a warm start, a LoRA
+policy's base is the warm-started clone, built before the stack starts (``cli.serve_base``): its adapters
+mean nothing on the un-cloned model. A full-weight policy may start from the configured model, since its
+first push (before any rollout) replaces every weight.
 """
 
 from __future__ import annotations
