@@ -22,7 +22,10 @@ Cells, alternating for several rounds (the order flips each round), fresh episod
 
 ``--compare REV`` serves a second environment from ``git archive REV`` (its ``libs`` and
 ``services/environment`` first on ``PYTHONPATH``), measured in the same rounds with this tree's client:
-a before/after row of a server change under the same machine noise.
+a before/after row of a server change under the same machine noise. ``--twice`` adds a row of this
+tree's server with the client asking for the prompt twice (``Observation.text`` and ``messages``, as
+every client did before ``PlaySeatsRequest.omit_messages``); a server from before that field ignores it
+and always sends both.
 """
 
 from __future__ import annotations
@@ -81,9 +84,17 @@ def in_process(players: int, seconds: float, seed: int) -> tuple[int, float, flo
 
 
 async def over_service(
-    target: str, players: int, episodes: int, streams: int, seconds: float, seed: int
+    target: str,
+    players: int,
+    episodes: int,
+    streams: int,
+    seconds: float,
+    seed: int,
+    prompt_once: bool = True,
 ) -> tuple[int, float, float, int]:
-    """(actions, wall s, client CPU s, prompt characters) of ``play_episodes`` with text for ``seconds``."""
+    """(actions, wall s, client CPU s, prompt characters) of ``play_episodes`` with text for ``seconds``;
+    ``prompt_once=False`` asks for ``Observation.messages`` on the wire too (the PlaySeats wire before
+    ``omit_messages``)."""
     counts = {"actions": 0, "chars": 0}
     rng = random.Random(seed)
 
@@ -111,6 +122,7 @@ async def over_service(
                 decide,
                 concurrency=max(1, episodes // streams),
                 include_text=True,
+                prompt_once=prompt_once,
             ):
                 pass
 
@@ -137,6 +149,15 @@ def serve(port: int, profile: str, pythonpath: str = "") -> subprocess.Popen[byt
     return subprocess.Popen(cmd, env=env)
 
 
+def label(side: str) -> str:
+    """A table row's server: this tree (prompt once or twice on the wire) or a ``--compare`` revision."""
+    if side == "service":
+        return "this tree"
+    if side == "service twice":
+        return "this tree, prompt twice"
+    return side.removeprefix("service ")
+
+
 def spread(xs: list[float], fmt: str = "{:.2f}") -> str:
     return " / ".join(fmt.format(v) for v in (min(xs), statistics.median(xs), max(xs)))
 
@@ -150,16 +171,22 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=2, help="PlaySeats streams they are spread over")
     ap.add_argument("--profile-server", default="", help="write the server's cProfile stats here")
     ap.add_argument("--compare", metavar="REV", default="", help="also serve git revision REV, same rounds")
+    ap.add_argument("--twice", action="store_true", help="also a row with the prompt sent twice (old wire)")
     args = ap.parse_args()
 
     scratch = tempfile.TemporaryDirectory()
     port = free_port()
     servers = {"service": serve(port, args.profile_server)}
     targets = {"service": f"127.0.0.1:{port}"}
+    once = {"service": True}
+    if args.twice:
+        targets["service twice"] = targets["service"]
+        once["service twice"] = False
     if args.compare:
         other = free_port()
         servers[f"service {args.compare}"] = serve(other, "", checkout(args.compare, Path(scratch.name)))
         targets[f"service {args.compare}"] = f"127.0.0.1:{other}"
+        once[f"service {args.compare}"] = True  # ignored by a server that predates omit_messages
     sides = ["local", *targets]
     rows = []
     try:
@@ -186,10 +213,16 @@ def main() -> None:
                             got[side] = (n / wall, cpu / n * 1e6, 0.0)
                             add("local chars", chars / n)
                         else:
-                            pid = servers[side].pid
+                            pid = servers["service" if side == "service twice" else side].pid
                             s0 = server_cpu(pid)
                             n, wall, ccpu, chars = await over_service(
-                                targets[side], players, args.episodes, args.streams, args.seconds, 1000 * r
+                                targets[side],
+                                players,
+                                args.episodes,
+                                args.streams,
+                                args.seconds,
+                                1000 * r,
+                                once[side],
                             )
                             scpu = server_cpu(pid) - s0
                             got[side] = (n / wall, (scpu + ccpu) / n * 1e6, scpu / n * 1e6)
@@ -225,7 +258,7 @@ def main() -> None:
         med = statistics.median
         for side in targets:
             print(
-                f"| {players} | {'this tree' if side == 'service' else side.removeprefix('service ')} "
+                f"| {players} | {label(side)} "
                 f"| {med(c['local us']):.1f} | {med(c[f'{side} us']):.1f} | {med(c[f'{side} server us']):.1f} "
                 f"| {med(c[f'{side} client us']):.1f} | {spread(c[f'{side} ratio cpu'])} "
                 f"| {spread(c[f'{side} ratio wall'])} | {med(c['local chars']):,.0f} / {med(c[f'{side} chars']):,.0f} |"

@@ -118,11 +118,20 @@ class Session:
         turn was opened now, in seat order (the host starts their deadlines)."""
         acting = self.env.acting_seats()
         open_turns = self.open_turns
-        if open_turns:
+        bots = self.bots
+        # One pass over the acting seats, no comprehension (each is a call of its own): this runs once
+        # per applied answer, and after most answers nothing vanished (the rest of a vote still acts) or
+        # one seat is new (the next speaker).
+        new: list[int] = []
+        kept = 0
+        for s in acting:
+            if s in open_turns:
+                kept += 1
+            elif s not in bots:
+                new.append(s)
+        if kept != len(open_turns):  # some open seat no longer acts (seats are distinct in ``acting``)
             for seat in [s for s in open_turns if s not in acting]:
                 del open_turns[seat]
-        bots = self.bots
-        new = [s for s in acting if s not in open_turns and s not in bots]
         if len(new) > 1:
             new.sort()
         seat_turns = self.seat_turns
@@ -143,6 +152,9 @@ class Session:
         env = self.env
         parsed = env.parse(seat, move).action if isinstance(move, str) else move
         info = env.step_seat(seat, parsed if parsed is not None else move)
+        if not info:  # the common case, accepted as given (an empty info has no reason, no default)
+            del self.open_turns[seat]
+            return Applied(True, "", parsed, False)
         reason = str(info.get("invalid_reason", ""))
         defaulted = bool(info.get("defaulted", False))
         accepted = not reason

@@ -62,9 +62,10 @@ def seat_plans(request: pb.CreateEpisodeRequest) -> dict[int, SeatPlan]:
         controller = CONTROLLERS.get(b.controller)
         if controller is None:
             raise SessionSetupError(f"seat {b.seat}: controller must be POLICY, EXTERNAL or SCRIPTED")
-        seats[b.seat] = SeatPlan(
-            controller, bot=b.bot, policy_id=b.policy.policy_id, display_name=b.display_name
-        )
+        # ``HasField`` first: reading an unset ``policy`` builds an empty sub-message (a create binds
+        # every seat of a 12-seat game, most of them external)
+        policy_id = b.policy.policy_id if b.HasField("policy") else ""
+        seats[b.seat] = SeatPlan(controller, b.bot, policy_id, b.display_name)
     return seats
 
 
@@ -108,33 +109,48 @@ class Observations:
         obs: Observation | None = None,
         include_text: bool = True,
         into: Any = None,
+        messages: bool = True,
     ) -> pb.Observation:
         """The seat's observation as a proto, appended to ``into`` (a repeated Observation field) when
-        given, which saves copying it into the response afterwards."""
-        o = obs or ep.env.observe(seat)
-        env_done = ep.env.done
-        done = env_done or ep.closed
+        given, which saves copying it into the response afterwards. With text, ``messages`` is the text
+        again as the one user message (``Observation.messages``' contract); ``messages=False`` leaves it
+        out for a PlaySeats stream with ``omit_messages`` (its client rebuilds it from the text:
+        ``wolfpack_environment.client.PlayStream``)."""
+        env = ep.env
+        o = obs or env.observe(seat)
+        env_done = env.done
         msg: pb.Observation = pb.Observation() if into is None else into.add()
-        if not done and o.legal_actions:
-            msg.MergeFromString(self._legal_bytes(o.legal_actions))
-        msg.episode_id = ep.episode_id
-        msg.seat = seat
-        msg.phase = o.phase
-        msg.round = o.round
-        msg.role = o.role
-        if done:
+        if env_done or ep.closed:
+            msg.episode_id = ep.episode_id
+            msg.seat = seat
+            msg.phase = o.phase
+            msg.round = o.round
+            msg.role = o.role
             msg.done = True
-            msg.outcome = OUTCOME_PB[ep.env.outcome()[seat]] if env_done else common_pb2.OUTCOME_KIND_ABORTED
+            msg.outcome = OUTCOME_PB[env.outcome()[seat]] if env_done else common_pb2.OUTCOME_KIND_ABORTED
         else:
-            msg.turn_id = ep.open_turns.get(seat, 0)
-            # only with a turn id to answer: between slices of a scripted run the engine may already
-            # be at the seat's next decision before its turn is opened (Session.play_scripted's stop)
-            msg.your_turn = o.your_turn and msg.turn_id != 0
+            legal = o.legal_actions
+            if legal:
+                msg.MergeFromString(self._legal_bytes(legal))
+            msg.episode_id = ep.episode_id
+            msg.seat = seat
+            msg.phase = o.phase
+            msg.round = o.round
+            msg.role = o.role
+            turn_id = ep.open_turns.get(seat, 0)
+            if turn_id:
+                msg.turn_id = turn_id
+                # only with a turn id to answer: between slices of a scripted run the engine may
+                # already be at the seat's next decision before its turn is opened (play_scripted's stop)
+                if o.your_turn:
+                    msg.your_turn = True
         if o.feedback:
             msg.feedback = o.feedback
         if include_text:  # rendering is the expensive part; PlaySeats clients may skip it
-            msg.text = o.text
-            msg.messages.add(role="user", content=o.text)
+            text = o.text
+            msg.text = text
+            if messages:
+                msg.messages.add(role="user", content=text)
         return msg
 
     def _legal_bytes(self, legal: tuple[LegalAction, ...]) -> bytes:

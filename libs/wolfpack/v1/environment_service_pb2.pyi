@@ -383,7 +383,10 @@ class Observation(_message.Message):
     """Outcome for this seat once done."""
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatMessage]:
-        """The same content as chat messages (system prompt + history + instruction)."""
+        """The same content as chat messages: exactly one message, role "user", content equal to
+        text (no message when text is not rendered). A PlaySeats stream with omit_messages set leaves it empty;
+        such a client builds this one message from text itself.
+        """
 
     @_builtins.property
     def legal_actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___LegalAction]:
@@ -962,6 +965,7 @@ class PlaySeatsRequest(_message.Message):
     CREATE_FIELD_NUMBER: _builtins.int
     CLOSE_FINISHED_FIELD_NUMBER: _builtins.int
     REJECTED_RESULTS_ONLY_FIELD_NUMBER: _builtins.int
+    OMIT_MESSAGES_FIELD_NUMBER: _builtins.int
     include_text: _builtins.bool
     """Render observation text in decisions (set on the first message; default false sends structure only)."""
     close_finished: _builtins.bool
@@ -973,6 +977,14 @@ class PlaySeatsRequest(_message.Message):
     """Send results only for acts that were not accepted (re-prompts, defaults, request errors); set on the
     first message. An accepted act is confirmed by the seat's next decision, so busy streams skip one
     result per action.
+    """
+    omit_messages: _builtins.bool
+    """Send each decision's prompt once, as Observation.text, and leave Observation.messages empty (set on
+    the first message; only matters with include_text). messages would repeat text as its only entry
+    (see Observation.messages), so a client that wants chat messages builds [{role: "user", content:
+    text}] itself; the Python client (EnvironmentClient.play_stream) sets this and does so. Saves the
+    prompt's bytes a second time on both sides of every decision. Default false: messages filled, as
+    for every client written before this field; a server that predates it ignores it and fills them.
     """
     @_builtins.property
     def join(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatRef]:
@@ -997,10 +1009,11 @@ class PlaySeatsRequest(_message.Message):
         create: _abc.Iterable[Global___CreateEpisodeRequest] | None = ...,
         close_finished: _builtins.bool = ...,
         rejected_results_only: _builtins.bool = ...,
+        omit_messages: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acts", b"acts", "close_finished", b"close_finished", "create", b"create", "include_text", b"include_text", "join", b"join", "rejected_results_only", b"rejected_results_only"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acts", b"acts", "close_finished", b"close_finished", "create", b"create", "include_text", b"include_text", "join", b"join", "omit_messages", b"omit_messages", "rejected_results_only", b"rejected_results_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,6 +25,8 @@ from wolfpack.v1 import environment_service_pb2 as pb
 from wolfpack.v1 import environment_service_pb2_grpc as pb_grpc
 
 Decision = str | common_pb2.Action
+_DECISION_TYPES = (str, common_pb2.Action)
+"""``Decision``'s types, for ``isinstance``."""
 Decider = Callable[[pb.Observation], Awaitable[Decision] | Decision]
 
 
@@ -130,15 +132,22 @@ class EnvironmentClient:
         return SeatSession(self, episode_id, token)
 
     def play_stream(
-        self, *, include_text: bool = True, close_finished: bool = False, rejected_results_only: bool = False
+        self,
+        *,
+        include_text: bool = True,
+        close_finished: bool = False,
+        rejected_results_only: bool = False,
+        prompt_once: bool = True,
     ) -> PlayStream:
         """A new ``PlaySeats`` call at the message level (``PlayStream``: create/join/act, ``read``); close
-        it with ``await stream.close()``. Streams get no default deadline: one lasts as long as its games."""
+        it with ``await stream.close()``. Streams get no default deadline: one lasts as long as its games.
+        ``prompt_once`` (see ``PlayStream``) changes the bytes on the wire, not what ``read`` returns."""
         return PlayStream(
             self.stub,
             include_text=include_text,
             close_finished=close_finished,
             rejected_results_only=rejected_results_only,
+            prompt_once=prompt_once,
         )
 
     async def play_seats(
@@ -170,15 +179,16 @@ class EnvironmentClient:
         concurrency: int = 64,
         include_text: bool = False,
         close_finished: bool = True,
+        prompt_once: bool = True,
     ) -> AsyncIterator[FinishedEpisode]:
         """Create and play episodes over one ``PlaySeats`` stream, ``concurrency`` at a time, and yield
         each as it ends. Every non-scripted seat is played with ``decide``; a new episode is created as
         soon as one ends, so the server always has ``concurrency`` games to step. This is the rollout
         worker's loop (``requests`` may be an endless generator). With ``close_finished`` the server
         releases each episode once its end was sent (read its log with ``include_text`` observations, not
-        GetEpisode)."""
+        GetEpisode). ``prompt_once``: see ``PlayStream`` (what ``decide`` sees is the same either way)."""
         source = iter(requests)
-        async with _PlayCall(self.stub, decide, include_text, close_finished) as play:
+        async with _PlayCall(self.stub, decide, include_text, close_finished, prompt_once) as play:
             live = 0
             for req in itertools.islice(source, concurrency):
                 play.create(req)
@@ -226,10 +236,23 @@ class EnvironmentClient:
         return resp.episode
 
 
+def restore_messages(decisions: Iterable[pb.Observation]) -> None:
+    """Fill ``Observation.messages`` of decisions a server sent without them (``omit_messages``) exactly
+    as the server fills them otherwise: one user message whose content is the text
+    (``wolfpack_games.session_proto.Observations.observation``; ``tests`` compare both byte for byte).
+    A decision that has messages is left alone: a server that predates ``omit_messages`` ignores it and
+    sends them, and they must not be doubled."""
+    for obs in decisions:
+        if not obs.messages:
+            obs.messages.add(role="user", content=obs.text)
+
+
 def wire_text(text: str) -> str:
     """``text`` as a proto string can carry it: lone surrogates (a decoder's ``surrogateescape`` output,
     never valid UTF-8) become U+FFFD. Without this an answer with one fails to serialise before it is
     sent, and the episode is lost instead of the game judging the answer as a move."""
+    if text.isascii():  # O(1) for str, and most answers are: no encoding pass to find out
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -292,7 +315,13 @@ class PlayStream:
     answers are batched whatever mix of fast and slow deciders produced them; ``read`` returns the
     server's next message. The one PlaySeats client: ``play_seats``/``play_episodes`` (answers from a
     ``decide`` function) and the rollout driver (answers from inference) both play through it. The
-    options go out with the first message."""
+    options go out with the first message.
+
+    ``prompt_once`` (with ``include_text``): the server sends each prompt once, as ``Observation.text``
+    (``PlaySeatsRequest.omit_messages``), and ``read`` rebuilds ``Observation.messages`` from it
+    (``restore_messages``), so callers that pass ``obs.messages`` on to GenerateBatch see the same
+    observations as without it, while a 2.5k-character prompt is no longer serialised, sent and parsed
+    twice per decision."""
 
     def __init__(
         self,
@@ -301,12 +330,15 @@ class PlayStream:
         include_text: bool = True,
         close_finished: bool = False,
         rejected_results_only: bool = False,
+        prompt_once: bool = True,
     ) -> None:
         self.call = stub.PlaySeats()
+        self.restore = include_text and prompt_once
         self.outbox = pb.PlaySeatsRequest(
             include_text=include_text,
             close_finished=close_finished,
             rejected_results_only=rejected_results_only,
+            omit_messages=self.restore,
         )
         self.mail = asyncio.Event()
         self.mail.set()  # the first message goes out even when empty (it carries the stream options)
@@ -345,6 +377,8 @@ class PlayStream:
         if message is grpc.aio.EOF:
             raise ConnectionError("the PlaySeats stream ended")
         assert isinstance(message, pb.PlaySeatsResponse)
+        if self.restore:
+            restore_messages(message.decisions)
         return message
 
     async def close(self) -> None:
@@ -378,9 +412,13 @@ class _PlayCall:
     (``next_finished``) and answers synchronous decisions at once; async decisions run as tasks."""
 
     def __init__(self, stub: pb_grpc.EnvironmentServiceAsyncStub, decide: Decider, include_text: bool,
-                 close_finished: bool) -> None:  # fmt: skip
+                 close_finished: bool, prompt_once: bool = True) -> None:  # fmt: skip
         self.stub = stub
-        self.options = {"include_text": include_text, "close_finished": close_finished}
+        self.options = {
+            "include_text": include_text,
+            "close_finished": close_finished,
+            "prompt_once": prompt_once,
+        }
         self.decide = decide
         self.tokens: dict[tuple[str, int], str] = {}
         self.episodes: dict[str, _Episode] = {}
@@ -456,7 +494,9 @@ class _PlayCall:
                         ended.append((state.created, state.finals))
                 elif obs.your_turn and obs.turn_id:
                     decision = self.decide(obs)
-                    if inspect.isawaitable(decision):
+                    if isinstance(decision, _DECISION_TYPES):  # the common, synchronous case: no ABC check
+                        self._answer(obs, decision)
+                    elif inspect.isawaitable(decision):
                         task = asyncio.ensure_future(self._answer_later(obs, decision))
                         self.tasks.add(task)
                         task.add_done_callback(self.tasks.discard)

@@ -68,6 +68,8 @@ class PlayStream:
         self.include_text = False
         self.close_finished = False
         self.rejected_results_only = False
+        self.omit_messages = False
+        self.busy = False  # applying a batch (see ``on_change``)
 
     async def play(self, requests: AsyncIterator[pb.PlaySeatsRequest]) -> AsyncIterator[pb.PlaySeatsResponse]:
         """The server side of one PlaySeats call: responses until the client finishes writing."""
@@ -88,13 +90,17 @@ class PlayStream:
                     batch.append(self.queue.get_nowait())
                 results: list[pb.SeatActResult] = []
                 created: list[pb.CreatedEpisode] = []
-                for item in batch:
-                    if item is None:
-                        client_done = True
-                    elif isinstance(item, pb.PlaySeatsRequest):
-                        await self.handle(item, results, created)
-                response = pb.PlaySeatsResponse(results=results, created=created)
-                self.decisions(response.decisions)
+                self.busy = True  # changes from here on are sent by the ``decisions`` below
+                try:
+                    for item in batch:
+                        if item is None:
+                            client_done = True
+                        elif isinstance(item, pb.PlaySeatsRequest):
+                            await self.handle(item, results, created)
+                    response = pb.PlaySeatsResponse(results=results, created=created)
+                    self.decisions(response.decisions)
+                finally:
+                    self.busy = False
                 if results or created or response.decisions:
                     yield response
         finally:
@@ -102,7 +108,10 @@ class PlayStream:
             self.detach()
 
     def on_change(self, ep: Episode) -> None:
-        if not self.dirty:
+        """An episode this stream watches changed: look at it on the next wake-up. While a batch is being
+        applied no wake-up is queued (the batch's own ``decisions`` looks at it): a stream's own acts
+        would otherwise wake it once more per message for nothing."""
+        if not self.dirty and not self.busy:
             self.queue.put_nowait("changed")
         self.dirty.add(ep.episode_id)
 
@@ -112,6 +121,7 @@ class PlayStream:
         self.include_text = self.include_text or req.include_text
         self.close_finished = self.close_finished or req.close_finished
         self.rejected_results_only = self.rejected_results_only or req.rejected_results_only
+        self.omit_messages = self.omit_messages or req.omit_messages
         clock = time.perf_counter
         yield_at = clock() + HANDLE_SLICE_S
         too_many = (
@@ -179,7 +189,9 @@ class PlayStream:
         """Apply one act; its result, or ``None`` for an accepted act when only rejections are wanted."""
         try:
             ep = self.manager.get(act.episode_id)
-            if act.action.kind:
+            # ``HasField`` first: reading ``act.action`` of a text answer (the common case) builds an
+            # empty sub-message object only to find its kind empty
+            if act.HasField("action") and act.action.kind:
                 result = self.manager.act(ep, act.token, act.turn_id, action_from_pb(act.action), "")
             else:
                 result = self.manager.act(ep, act.token, act.turn_id, None, act.raw_text)
@@ -206,21 +218,23 @@ class PlayStream:
         its episode ends."""
         observation = self.observations.observation
         include_text = self.include_text
+        messages = not self.omit_messages
+        joined_by_id = self.joined
         for episode_id in self.dirty:
-            joined = self.joined.get(episode_id)
+            joined = joined_by_id.get(episode_id)
             if joined is None:
                 continue
             ep = joined.ep
-            if ep.done:
+            if ep.closed or ep.env.done:  # ``ep.done`` without the property call
                 for seat in sorted(joined.seats):
-                    observation(ep, seat, include_text=include_text, into=out)
+                    observation(ep, seat, None, include_text, out, messages)
                 self._forget(joined)
                 continue
             sent, seats = joined.sent, joined.seats
             for seat, turn_id in ep.open_turns.items():
                 if sent.get(seat) != turn_id and seat in seats:
                     sent[seat] = turn_id
-                    observation(ep, seat, include_text=include_text, into=out)
+                    observation(ep, seat, None, include_text, out, messages)
         self.dirty.clear()
 
     def _forget(self, joined: _Joined) -> None:

@@ -4,7 +4,10 @@ The driver needs little of each service, and that little is the seam:
 
 * ``Environment`` — ``play_stream()`` (one PlaySeats call at the message level: create / act out,
   ``PlaySeatsResponse`` in), ``get_episode`` and ``close_episode``. ``EnvironmentClient`` is one as it is
-  (its ``PlayStream`` is the one PlaySeats client).
+  (its ``PlayStream`` is the one PlaySeats client). Over gRPC it opts in to the prompt sent once
+  (``PlaySeatsRequest.omit_messages``: ``Observation.text`` only) and rebuilds ``Observation.messages``
+  from the text exactly as the server would, so the driver, which passes ``obs.messages`` on to
+  GenerateBatch, sees the same decisions for half the prompt bytes on the wire.
 * ``Inference`` — ``generate_batch(requests)``: one ``BatchItem`` per request, as each finishes.
 * ``Reward`` — ``score(ScoreRequest)``.
 
@@ -50,7 +53,10 @@ class EpisodeStream(Protocol):
 class Environment(Protocol):
     def play_stream(
         self, *, include_text: bool = True, close_finished: bool = False, rejected_results_only: bool = False
-    ) -> EpisodeStream: ...
+    ) -> EpisodeStream:
+        """With ``include_text`` every decision ``read`` returns has ``text`` and ``messages`` (one user
+        message equal to the text), however the backend carries them."""
+        ...
 
     async def get_episode(self, episode_id: str, token: str) -> env_pb.GetEpisodeResponse: ...
 

@@ -1,0 +1,171 @@
+"""The environment's session layer without gRPC: the server's CPU per action for the PlaySeats state
+machine, split from the engine work it drives.
+
+Why: ``bench_env_cpu.py`` measures server + client over gRPC, where load and the transport blur which
+Python code costs what. Here one process plays the server's part exactly as a PlaySeats call does
+(``PlayStream.handle`` then ``decisions`` on the bytes a client would send, the response serialised as
+gRPC would), with the client's part (parse the response, answer every decision with a random legal move
+as text, serialise the acts) done in the same loop but timed apart. The engine column is the same
+games' engine work alone (``observe`` with the prompt rendered, ``parse`` + ``step_seat``): what any
+host must spend, so ``server - engine`` is the session layer's own cost.
+
+    .venv/bin/python bench/env/bench_session_layer.py                    # 6, 9, 12 players
+    .venv/bin/python bench/env/bench_session_layer.py --players 9 --profile /tmp/layer.prof
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import random
+import statistics
+import time
+
+from wolfpack.v1 import environment_service_pb2 as pb
+from wolfpack_environment.client import episode_request, restore_messages
+from wolfpack_environment.convert import EpisodeFactory, Observations
+from wolfpack_environment.play_stream import PlayStream
+from wolfpack_environment.sessions import EpisodeManager, Limits
+from wolfpack_games.werewolf import WerewolfEnv
+
+
+def answer(obs: pb.Observation, rng: random.Random) -> str:
+    la = rng.choice(obs.legal_actions)
+    if la.needs_text:
+        return "I have nothing to add."
+    return f"{la.kind} {rng.choice(la.targets) + 1}" if la.targets else la.kind
+
+
+async def session_layer(
+    players: int, episodes: int, seconds: float, seed: int, omit_messages: bool, prof: cProfile.Profile | None
+) -> tuple[int, float, float]:
+    """(actions, server CPU s, client CPU s): ``episodes`` in flight on one PlayStream for ``seconds``."""
+    manager = EpisodeManager(Limits(acts_per_second=1e9, burst=10**9))
+    stream = PlayStream(manager, EpisodeFactory(manager), Observations())
+    rng = random.Random(seed)
+    clock = time.process_time
+    server = client = 0.0
+    actions = 0
+    next_seed = seed
+    tokens: dict[tuple[str, int], str] = {}
+    live: dict[str, int] = {}  # episode id -> seats not finished yet
+    deadline = time.perf_counter() + seconds
+
+    def creates(n: int) -> list[pb.CreateEpisodeRequest]:
+        nonlocal next_seed
+        out = []
+        for _ in range(n):
+            out.append(episode_request("werewolf_v1", f"{players}p", seed=next_seed,
+                                       external_seats=tuple(range(players))))  # fmt: skip
+            next_seed += 1
+        return out
+
+    wire = pb.PlaySeatsRequest(
+        create=creates(episodes), include_text=True, close_finished=True, rejected_results_only=True,
+        omit_messages=omit_messages,
+    ).SerializeToString()  # fmt: skip
+    while True:
+        # server: parse the client's message, apply it, send the decisions that became due
+        t0 = clock()
+        if prof is not None:
+            prof.enable()
+        req = pb.PlaySeatsRequest.FromString(wire)
+        results: list[pb.SeatActResult] = []
+        created: list[pb.CreatedEpisode] = []
+        await stream.handle(req, results, created)
+        response = pb.PlaySeatsResponse(results=results, created=created)
+        stream.decisions(response.decisions)
+        out = response.SerializeToString()
+        if prof is not None:
+            prof.disable()
+        t1 = clock()
+        server += t1 - t0
+        # client: what EnvironmentClient's PlayStream + play_episodes do with it
+        msg = pb.PlaySeatsResponse.FromString(out)
+        if omit_messages:
+            restore_messages(msg.decisions)
+        nxt = pb.PlaySeatsRequest()
+        for c in msg.created:
+            live[c.episode.episode_id] = len(c.episode.seat_tokens)
+            for t in c.episode.seat_tokens:
+                tokens[(c.episode.episode_id, t.seat)] = t.token
+        ended = 0
+        for obs in msg.decisions:
+            if obs.done:
+                live[obs.episode_id] -= 1
+                if not live[obs.episode_id]:
+                    del live[obs.episode_id]
+                    ended += 1
+            elif obs.your_turn and obs.turn_id:
+                nxt.acts.add(episode_id=obs.episode_id, token=tokens[(obs.episode_id, obs.seat)],
+                             turn_id=obs.turn_id, raw_text=answer(obs, rng))  # fmt: skip
+                actions += 1
+        if ended and time.perf_counter() < deadline:
+            nxt.create.extend(creates(ended))
+        wire = nxt.SerializeToString()
+        client += clock() - t1
+        if not nxt.acts and not nxt.create:
+            if not live:
+                break
+            raise RuntimeError("no decision for a live episode")
+    return actions, server, client
+
+
+def engine_only(players: int, seconds: float, seed: int) -> tuple[int, float]:
+    """(actions, CPU s) of the engine work the service does per action: the acting seat's prompt rendered
+    (``observe``), its text answer parsed and stepped; no session layer."""
+    rng = random.Random(seed)
+    env = WerewolfEnv(f"{players}p")
+    actions = 0
+    t0 = time.process_time()
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        env.reset(seed=seed)
+        seed += 1
+        while not env.done:
+            for s in env.acting_seats():
+                o = env.observe(s)
+                _ = o.text  # rendered lazily: the service renders every decision's prompt
+                la = rng.choice(o.legal_actions)
+                text = ("I have nothing to add." if la.needs_text
+                        else f"{la.kind} {rng.choice(la.targets) + 1}" if la.targets else la.kind)  # fmt: skip
+                parsed = env.parse(s, text).action
+                env.step_seat(s, parsed if parsed is not None else text)
+                actions += 1
+    return actions, time.process_time() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--players", type=int, nargs="+", default=[6, 9, 12], choices=[6, 9, 12])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--episodes", type=int, default=32, help="episodes in flight on the stream")
+    ap.add_argument("--profile", default="", help="cProfile the server part (prompt once) into this file")
+    args = ap.parse_args()
+    prof = cProfile.Profile() if args.profile else None
+    print("| players | engine µs/action | server µs/action (prompt twice / once) | session layer µs/action "
+          "(server - engine, once) | client µs/action (twice / once) |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- |")
+    for players in args.players:
+        cells: dict[str, list[float]] = {}
+        for r in range(args.rounds):
+            n, cpu = engine_only(players, args.seconds, 1000 * r)
+            cells.setdefault("engine", []).append(cpu / n * 1e6)
+            for once in (False, True) if r % 2 == 0 else (True, False):
+                n, s, c = asyncio.run(
+                    session_layer(players, args.episodes, args.seconds, 1000 * r, once, None)
+                )
+                cells.setdefault(f"server {once}", []).append(s / n * 1e6)
+                cells.setdefault(f"client {once}", []).append(c / n * 1e6)
+        med = {k: statistics.median(v) for k, v in cells.items()}
+        print(f"| {players} | {med['engine']:.1f} | {med['server False']:.1f} / {med['server True']:.1f} "
+              f"| {med['server True'] - med['engine']:.1f} | {med['client False']:.1f} / {med['client True']:.1f} |")  # fmt: skip
+    if prof is not None:  # a run of its own: the profiler's overhead stays out of the table
+        asyncio.run(session_layer(args.players[0], args.episodes, args.seconds, 0, True, prof))
+        prof.dump_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()
