@@ -9,15 +9,27 @@ at least its CPU seconds over 2.
 
 Cells, in interleaved rounds (the order rotates each round), min / median / max over rounds:
 
-- ``serve SERVICE``: one service alone (``--address 127.0.0.1:0 --ready-file``; embedded Redis for those
-  that need one is started once, outside the cell): seconds to its ready file (imports + set-up + bind),
-  to SERVING on the health check, and its own CPU seconds at SERVING;
+- ``serve SERVICE``: one service alone (``wolfpack serve SERVICE --address 127.0.0.1:0 --ready-file``, as
+  a container runs it; embedded Redis for those that need one is started once, outside the cell): seconds
+  to its ready file (imports + set-up + bind), to SERVING on the health check, and its own CPU seconds at
+  SERVING;
 - ``import SERVICE``: ``python -c "import wolfpack_SERVICE.server"`` alone (what imports cost of the above);
-- ``up --check``: the whole stack (embedded Redis, every service, health table, shutdown);
+- ``up --check``: the whole stack (embedded Redis, every service, the web view, health table, shutdown),
+  with ``--base-port 0`` (ports the services pick; what tests use) and with fixed ports (the default
+  ``WOLFPACK_BASE_PORT`` mode; a free range is picked per run);
+- ``up parts``: ``wolfpack up --base-port 0`` until its table, then each process's own CPU seconds at that
+  moment (the launcher, every service, the web view, Redis) — where ``up --check``'s CPU goes — and the
+  seconds from SIGTERM to the launcher's exit;
 - ``play werewolf``: ``wolfpack play werewolf`` (a local command: no RPC, no Redis).
+
+``--revs REV...`` measures other revisions in the same rounds, side by side (``.``: this working tree;
+another: ``git archive REV libs services``, first on ``PYTHONPATH`` for every process it starts, its own
+launcher included), and prints each cell's ratio to the first revision per round (CPU and wall), because
+this machine's load swings between rounds.
 
     .venv/bin/python bench/startup/bench_startup.py                 # ~2-3 minutes
     .venv/bin/python bench/startup/bench_startup.py --rounds 3 --cells up play
+    .venv/bin/python bench/startup/bench_startup.py --revs 1f766e4 . --cells up parts --rounds 5
 """
 
 from __future__ import annotations
@@ -28,17 +40,21 @@ import json
 import os
 import resource
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from wolfpack import SERVICES, rpc
 from wolfpack.redis_server import EmbeddedRedis
 
 WOLFPACK = [sys.executable, "-m", "wolfpack.cli.main"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def children_cpu() -> float:
@@ -62,6 +78,42 @@ def run_command(args: list[str], env: dict[str, str]) -> tuple[float, float]:
             f"{' '.join(args[2:])} exited {done.returncode}: {done.stdout[-800:]}{done.stderr[-800:]}"
         )
     return wall, cpu
+
+
+@contextmanager
+def revision(rev: str, scratch: Path) -> Iterator[str]:
+    """The ``PYTHONPATH`` that runs ``rev``'s code ("" for this tree): its ``libs`` and every service
+    package root, extracted from ``git archive`` (ahead of the editable install's finder on the path)."""
+    if rev == ".":
+        yield ""
+        return
+    into = scratch / f"rev-{rev.replace('/', '_')}"
+    into.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "libs", "services"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    roots = [into / "libs", *sorted(p for p in (into / "services").iterdir() if p.is_dir())]
+    yield os.pathsep.join(str(p) for p in roots)
+
+
+def free_range(count: int) -> int:
+    """A first port of ``count`` consecutive ports free right now (racy, as any such pick: a bench only)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        if base + count >= 65535:
+            continue
+        try:
+            with ExitStack() as stack:
+                for port in range(base, base + count):
+                    sock = stack.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port range")
 
 
 async def serve_one(service: str, env: dict[str, str], scratch: Path) -> dict[str, float]:
@@ -94,53 +146,118 @@ async def serve_one(service: str, env: dict[str, str], scratch: Path) -> dict[st
             proc.wait()
 
 
+def up_parts(env: dict[str, str], run_dir: Path) -> dict[str, float]:
+    """``wolfpack up --base-port 0`` until its table; each process's CPU then; SIGTERM to exit."""
+    cpu0, t0 = children_cpu(), time.perf_counter()
+    launcher = subprocess.Popen(
+        [*WOLFPACK, "up", "--base-port", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    assert launcher.stdout is not None
+    seen = b""
+    try:
+        while b"Ctrl-C to stop" not in seen:
+            line = launcher.stdout.readline()
+            if not line:
+                raise RuntimeError(f"up exited before its table: {seen.decode()[-2000:]}")
+            seen += line
+        parts = {"to table": time.perf_counter() - t0, "launcher": proc_cpu(launcher.pid)}
+        state = json.loads((run_dir / "up.json").read_text())
+        for name, pid in state["pids"].items():
+            parts[name] = proc_cpu(int(pid))
+        parts["redis"] = proc_cpu(int((run_dir / "redis" / "redis.pid").read_text()))
+        t_stop = time.perf_counter()
+        launcher.send_signal(signal.SIGTERM)
+        launcher.communicate(timeout=120)
+        parts["stop"] = time.perf_counter() - t_stop
+        parts["all (to exit)"] = children_cpu() - cpu0
+        return parts
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--cells", nargs="+", default=["serve", "import", "up", "play"],
-                    choices=["serve", "import", "up", "play"])  # fmt: skip
+    ap.add_argument("--cells", nargs="+", default=["serve", "import", "up", "parts", "play"],
+                    choices=["serve", "import", "up", "parts", "play"])  # fmt: skip
+    ap.add_argument("--revs", nargs="+", default=["."], help="Revisions side by side ('.': this tree).")
     args = ap.parse_args()
-    results: dict[str, dict[str, list[float]]] = {}
+    results: dict[tuple[str, str], dict[str, list[float]]] = {}
+    parts: dict[str, dict[str, list[float]]] = {}
+    loads: list[float] = []
 
-    def record(cell: str, **values: float) -> None:
+    def record(cell: str, rev: str, **values: float) -> None:
         for key, value in values.items():
-            results.setdefault(cell, {}).setdefault(key, []).append(value)
+            results.setdefault((cell, rev), {}).setdefault(key, []).append(value)
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         scratch = Path(tmp)
+        paths = {rev: stack.enter_context(revision(rev, scratch)) for rev in args.revs}
         redis = EmbeddedRedis(scratch / "redis").start()
-        env = {
-            **os.environ,
-            "WOLFPACK_REDIS_URL": redis.url,
-            "WOLFPACK_RUN_DIR": str(scratch / "run"),
-            "WOLFPACK_LOG_LEVEL": "WARNING",
+        base_env = {
+            k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("WOLFPACK_")
         }
-        up_env = {k: v for k, v in env.items() if k != "WOLFPACK_REDIS_URL"}  # up starts its own Redis
-        cells: list[tuple[str, object]] = []
+        base_env.update(
+            {
+                "WOLFPACK_INFERENCE_MODEL": os.environ.get("WOLFPACK_INFERENCE_MODEL", "tiny"),
+                "WOLFPACK_LOG_LEVEL": "WARNING",
+            }
+        )
+
+        def env_for(rev: str, run: str, **extra: str) -> dict[str, str]:
+            env = {**base_env, "WOLFPACK_RUN_DIR": str(scratch / run), **extra}
+            if paths[rev]:
+                env["PYTHONPATH"] = paths[rev]
+            return env
+
+        cells: list[str] = []
         if "serve" in args.cells:
-            cells += [(f"serve {s}", s) for s in SERVICES]
+            cells += [f"serve {s}" for s in SERVICES]
         if "import" in args.cells:
-            cells += [(f"import {s}", s) for s in SERVICES]
+            cells += [f"import {s}" for s in SERVICES]
         if "up" in args.cells:
-            cells.append(("up --check", None))
+            cells += ["up --check (port 0)", "up --check (fixed ports)"]
+        if "parts" in args.cells:
+            cells.append("up parts")
         if "play" in args.cells:
-            cells.append(("play werewolf", None))
+            cells.append("play werewolf")
         try:
             for r in range(args.rounds):
                 shift = r % len(cells)
-                for name, arg in cells[shift:] + cells[:shift]:
+                revs = args.revs if r % 2 == 0 else args.revs[::-1]  # each cell's revisions back to back
+                for name, rev in [(c, v) for c in cells[shift:] + cells[:shift] for v in revs]:
+                    served = env_for(rev, "run", WOLFPACK_REDIS_URL=redis.url)
                     if name.startswith("serve "):
-                        record(name, **asyncio.run(serve_one(str(arg), env, scratch)))
+                        service = name.split()[1]
+                        record(name, rev, **asyncio.run(serve_one(service, served, scratch)))
                     elif name.startswith("import "):
-                        wall, cpu = run_command([sys.executable, "-c", f"import wolfpack_{arg}.server"], env)
-                        record(name, serving=wall, cpu=cpu)
-                    elif name == "up --check":
-                        wall, cpu = run_command([*WOLFPACK, "up", "--check", "--base-port", "0"], up_env)
-                        record(name, serving=wall, cpu=cpu)
+                        module = f"wolfpack_{name.split()[1]}.server"
+                        wall, cpu = run_command([sys.executable, "-c", f"import {module}"], served)
+                        record(name, rev, serving=wall, cpu=cpu)
+                    elif name == "up --check (port 0)":  # up starts its own Redis
+                        cmd = [*WOLFPACK, "up", "--check", "--base-port", "0"]
+                        wall, cpu = run_command(cmd, env_for(rev, f"up-{r}"))
+                        record(name, rev, serving=wall, cpu=cpu)
+                    elif name == "up --check (fixed ports)":
+                        base = free_range(len(SERVICES) + 1)
+                        web = f"127.0.0.1:{base + len(SERVICES)}"
+                        cmd = [*WOLFPACK, "up", "--check", "--base-port", str(base)]
+                        wall, cpu = run_command(cmd, env_for(rev, f"upf-{r}", WOLFPACK_WEB_ADDR=web))
+                        record(name, rev, serving=wall, cpu=cpu)
+                    elif name == "up parts":
+                        got = up_parts(env_for(rev, f"parts-{r}"), scratch / f"parts-{r}")
+                        record(name, rev, serving=got.pop("to table"), stop=got.pop("stop"),
+                               cpu=got.pop("all (to exit)"))  # fmt: skip
+                        for proc_name, cpu in got.items():
+                            parts.setdefault(rev, {}).setdefault(proc_name, []).append(cpu)
                     else:
-                        wall, cpu = run_command([*WOLFPACK, "play", "werewolf", "--seed", "3"], env)
-                        record(name, serving=wall, cpu=cpu)
-                print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+                        cmd = [*WOLFPACK, "play", "werewolf", "--seed", "3"]
+                        wall, cpu = run_command(cmd, served)
+                        record(name, rev, serving=wall, cpu=cpu)
+                loads.append(os.getloadavg()[0])
+                print(f"round {r + 1}/{args.rounds} done (load {loads[-1]:.1f})", file=sys.stderr, flush=True)
         finally:
             redis.stop()
 
@@ -149,16 +266,39 @@ def main() -> None:
             return ""
         return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
+    def ratio(name: str, rev: str, key: str) -> str:
+        """Per round, this revision's value over the first revision's; median (min–max)."""
+        first, mine = results.get((name, args.revs[0]), {}).get(key), results.get((name, rev), {}).get(key)
+        if rev == args.revs[0] or not first or not mine:
+            return ""
+        per_round = [m / f for m, f in zip(mine, first, strict=False) if f > 0]
+        return f"{statistics.median(per_round):.2f} ({min(per_round):.2f}–{max(per_round):.2f})"
+
     print(
-        f"{args.rounds} interleaved rounds; median (min–max) seconds; load average {os.getloadavg()[0]:.1f}\n"
+        f"{args.rounds} interleaved rounds; median (min–max) seconds; load average per round "
+        f"{', '.join(f'{x:.1f}' for x in loads)}\n"
     )
-    print("| cell | to ready file | wall (to SERVING / to exit) | CPU s | stop after SIGTERM |")
-    print("| --- | --- | --- | --- | --- |")
-    for name, values in results.items():
-        print(
-            f"| {name} | {stat(values.get('ready'))} | {stat(values.get('serving'))} | {stat(values.get('cpu'))} "
-            f"| {stat(values.get('stop'))} |"
-        )
+    many = len(args.revs) > 1
+    head = "| cell | rev | to ready file | wall (to SERVING / table / exit) | CPU s | stop after SIGTERM |"
+    print(head + (" CPU / first rev | wall / first rev |" if many else ""))
+    print("| --- " * (head.count("|") - 1 + (2 if many else 0)) + "|")
+    for name in cells:
+        for rev in args.revs:
+            values = results.get((name, rev), {})
+            row = (
+                f"| {name} | {rev} | {stat(values.get('ready'))} | {stat(values.get('serving'))} "
+                f"| {stat(values.get('cpu'))} | {stat(values.get('stop'))} |"
+            )
+            if many:
+                row += f" {ratio(name, rev, 'cpu')} | {ratio(name, rev, 'serving')} |"
+            print(row)
+    if parts:
+        print("\n`up parts`: each process's own CPU seconds when the table printed, median (min–max)\n")
+        names = list(dict.fromkeys(n for rev in args.revs for n in parts.get(rev, {})))
+        print("| process | " + " | ".join(args.revs) + " |")
+        print("| --- " * (len(args.revs) + 1) + "|")
+        for n in names:
+            print(f"| {n} | " + " | ".join(stat(parts.get(rev, {}).get(n)) for rev in args.revs) + " |")
 
 
 if __name__ == "__main__":

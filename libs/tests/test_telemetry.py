@@ -9,6 +9,9 @@ The end-to-end exporter cases, in real service processes, are tests/boundary/tes
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -471,3 +474,32 @@ def test_sdk_interceptors_are_the_instrumentations(fresh_sdk: pytest.MonkeyPatch
         isinstance(i, telemetry.ContextClientInterceptor | telemetry.ContextStreamClientInterceptor)
         for i in clients
     )
+
+
+# --------------------------------------------------------------------------- the SDK only when it exports
+
+_PROBE = """
+import sys
+from wolfpack import telemetry
+provider = telemetry.setup_telemetry("probe")
+print(provider is not None, telemetry.sdk_active(), "opentelemetry.sdk.trace" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "False False False"),  # nothing exports: the SDK's imports are not paid
+        ({"OTEL_TRACES_EXPORTER": "none"}, "False False False"),
+        ({"OTEL_TRACES_EXPORTER": "console"}, "True True True"),  # exporting: the SDK, as before
+    ],
+)
+def test_the_sdk_is_imported_only_when_spans_are_exported(env: dict[str, str], expected: str) -> None:
+    """In a fresh interpreter (this one's modules would hide an import): every service calls
+    ``setup_telemetry`` at start, and without an exporter it must neither install nor import the SDK."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE], env={**clean, **env}, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == expected, done.stdout + done.stderr

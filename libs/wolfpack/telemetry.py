@@ -7,21 +7,28 @@
 - Trace context crosses gRPC in metadata (the gRPC instrumentation does it) and crosses the Redis stream
   or a proto message in W3C ``traceparent``/``tracestate`` strings (helpers below), so one episode is
   one trace from rollout through reward to the trainer.
+
+The SDK (``opentelemetry.sdk``: provider, processors, exporters, resources) is imported only when spans
+are exported: every service process imports this module, and the SDK's ~0.05 s of imports bought nothing
+in the usual case of no ``OTEL_*`` exporter. Without it no SDK provider can exist, which is how
+``sdk_active`` answers without importing it.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 _attached: list[SpanExporter] = []
 
@@ -35,8 +42,8 @@ def setup_telemetry(service: str, exporter: SpanExporter | None = None) -> Trace
     env choice adds nothing (that provider exports already)."""
     if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
         return None
-    current = trace.get_tracer_provider()
-    if isinstance(current, TracerProvider):
+    current = _sdk_provider()
+    if current is not None:
         if exporter is not None and all(e is not exporter for e in _attached):
             current.add_span_processor(_processor(exporter))
             _attached.append(exporter)
@@ -46,6 +53,9 @@ def setup_telemetry(service: str, exporter: SpanExporter | None = None) -> Trace
         # Nobody collects spans: keep the API's no-op tracer. Spans cost nothing, and trace context
         # that arrives from callers (gRPC metadata, stream entries) still flows through unchanged.
         return None
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", f"wolfpack-{service}")})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(_processor(chosen))
@@ -55,7 +65,7 @@ def setup_telemetry(service: str, exporter: SpanExporter | None = None) -> Trace
 
 
 def _processor(exporter: SpanExporter) -> Any:
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     # In-memory exporters are for tests: export synchronously so assertions see spans at once.
@@ -72,6 +82,8 @@ def _exporter_from_env() -> SpanExporter | None:
     if choice == "none":
         return None
     if choice == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
         return ConsoleSpanExporter()
     if endpoint or choice == "otlp":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
@@ -90,10 +102,18 @@ instrumentation's stream wrapper also fails ("token created in a different Conte
 such streams end at once; their work is traced per turn/request inside the services instead."""
 
 
+def _sdk_provider() -> TracerProvider | None:
+    """The installed provider if it is the SDK's. Not imported, the SDK cannot have made one (whoever
+    installed it, ``opentelemetry-instrument`` included, imported it), so it is not imported to ask."""
+    sdk = sys.modules.get("opentelemetry.sdk.trace")
+    current = trace.get_tracer_provider()
+    return current if sdk is not None and isinstance(current, sdk.TracerProvider) else None
+
+
 def sdk_active() -> bool:
     """Whether anyone collects spans (an SDK provider is installed, see ``setup_telemetry``). Cheap enough
     to check per call, which services do because tracing may be set up after they started."""
-    return isinstance(trace.get_tracer_provider(), TracerProvider)
+    return _sdk_provider() is not None
 
 
 def server_interceptors() -> list[Any]:

@@ -18,7 +18,13 @@ runs, and a second ``up`` on the same run dir refuses with a message instead of 
 Ports: with ``--base-port 0`` each service binds ``host:0`` itself and reports the port the kernel gave it
 (``serve --ready-file``, under ``<run_dir>/ready``); the launcher never picks a "free" port and hands it
 over, which raced every other process for it. A service that needs others' addresses at start
-(``DEPENDS_ON``) is started once they have bound; ``up.json`` lists bound addresses only.
+(``DEPENDS_ON``; the web view needs the environment's) learns them from their ready files
+(``serve --await-ready``); ``up.json`` lists bound addresses only.
+
+Start-up time: every process starts at once, through ``python -m wolfpack.cli.serve`` (not the whole
+Typer application), and one that waits for addresses imports its code while it waits. Start-up is CPU
+(imports, the inference model's load) on machines of few cores: an order or a wave would only add the
+later processes' imports to the slowest one's (the inference service, ~3 s of torch and transformers).
 """
 
 from __future__ import annotations
@@ -40,12 +46,18 @@ from typing import IO, Any
 from rich.console import Console
 from rich.table import Table
 
-from wolfpack import SERVICES, rpc
+from wolfpack import SERVICES
 from wolfpack.files import write_text_atomic
 from wolfpack.redis_server import redis_url_or_embedded
 from wolfpack.settings import Settings
 
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red")
+READY_POLL_S = 0.02
+"""How often a ready file is looked for: reading a small file costs microseconds, and each poll period
+is at most that much start-up latency per service that binds late (the inference service)."""
+HEALTH_POLL_S = 0.05
+"""The pause between health checks of a bound service that is not SERVING yet (most are SERVING at the
+first check: they bind once set up)."""
 
 
 @dataclass
@@ -145,7 +157,8 @@ def _child_setup(pgid: int) -> Callable[[], None]:
 
 DEPENDS_ON: dict[str, tuple[str, ...]] = {"rollout": ("environment", "inference", "reward", "curriculum")}
 """Services whose process needs other services' addresses when it starts (in its environment). With
-``base_port 0`` a service's port is known only once it has bound, so these start after those have."""
+``base_port 0`` a service's port is known only once it has bound, so these are started with
+``--await-ready`` on those: they import their code, then wait for the ready files before reading settings."""
 
 
 def plan_addresses(settings: Settings) -> dict[str, str]:
@@ -192,7 +205,30 @@ async def _wait_bound(svc: ServiceProc, path: Path, deadline: float) -> None:
         if time.monotonic() > deadline:
             svc.status = "TIMEOUT"
             return
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(READY_POLL_S)
+
+
+async def _wait_bound_after(
+    svc: ServiceProc, path: Path, deadline: float, deps: list[tuple[ServiceProc, asyncio.Task[None]]]
+) -> None:
+    """``_wait_bound`` for a service started with ``--await-ready`` on ``deps``: once they have all bound
+    it can bind too; if one of them never does, it never will (it waits for that ready file), so it is
+    stopped and reported NOT STARTED."""
+    await asyncio.gather(*(task for _, task in deps))
+    if any(_port_unknown(dep.address) for dep, _ in deps):
+        assert svc.proc is not None
+        with contextlib.suppress(ProcessLookupError):
+            svc.proc.terminate()
+        svc.status = "NOT STARTED"
+        return
+    await _wait_bound(svc, path, deadline)
+
+
+async def _wait_serving(svc: ServiceProc, bound: asyncio.Task[None], deadline: float) -> None:
+    """Once ``svc`` has bound, wait for its health check to say SERVING (sets ``svc.status``)."""
+    await bound
+    if svc.status == "STARTING":
+        await _wait_healthy(svc, deadline)
 
 
 async def _pump(svc: ServiceProc, color: str, console: Console, echo: bool) -> None:
@@ -211,6 +247,8 @@ async def _pump(svc: ServiceProc, color: str, console: Console, echo: bool) -> N
 
 
 async def _wait_healthy(svc: ServiceProc, deadline: float) -> None:
+    from wolfpack import rpc  # gRPC and its health stubs: imported once the services are on their way
+
     assert svc.proc is not None
     while time.monotonic() < deadline:
         if svc.proc.returncode is not None:
@@ -220,7 +258,7 @@ async def _wait_healthy(svc: ServiceProc, deadline: float) -> None:
         if status == "SERVING":
             svc.status = status
             return
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(HEALTH_POLL_S)
     svc.status = "TIMEOUT"
 
 
@@ -306,7 +344,9 @@ async def _run_up(
     procs: list[ServiceProc] = []
     embedded: Any = None
     redis_watch: asyncio.Task[str] | None = None
-    web_start: asyncio.Future[ServiceProc | None] | None = None
+    web: ServiceProc | None = None
+    web_ready: asyncio.Task[None] | None = None
+    bound: dict[str, asyncio.Task[None]] = {}  # per service: waits until it has bound (or failed to)
     pgid = 0
     state = UpState(redis_url="", embedded_redis=False, services={}, pids={}, started_at=time.time(),
                     launcher_pid=os.getpid())  # fmt: skip
@@ -321,56 +361,60 @@ async def _run_up(
         addresses = plan_addresses(settings)
         deadline = time.monotonic() + timeout_s
         pumps = []
-        # In waves: a service starts once the addresses it needs are known (all at once with fixed ports;
-        # with port 0, ``DEPENDS_ON`` after those have bound). ``up.json`` lists bound addresses only.
-        waiting = list(SERVICES)
-        while waiting:
-            wave = [s for s in waiting if not any(_port_unknown(addresses[d]) for d in DEPENDS_ON.get(s, ()))]
-            if not wave:  # what they need never bound (its service failed): they cannot start
-                procs += [ServiceProc(s, addresses[s], status="NOT STARTED") for s in waiting]
-                break
-            env = child_env(settings, redis_url, addresses)
-            started = []
-            for name in wave:
-                i = SERVICES.index(name)
-                svc = ServiceProc(name, addresses[name], log_path=run_dir / "logs" / f"{name}.log")
-                svc.log_path.write_text("")  # type: ignore[union-attr]
-                ready = ready_file(run_dir, name)
-                ready.unlink(missing_ok=True)
-                svc.proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "wolfpack.cli.main", "serve", name,
-                    "--address", svc.address, "--ready-file", str(ready),
-                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.STDOUT, env=env, preexec_fn=_child_setup(pgid),
-                )  # fmt: skip
-                pgid = pgid or svc.proc.pid  # the first service leads the stack's process group
-                state.pgid = pgid
-                state.pids[name] = svc.proc.pid
+        # Every process starts at once (the CPU is what start-up waits on, not the order). One that needs
+        # addresses not known yet (``DEPENDS_ON`` with port 0, the web view) imports its code meanwhile and
+        # waits for their ready files (``serve --await-ready``). ``up.json`` lists bound addresses only,
+        # each as it binds.
+        for name in SERVICES:  # none is read before its service wrote it in this run
+            ready_file(run_dir, name).unlink(missing_ok=True)
+        env = child_env(settings, redis_url, addresses)
+
+        async def bind(
+            svc: ServiceProc, ready: Path, deps: list[tuple[ServiceProc, asyncio.Task[None]]]
+        ) -> None:
+            await _wait_bound_after(svc, ready, deadline, deps)
+            if svc.status == "STARTING":  # bound: its address is known, and listed in up.json
+                addresses[svc.name] = state.services[svc.name] = svc.address
                 save()
-                procs.append(svc)
-                started.append((svc, ready))
-                pumps.append(
-                    asyncio.create_task(_pump(svc, COLORS[i % len(COLORS)], console, echo=not check))
-                )
-            await asyncio.gather(*(_wait_bound(svc, ready, deadline) for svc, ready in started))
-            for svc, _ in started:
-                if svc.status == "STARTING":
-                    addresses[svc.name] = state.services[svc.name] = svc.address
+
+        for name in SERVICES:
+            waits = [d for d in DEPENDS_ON.get(name, ()) if _port_unknown(addresses[d])]
+            svc = ServiceProc(name, addresses[name], log_path=run_dir / "logs" / f"{name}.log")
+            svc.log_path.write_text("")  # type: ignore[union-attr]
+            ready = ready_file(run_dir, name)
+            svc.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "wolfpack.cli.serve", name,
+                "--address", svc.address, "--ready-file", str(ready),
+                *(f"--await-ready={d}={ready_file(run_dir, d)}" for d in waits),
+                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT, env=env, preexec_fn=_child_setup(pgid),
+            )  # fmt: skip
+            pgid = pgid or svc.proc.pid  # the first service leads the stack's process group
+            state.pgid = pgid
+            state.pids[name] = svc.proc.pid
             save()
-            waiting = [s for s in waiting if s not in wave]
-        procs.sort(key=lambda svc: SERVICES.index(svc.name))
-        web_start = asyncio.ensure_future(  # alongside the health checks: its import overlaps theirs
-            _start_web(settings, child_env(settings, redis_url, addresses), pgid, deadline)
-        )
-        await asyncio.gather(*(_wait_healthy(s, deadline) for s in procs if s.status == "STARTING"))
-        web = await web_start
-        if web is not None:  # its row shows the URL to open
+            procs.append(svc)
+            i = SERVICES.index(name)
+            pumps.append(asyncio.create_task(_pump(svc, COLORS[i % len(COLORS)], console, echo=not check)))
+            deps = [(procs[SERVICES.index(d)], bound[d]) for d in waits]
+            bound[name] = asyncio.create_task(bind(svc, ready, deps))
+        # The web view too, through the environment service's address (port 0: from its ready file).
+        environment = procs[SERVICES.index("environment")]
+        env_waits = [(environment, bound["environment"])] if _port_unknown(addresses["environment"]) else []
+        web = await _spawn_web(settings, env, pgid, waits=[svc.name for svc, _ in env_waits])
+        if web is not None:
             state.pids["web"] = web.proc.pid  # type: ignore[union-attr]
+            save()
+            pumps.append(asyncio.create_task(_pump(web, "white", console, echo=not check)))
+            web_ready = asyncio.create_task(_wait_web(web, ready_file(run_dir, "web"), deadline, env_waits))
+        await asyncio.gather(
+            *(_wait_serving(svc, bound[svc.name], deadline) for svc in procs), *([web_ready] if web else [])
+        )
+        if web is not None:  # its row shows the URL to open
             if web.status == "SERVING":
                 state.web_url = web.address
-            save()
+                save()
             procs.append(web)
-            pumps.append(asyncio.create_task(_pump(web, "white", console, echo=not check)))
         redis_status = "PONG" if await _ping(redis_url) else "UNREACHABLE"
         rows = [
             (
@@ -409,13 +453,14 @@ async def _run_up(
         console.print("stopping: draining services…")
         return 0
     finally:
-        if web_start is not None and not web_start.done():  # a signal during start-up: no web view either
-            web_start.cancel()
-            await asyncio.gather(web_start, return_exceptions=True)
-        if web_start is not None and web_start.done() and not web_start.cancelled():
-            late = web_start.result() if web_start.exception() is None else None
-            if late is not None and late not in procs:
-                procs.append(late)
+        for task in bound.values():  # a signal during start-up: stop waiting for ready files
+            task.cancel()
+        await asyncio.gather(*bound.values(), return_exceptions=True)
+        if web_ready is not None:
+            web_ready.cancel()
+            await asyncio.gather(web_ready, return_exceptions=True)
+        if web is not None and web not in procs:  # a signal during start-up: it stops with the rest
+            procs.append(web)
         # Shielded: a second signal while draining must not leave children behind.
         await asyncio.shield(_terminate(procs, settings.grpc_grace_s, pgid))
         if redis_watch is not None:  # a restart in progress finishes, so stop() stops what it started
@@ -427,11 +472,12 @@ async def _run_up(
         console.print("stopped.")
 
 
-async def _start_web(
-    settings: Settings, env: dict[str, str], pgid: int, deadline: float
+async def _spawn_web(
+    settings: Settings, env: dict[str, str], pgid: int, waits: list[str]
 ) -> ServiceProc | None:
     """``wolfpack web`` beside the services, when its package is installed: on ``WOLFPACK_WEB_ADDR``
-    (with ``--base-port 0``, a port of its own choosing), reporting its URL in a ready file."""
+    (with ``--base-port 0``, a port of its own choosing), reporting its URL in a ready file. ``waits``:
+    services whose address it learns from their ready files (``serve --await-ready``)."""
     import importlib.util
 
     if importlib.util.find_spec("wolfpack_web") is None or importlib.util.find_spec("aiohttp") is None:
@@ -446,15 +492,23 @@ async def _start_web(
         else []
     )
     svc.proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "wolfpack.cli.main", "web", *args, "--ready-file", str(ready),
+        sys.executable, "-m", "wolfpack.cli.serve", "web", *args, "--ready-file", str(ready),
+        *(f"--await-ready={d}={ready_file(settings.run_dir, d)}" for d in waits),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, env=env, preexec_fn=_child_setup(pgid),
     )  # fmt: skip
-    await _wait_bound(svc, ready, deadline)
-    if svc.status == "STARTING":  # listening once its ready file exists
+    return svc
+
+
+async def _wait_web(
+    svc: ServiceProc, ready: Path, deadline: float, deps: list[tuple[ServiceProc, asyncio.Task[None]]]
+) -> None:
+    """The web view is SERVING once its ready file exists (it listens before writing it); its address
+    becomes the URL to open."""
+    await _wait_bound_after(svc, ready, deadline, deps)
+    if svc.status == "STARTING":
         with contextlib.suppress(OSError, ValueError, KeyError):
             svc.address, svc.status = str(json.loads(ready.read_text())["url"]), "SERVING"
-    return svc
 
 
 async def _ping(url: str) -> bool:
@@ -494,6 +548,8 @@ async def run_status(settings: Settings, console: Console) -> int:
         pids = {}
         redis_url = settings.redis_url
         web_url = ""
+    from wolfpack import rpc
+
     statuses = await asyncio.gather(*(rpc.check_health(a, timeout_s=2.0) for a in addresses.values()))
     rows = []
     if redis_url:

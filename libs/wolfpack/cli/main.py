@@ -80,25 +80,11 @@ def serve(
     ] = None,
 ) -> None:
     """Run one service's gRPC server in the foreground (what each container runs)."""
-    if service not in SERVICES:
-        console.print(f"[red]unknown service {service!r}; services: {', '.join(SERVICES)}[/]")
-        raise typer.Exit(2)
-    settings = settings_or_exit()
-    from wolfpack import telemetry
-    from wolfpack.logs import setup_logging
+    from wolfpack.cli.serve import serve_service  # ``wolfpack up`` starts services through it directly
 
-    setup_logging(service, settings.log_level, settings.log_format)
-    telemetry.setup_telemetry(service)
-    module = importlib.import_module(f"wolfpack_{service}.server")
-    from wolfpack import rpc
-
-    rpc.announce_bound_address(ready_file)
-    try:
-        asyncio.run(module.main(settings, address))
-    except OSError as exc:  # a taken port (rpc.BindError), an unreadable file: one line, no traceback
-        message = str(exc) if str(exc).startswith(f"{service}:") else f"{service}: {exc}"
-        Console(stderr=True, soft_wrap=True).print(message, style="red", markup=False, highlight=False)
-        raise typer.Exit(1) from None
+    code = serve_service(service, address, ready_file)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -118,31 +104,11 @@ def web(
     ready_file: Annotated[Path | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Serve the web view and print its URL: watch games live, replay trajectories, follow training runs."""
-    overrides: dict[str, object] = {} if env is None else {"environment_addr": env}
-    settings = settings_or_exit(**overrides)
-    # importlib by name, like `serve`: the web view is a client package that the libs layer never imports.
-    web_settings = importlib.import_module("wolfpack_web.settings")
-    server = importlib.import_module("wolfpack_web.server")
-    from wolfpack.settings import SettingsError
+    from wolfpack.cli.serve import serve_web  # ``wolfpack up`` starts the web view through it directly
 
-    web_overrides: dict[str, object] = {} if address is None else {"addr": address}
-    if not spectate:
-        web_overrides["spectate"] = False
-    try:
-        loaded = web_settings.load_web_settings(**web_overrides)
-        if runs:
-            loaded = loaded.model_copy(update={"runs": [*loaded.runs, *runs]})
-    except SettingsError as exc:
-        console.print(f"[red]{exc}[/]", markup=True, highlight=False)
-        raise typer.Exit(2) from None
-    from wolfpack.logs import setup_logging
-
-    setup_logging("web", settings.log_level, settings.log_format)
-    try:
-        asyncio.run(server.main(settings, loaded, ready_file))
-    except OSError as exc:  # a taken port, a refused bind (PermissionError): one line, no traceback
-        Console(stderr=True, soft_wrap=True).print(f"web: {exc}", style="red", markup=False, highlight=False)
-        raise typer.Exit(1) from None
+    code = serve_web(address, ready_file, env=env, spectate=spectate, runs=runs)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

@@ -1,0 +1,180 @@
+"""``wolfpack serve SERVICE`` as a small entry point of its own: ``python -m wolfpack.cli.serve SERVICE``.
+
+Why a second way in: ``wolfpack.cli.main`` builds the whole Typer application before it runs a command,
+importing every service's CLI module to mount its commands (``play``, ``train``, ``league``…) and, in the
+Typer in use, pydantic for coercing the arguments: about 0.15 s of CPU per process that a service never
+uses. ``wolfpack up`` starts six or seven such processes at once on a 2-core machine, so it starts them
+here instead; ``wolfpack serve`` (what each container runs) calls the same ``serve_service``, so both run
+one code path: settings, logging, telemetry, the service's ``main``, the same messages and exit codes.
+
+``--await-ready SERVICE=PATH`` (for ``wolfpack up`` only, hidden from users): import the service's module
+first, then wait for each named ready file (``wolfpack serve --ready-file`` of a service this one needs the
+address of) and put its address in ``WOLFPACK_<SERVICE>_ADDR`` before the settings are read. With
+``--base-port 0`` a service's port is known only once it has bound, so the rollout service, which needs
+four addresses when it starts, imports its code while the inference service loads its model instead of
+after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from wolfpack import SERVICES
+
+if TYPE_CHECKING:
+    from wolfpack.settings import Settings
+
+AWAIT_POLL_S = 0.02
+"""How often a waiting service looks for the ready files it waits on (a file has no event to await)."""
+
+
+def _say(markup: str) -> None:
+    """A red line on stdout, as ``wolfpack``'s commands print errors (rich only here: ~0.05 s of imports)."""
+    from rich.console import Console
+
+    Console().print(f"[red]{markup}[/]", markup=True, highlight=False)
+
+
+def _say_plain(message: str) -> None:
+    """One red line on stderr, the text as is (an OS error can hold brackets)."""
+    from rich.console import Console
+
+    Console(stderr=True, soft_wrap=True).print(message, style="red", markup=False, highlight=False)
+
+
+def load_settings_or_none(**overrides: object) -> Settings | None:
+    """The settings, or None after printing why they are invalid (the caller exits 2)."""
+    from wolfpack.settings import SettingsError, load_settings
+
+    try:
+        return load_settings(**overrides)
+    except SettingsError as exc:
+        _say(str(exc))
+        return None
+
+
+def await_ready(waits: dict[str, Path]) -> None:
+    """Block until each ready file exists and holds an address; export them as ``WOLFPACK_<S>_ADDR``.
+    Unbounded on purpose: ``wolfpack up`` owns this process and ends it (SIGTERM, or the kernel's
+    parent-death signal) when a service it waits for fails or the stack stops."""
+    for service, path in waits.items():
+        while True:
+            try:
+                address = str(json.loads(path.read_text())["address"])
+                break
+            except (OSError, ValueError, KeyError):
+                time.sleep(AWAIT_POLL_S)
+        os.environ[f"WOLFPACK_{service.upper()}_ADDR"] = address
+
+
+def serve_service(
+    service: str, address: str | None, ready_file: Path | None, waits: dict[str, Path] | None = None
+) -> int:
+    """Run ``service``'s gRPC server in the foreground until SIGTERM/SIGINT; the exit code."""
+    if service not in SERVICES:
+        _say(f"unknown service {service!r}; services: {', '.join(SERVICES)}")
+        return 2
+    if waits:
+        importlib.import_module(f"wolfpack_{service}.server")  # the slow part, while the others bind
+        await_ready(waits)
+    settings = load_settings_or_none()
+    if settings is None:
+        return 2
+    from wolfpack import telemetry
+    from wolfpack.logs import setup_logging
+
+    setup_logging(service, settings.log_level, settings.log_format)
+    telemetry.setup_telemetry(service)
+    module = importlib.import_module(f"wolfpack_{service}.server")
+    from wolfpack import rpc
+
+    rpc.announce_bound_address(ready_file)
+    try:
+        asyncio.run(module.main(settings, address))
+    except OSError as exc:  # a taken port (rpc.BindError), an unreadable file: one line, no traceback
+        message = str(exc) if str(exc).startswith(f"{service}:") else f"{service}: {exc}"
+        _say_plain(message)
+        return 1
+    return 0
+
+
+def serve_web(
+    address: str | None,
+    ready_file: Path | None,
+    *,
+    env: str | None = None,
+    spectate: bool = True,
+    runs: list[Path] | None = None,
+    waits: dict[str, Path] | None = None,
+) -> int:
+    """``wolfpack web``: serve the web view until SIGTERM/SIGINT; the exit code. ``env`` overrides the
+    environment service's address; ``runs`` adds run directories to show."""
+    if waits:
+        importlib.import_module("wolfpack_web.server")  # aiohttp and the views, while the others bind
+        await_ready(waits)
+    settings = load_settings_or_none(**({} if env is None else {"environment_addr": env}))
+    if settings is None:
+        return 2
+    # importlib by name, like services: the web view is a client package that the libs layer never imports.
+    web_settings = importlib.import_module("wolfpack_web.settings")
+    server = importlib.import_module("wolfpack_web.server")
+    from wolfpack.settings import SettingsError
+
+    web_overrides: dict[str, object] = {} if address is None else {"addr": address}
+    if not spectate:
+        web_overrides["spectate"] = False
+    try:
+        loaded = web_settings.load_web_settings(**web_overrides)
+        if runs:
+            loaded = loaded.model_copy(update={"runs": [*loaded.runs, *runs]})
+    except SettingsError as exc:
+        _say(str(exc))
+        return 2
+    from wolfpack.logs import setup_logging
+
+    setup_logging("web", settings.log_level, settings.log_format)
+    try:
+        asyncio.run(server.main(settings, loaded, ready_file))
+    except OSError as exc:  # a taken port, a refused bind (PermissionError): one line, no traceback
+        _say_plain(f"web: {exc}")
+        return 1
+    return 0
+
+
+def _wait_arg(value: str) -> tuple[str, Path]:
+    service, sep, path = value.partition("=")
+    if not sep or service not in SERVICES or not path:
+        raise argparse.ArgumentTypeError(f"expected SERVICE=PATH with SERVICE one of {', '.join(SERVICES)}")
+    return service, Path(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m wolfpack.cli.serve",
+        description="Run one service's gRPC server (see `wolfpack serve`).",
+    )
+    ap.add_argument("service", help=f"One of: {', '.join(SERVICES)}, or web (the web view).")
+    ap.add_argument(
+        "--address", default=None, help="host:port to bind (default from settings); port 0 picks one."
+    )
+    ap.add_argument(
+        "--ready-file", type=Path, default=None, help="Once bound, write the address here (JSON)."
+    )
+    ap.add_argument("--await-ready", type=_wait_arg, action="append", default=[], help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    waits = dict(args.await_ready)
+    if args.service == "web":
+        sys.exit(serve_web(args.address, args.ready_file, waits=waits))
+    sys.exit(serve_service(args.service, args.address, args.ready_file, waits))
+
+
+if __name__ == "__main__":
+    main()
