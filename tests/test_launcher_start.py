@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from wolfpack import rpc
+from wolfpack import SERVICES, rpc
 from wolfpack.cli import launcher
 from wolfpack.cli.serve import await_ready
 
@@ -91,3 +91,14 @@ async def test_a_service_waiting_for_one_that_never_binds_is_stopped_as_not_star
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+def test_the_start_order_has_every_process_once_and_waiters_last() -> None:
+    """A service added to ``SERVICES`` but not to ``START_ORDER`` would never start; a waiter placed
+    before what it waits for would hold a start slot that its dependency needs (a deadlock on 2 slots)."""
+    assert sorted(launcher.START_ORDER) == sorted([*SERVICES, "web"])
+    for name, deps in launcher.DEPENDS_ON.items():
+        assert all(launcher.START_ORDER.index(d) < launcher.START_ORDER.index(name) for d in deps)
+    assert set(launcher.START_ORDER[-len(launcher.DEPENDS_ON) :]) == set(launcher.DEPENDS_ON)
+    assert launcher.START_ORDER[0] == "inference"  # the slowest start-up gets a slot first
+    assert launcher.start_slots() >= 2

@@ -21,10 +21,11 @@ over, which raced every other process for it. A service that needs others' addre
 (``DEPENDS_ON``; the web view needs the environment's) learns them from their ready files
 (``serve --await-ready``); ``up.json`` lists bound addresses only.
 
-Start-up time: every process starts at once, through ``python -m wolfpack.cli.serve`` (not the whole
-Typer application), and one that waits for addresses imports its code while it waits. Start-up is CPU
-(imports, the inference model's load) on machines of few cores: an order or a wave would only add the
-later processes' imports to the slowest one's (the inference service, ~3 s of torch and transformers).
+Start-up time: start-up is CPU (imports, the inference model's load), so processes start as many at a
+time as there are cores, the slowest (inference) first, each through ``python -m wolfpack.cli.serve``
+(not the whole Typer application); one that waits for addresses imports its code while it waits. On a
+2-core machine the inference service so gets a core of its own while the six others start one by one on
+the other, instead of sharing both with them (``START_ORDER``, ``start_slots``).
 """
 
 from __future__ import annotations
@@ -161,6 +162,32 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {"rollout": ("environment", "inference"
 ``--await-ready`` on those: they import their code, then wait for the ready files before reading settings."""
 
 
+START_ORDER: tuple[str, ...] = (
+    "inference",
+    "environment",
+    "reward",
+    "curriculum",
+    "trainer",
+    "web",
+    "rollout",
+)
+"""The order processes get a start slot (``start_slots``): the inference service first (loading torch,
+transformers and the model, ~3 s of CPU against ~0.3 s for each other process, its start-up is the
+stack's), the rollout service last (with port 0 it waits for the inference's address, holding its slot)."""
+
+
+def start_slots() -> int:
+    """How many processes start at once: the cores this process may run on. Start-up is CPU (imports),
+    so more at once only share the cores: on a 2-core machine the inference service then gets one core
+    to itself while the others start one by one on the second, instead of getting two sevenths of the
+    machine while all seven start (bench/startup, ``up --check``). At least two."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(2, cores)  # one core too: a stuck inference start must not hold every other one back
+
+
 def plan_addresses(settings: Settings) -> dict[str, str]:
     """Where each service will listen. With ``base_port 0`` (and no ``WOLFPACK_<SERVICE>_ADDR``) that is
     ``host:0``: the service binds a port the kernel picks and reports it back (``ready_file``); picking a
@@ -222,13 +249,6 @@ async def _wait_bound_after(
         svc.status = "NOT STARTED"
         return
     await _wait_bound(svc, path, deadline)
-
-
-async def _wait_serving(svc: ServiceProc, bound: asyncio.Task[None], deadline: float) -> None:
-    """Once ``svc`` has bound, wait for its health check to say SERVING (sets ``svc.status``)."""
-    await bound
-    if svc.status == "STARTING":
-        await _wait_healthy(svc, deadline)
 
 
 async def _pump(svc: ServiceProc, color: str, console: Console, echo: bool) -> None:
@@ -344,9 +364,8 @@ async def _run_up(
     procs: list[ServiceProc] = []
     embedded: Any = None
     redis_watch: asyncio.Task[str] | None = None
-    web: ServiceProc | None = None
-    web_ready: asyncio.Task[None] | None = None
-    bound: dict[str, asyncio.Task[None]] = {}  # per service: waits until it has bound (or failed to)
+    webs: list[ServiceProc] = []  # the web view once spawned (none when not installed)
+    bound: dict[str, asyncio.Task[None]] = {}  # per process: started and bound (or failed to)
     pgid = 0
     state = UpState(redis_url="", embedded_redis=False, services={}, pids={}, started_at=time.time(),
                     launcher_pid=os.getpid())  # fmt: skip
@@ -361,55 +380,77 @@ async def _run_up(
         addresses = plan_addresses(settings)
         deadline = time.monotonic() + timeout_s
         pumps = []
-        # Every process starts at once (the CPU is what start-up waits on, not the order). One that needs
-        # addresses not known yet (``DEPENDS_ON`` with port 0, the web view) imports its code meanwhile and
-        # waits for their ready files (``serve --await-ready``). ``up.json`` lists bound addresses only,
-        # each as it binds.
+        # Start-up is CPU: as many processes start at a time as there are cores, the inference service
+        # (the slowest) first; each frees its slot once bound (``START_ORDER``). One that needs addresses
+        # not known yet (``DEPENDS_ON`` with port 0, the web view) imports its code, then waits for their
+        # ready files (``serve --await-ready``). ``up.json`` lists bound addresses only, each as it binds.
         for name in SERVICES:  # none is read before its service wrote it in this run
             ready_file(run_dir, name).unlink(missing_ok=True)
         env = child_env(settings, redis_url, addresses)
+        procs += [
+            ServiceProc(name, addresses[name], log_path=run_dir / "logs" / f"{name}.log") for name in SERVICES
+        ]
+        by_name = {svc.name: svc for svc in procs}
+        slots = asyncio.Semaphore(start_slots())
+        spawned = asyncio.Event()  # health checks wait for it: a fork while gRPC calls run logs warnings
 
-        async def bind(
-            svc: ServiceProc, ready: Path, deps: list[tuple[ServiceProc, asyncio.Task[None]]]
-        ) -> None:
-            await _wait_bound_after(svc, ready, deadline, deps)
+        async def start(name: str) -> None:
+            """Spawn ``name`` once a slot is free and wait until it has bound (or failed to)."""
+            nonlocal pgid
+            waits = [d for d in DEPENDS_ON.get(name, ()) if _port_unknown(addresses[d])]
+            svc = by_name[name]
+            svc.log_path.write_text("")  # type: ignore[union-attr]
+            ready = ready_file(run_dir, name)
+            async with slots:
+                svc.proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "wolfpack.cli.serve", name,
+                    "--address", svc.address, "--ready-file", str(ready),
+                    *(f"--await-ready={d}={ready_file(run_dir, d)}" for d in waits),
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT, env=env, preexec_fn=_child_setup(pgid),
+                )  # fmt: skip
+                pgid = pgid or svc.proc.pid  # the first process leads the stack's process group
+                state.pgid = pgid
+                state.pids[name] = svc.proc.pid
+                save()
+                i = SERVICES.index(name)
+                pumps.append(
+                    asyncio.create_task(_pump(svc, COLORS[i % len(COLORS)], console, echo=not check))
+                )
+                if name == START_ORDER[-1]:
+                    spawned.set()
+                await _wait_bound_after(svc, ready, deadline, [(by_name[d], bound[d]) for d in waits])
             if svc.status == "STARTING":  # bound: its address is known, and listed in up.json
                 addresses[svc.name] = state.services[svc.name] = svc.address
                 save()
 
-        for name in SERVICES:
-            waits = [d for d in DEPENDS_ON.get(name, ()) if _port_unknown(addresses[d])]
-            svc = ServiceProc(name, addresses[name], log_path=run_dir / "logs" / f"{name}.log")
-            svc.log_path.write_text("")  # type: ignore[union-attr]
-            ready = ready_file(run_dir, name)
-            svc.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "wolfpack.cli.serve", name,
-                "--address", svc.address, "--ready-file", str(ready),
-                *(f"--await-ready={d}={ready_file(run_dir, d)}" for d in waits),
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, env=env, preexec_fn=_child_setup(pgid),
-            )  # fmt: skip
-            pgid = pgid or svc.proc.pid  # the first service leads the stack's process group
-            state.pgid = pgid
-            state.pids[name] = svc.proc.pid
-            save()
-            procs.append(svc)
-            i = SERVICES.index(name)
-            pumps.append(asyncio.create_task(_pump(svc, COLORS[i % len(COLORS)], console, echo=not check)))
-            deps = [(procs[SERVICES.index(d)], bound[d]) for d in waits]
-            bound[name] = asyncio.create_task(bind(svc, ready, deps))
-        # The web view too, through the environment service's address (port 0: from its ready file).
-        environment = procs[SERVICES.index("environment")]
-        env_waits = [(environment, bound["environment"])] if _port_unknown(addresses["environment"]) else []
-        web = await _spawn_web(settings, env, pgid, waits=[svc.name for svc, _ in env_waits])
-        if web is not None:
-            state.pids["web"] = web.proc.pid  # type: ignore[union-attr]
-            save()
-            pumps.append(asyncio.create_task(_pump(web, "white", console, echo=not check)))
-            web_ready = asyncio.create_task(_wait_web(web, ready_file(run_dir, "web"), deadline, env_waits))
-        await asyncio.gather(
-            *(_wait_serving(svc, bound[svc.name], deadline) for svc in procs), *([web_ready] if web else [])
-        )
+        async def start_web() -> None:
+            """The web view (when installed), through the environment service's address."""
+            waits = ["environment"] if _port_unknown(addresses["environment"]) else []
+            async with slots:
+                web = await _spawn_web(settings, env, pgid, waits=waits)
+                if web is None:
+                    return
+                webs.append(web)
+                state.pids["web"] = web.proc.pid  # type: ignore[union-attr]
+                save()
+                pumps.append(asyncio.create_task(_pump(web, "white", console, echo=not check)))
+                await _wait_web(
+                    web, ready_file(run_dir, "web"), deadline, [(by_name[d], bound[d]) for d in waits]
+                )
+
+        # Tasks created in start order: the semaphore hands out its slots in that order.
+        for name in START_ORDER:
+            bound[name] = asyncio.create_task(start_web() if name == "web" else start(name))
+
+        async def serving(svc: ServiceProc) -> None:
+            await bound[svc.name]
+            await spawned.wait()
+            if svc.status == "STARTING":
+                await _wait_healthy(svc, deadline)
+
+        await asyncio.gather(*(serving(svc) for svc in procs), bound["web"])
+        web = webs[0] if webs else None
         if web is not None:  # its row shows the URL to open
             if web.status == "SERVING":
                 state.web_url = web.address
@@ -456,11 +497,7 @@ async def _run_up(
         for task in bound.values():  # a signal during start-up: stop waiting for ready files
             task.cancel()
         await asyncio.gather(*bound.values(), return_exceptions=True)
-        if web_ready is not None:
-            web_ready.cancel()
-            await asyncio.gather(web_ready, return_exceptions=True)
-        if web is not None and web not in procs:  # a signal during start-up: it stops with the rest
-            procs.append(web)
+        procs += [w for w in webs if w not in procs]  # spawned during a start-up cut short: stopped too
         # Shielded: a second signal while draining must not leave children behind.
         await asyncio.shield(_terminate(procs, settings.grpc_grace_s, pgid))
         if redis_watch is not None:  # a restart in progress finishes, so stop() stops what it started
