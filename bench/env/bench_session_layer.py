@@ -11,6 +11,10 @@ host must spend, so ``server - engine`` is the session layer's own cost.
 
     .venv/bin/python bench/env/bench_session_layer.py                    # 6, 9, 12 players
     .venv/bin/python bench/env/bench_session_layer.py --players 9 --profile /tmp/layer.prof
+
+An older revision's session layer: put its ``libs`` and ``services/environment`` first on ``PYTHONPATH``
+(``bench_env_grpc.checkout``); before ``PlaySeatsRequest.omit_messages`` existed only the prompt-twice
+column is measured ("n/a" in the other).
 """
 
 from __future__ import annotations
@@ -18,16 +22,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import math
 import random
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 from wolfpack.v1 import environment_service_pb2 as pb
-from wolfpack_environment.client import episode_request, restore_messages
+from wolfpack_environment.client import episode_request
 from wolfpack_environment.convert import EpisodeFactory, Observations
 from wolfpack_environment.play_stream import PlayStream
 from wolfpack_environment.sessions import EpisodeManager, Limits
 from wolfpack_games.werewolf import WerewolfEnv
+
+SECTIONS = ("parse", "handle", "decisions", "serialize")
+"""The server part's sections: parse the request; apply it (``PlayStream.handle``: creates, acts);
+the decisions that became due (``PlayStream.decisions``, prompts rendered); serialise the response."""
+
+HAS_ONCE = "omit_messages" in pb.PlaySeatsRequest.DESCRIPTOR.fields_by_name
+"""Whether this tree's protos have the prompt-once flag (an older revision on PYTHONPATH may not)."""
 
 
 def answer(obs: pb.Observation, rng: random.Random) -> str:
@@ -39,8 +53,9 @@ def answer(obs: pb.Observation, rng: random.Random) -> str:
 
 async def session_layer(
     players: int, episodes: int, seconds: float, seed: int, omit_messages: bool, prof: cProfile.Profile | None
-) -> tuple[int, float, float]:
-    """(actions, server CPU s, client CPU s): ``episodes`` in flight on one PlayStream for ``seconds``."""
+) -> tuple[int, float, float, dict[str, float]]:
+    """(actions, server CPU s, client CPU s, server CPU µs/action by section): ``episodes`` in flight on
+    one PlayStream for ``seconds``."""
     manager = EpisodeManager(Limits(acts_per_second=1e9, burst=10**9))
     stream = PlayStream(manager, EpisodeFactory(manager), Observations())
     rng = random.Random(seed)
@@ -51,6 +66,7 @@ async def session_layer(
     tokens: dict[tuple[str, int], str] = {}
     live: dict[str, int] = {}  # episode id -> seats not finished yet
     deadline = time.perf_counter() + seconds
+    sections = dict.fromkeys(SECTIONS, 0.0)
 
     def creates(n: int) -> list[pb.CreateEpisodeRequest]:
         nonlocal next_seed
@@ -61,30 +77,41 @@ async def session_layer(
             next_seed += 1
         return out
 
-    wire = pb.PlaySeatsRequest(
-        create=creates(episodes), include_text=True, close_finished=True, rejected_results_only=True,
-        omit_messages=omit_messages,
-    ).SerializeToString()  # fmt: skip
+    first = pb.PlaySeatsRequest(
+        create=creates(episodes), include_text=True, close_finished=True, rejected_results_only=True
+    )
+    restore: Callable[[Any], None] | None = None
+    if omit_messages:
+        first.omit_messages = True
+        from wolfpack_environment.client import restore_messages as restore
+    wire = first.SerializeToString()
     while True:
         # server: parse the client's message, apply it, send the decisions that became due
         t0 = clock()
         if prof is not None:
             prof.enable()
         req = pb.PlaySeatsRequest.FromString(wire)
+        ta = clock()
         results: list[pb.SeatActResult] = []
         created: list[pb.CreatedEpisode] = []
         await stream.handle(req, results, created)
+        tb = clock()
         response = pb.PlaySeatsResponse(results=results, created=created)
         stream.decisions(response.decisions)
+        tc = clock()
         out = response.SerializeToString()
         if prof is not None:
             prof.disable()
         t1 = clock()
         server += t1 - t0
+        sections["parse"] += ta - t0
+        sections["handle"] += tb - ta
+        sections["decisions"] += tc - tb
+        sections["serialize"] += t1 - tc
         # client: what EnvironmentClient's PlayStream + play_episodes do with it
         msg = pb.PlaySeatsResponse.FromString(out)
-        if omit_messages:
-            restore_messages(msg.decisions)
+        if restore is not None:
+            restore(msg.decisions)
         nxt = pb.PlaySeatsRequest()
         for c in msg.created:
             live[c.episode.episode_id] = len(c.episode.seat_tokens)
@@ -109,7 +136,7 @@ async def session_layer(
             if not live:
                 break
             raise RuntimeError("no decision for a live episode")
-    return actions, server, client
+    return actions, server, client, {k: v / actions * 1e6 for k, v in sections.items()}
 
 
 def engine_only(players: int, seconds: float, seed: int) -> tuple[int, float]:
@@ -145,25 +172,42 @@ def main() -> None:
     ap.add_argument("--profile", default="", help="cProfile the server part (prompt once) into this file")
     args = ap.parse_args()
     prof = cProfile.Profile() if args.profile else None
-    print("| players | engine µs/action | server µs/action (prompt twice / once) | session layer µs/action "
-          "(server - engine, once) | client µs/action (twice / once) |")  # fmt: skip
+    print("| players | engine µs/action | server µs/action, prompt twice / once | server - engine, twice / once "
+          "| client µs/action, twice / once |")  # fmt: skip
     print("| --- | --- | --- | --- | --- |")
+
+    def f(x: float) -> str:
+        return "n/a" if math.isnan(x) else f"{x:.1f}"
+
+    by_section: dict[int, dict[str, float]] = {}
     for players in args.players:
         cells: dict[str, list[float]] = {}
         for r in range(args.rounds):
             n, cpu = engine_only(players, args.seconds, 1000 * r)
             cells.setdefault("engine", []).append(cpu / n * 1e6)
-            for once in (False, True) if r % 2 == 0 else (True, False):
-                n, s, c = asyncio.run(
+            for once in ((False, True) if r % 2 == 0 else (True, False)) if HAS_ONCE else (False,):
+                n, s, c, parts = asyncio.run(
                     session_layer(players, args.episodes, args.seconds, 1000 * r, once, None)
                 )
+                for name, value in parts.items():
+                    cells.setdefault(f"{name} {once}", []).append(value)
                 cells.setdefault(f"server {once}", []).append(s / n * 1e6)
                 cells.setdefault(f"client {once}", []).append(c / n * 1e6)
         med = {k: statistics.median(v) for k, v in cells.items()}
-        print(f"| {players} | {med['engine']:.1f} | {med['server False']:.1f} / {med['server True']:.1f} "
-              f"| {med['server True'] - med['engine']:.1f} | {med['client False']:.1f} / {med['client True']:.1f} |")  # fmt: skip
+        med.setdefault("server True", float("nan"))
+        med.setdefault("client True", float("nan"))
+        e, s2, s1 = med["engine"], med["server False"], med["server True"]
+        print(f"| {players} | {f(e)} | {f(s2)} / {f(s1)} | {f(s2 - e)} / {f(s1 - e)} "
+              f"| {f(med['client False'])} / {f(med['client True'])} |")  # fmt: skip
+        by_section[players] = med
+    col = "True" if HAS_ONCE else "False"
+    print(f"\nserver µs/action by section (prompt {'once' if HAS_ONCE else 'twice'}; medians)\n")
+    print("| players | " + " | ".join(SECTIONS) + " |")
+    print("| --- |" + " --- |" * len(SECTIONS))
+    for players, med in by_section.items():
+        print(f"| {players} | " + " | ".join(f(med[f"{name} {col}"]) for name in SECTIONS) + " |")
     if prof is not None:  # a run of its own: the profiler's overhead stays out of the table
-        asyncio.run(session_layer(args.players[0], args.episodes, args.seconds, 0, True, prof))
+        asyncio.run(session_layer(args.players[0], args.episodes, args.seconds, 0, HAS_ONCE, prof))
         prof.dump_stats(args.profile)
 
 

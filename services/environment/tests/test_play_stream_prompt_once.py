@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -44,25 +45,44 @@ def comparable(obs: pb.Observation) -> bytes:
     return copy.SerializeToString(deterministic=True)
 
 
+Send = Callable[[str, list[tuple[str, int, str]]], Awaitable[None]]
+"""Answers (token, turn id, text) for an episode, sent the way one of the two clients sends them."""
+
+
 async def play_raw(client: EnvironmentClient, create: pb.CreateEpisodeRequest, **options: Any) -> list[bytes]:
     """One episode over a bare PlaySeats call (no client library in between), every seat answered with
     ``answer``; returns each decision received, in order."""
     call = client.stub.PlaySeats(timeout=120)
     await call.write(pb.PlaySeatsRequest(create=[create], include_text=True, **options))
-    return await _drive(call.read, call.write, create.seed, lambda m: None, cancel=call.cancel)
+
+    async def send(episode_id: str, acts: list[tuple[str, int, str]]) -> None:
+        await call.write(pb.PlaySeatsRequest(acts=[
+            pb.SeatAct(episode_id=episode_id, token=t, turn_id=turn, raw_text=text) for t, turn, text in acts
+        ]))  # fmt: skip
+
+    try:
+        return await _drive(call.read, send, create.seed)
+    finally:
+        call.cancel()
 
 
 async def play_client(client: EnvironmentClient, create: pb.CreateEpisodeRequest) -> list[bytes]:
     """The same episode through ``EnvironmentClient.play_stream`` (prompt once, messages rebuilt)."""
     stream = client.play_stream(include_text=True)
     stream.create(create)
+
+    async def send(episode_id: str, acts: list[tuple[str, int, str]]) -> None:
+        for token, turn_id, text in acts:
+            stream.act(episode_id, token, turn_id, text)
+
     try:
-        return await _drive(stream.read, None, create.seed, stream)
+        return await _drive(stream.read, send, create.seed)
     finally:
         await stream.close()
 
 
-async def _drive(read: Any, write: Any, seed: int, stream: Any, cancel: Any = None) -> list[bytes]:
+async def _drive(read: Callable[[], Awaitable[Any]], send: Send, seed: int) -> list[bytes]:
+    """Play the stream's one episode to its end: every seat's final observation received."""
     rng = random.Random(seed)
     tokens: dict[int, str] = {}
     episode_id = ""
@@ -82,15 +102,8 @@ async def _drive(read: Any, write: Any, seed: int, stream: Any, cancel: Any = No
                 finals.add(obs.seat)
             elif obs.your_turn:
                 acts.append((tokens[obs.seat], obs.turn_id, answer(obs, rng)))
-        for token, turn_id, text in acts:
-            if write is None:
-                stream.act(episode_id, token, turn_id, text)
-        if write is not None and acts:
-            await write(pb.PlaySeatsRequest(acts=[
-                pb.SeatAct(episode_id=episode_id, token=t, turn_id=turn, raw_text=text) for t, turn, text in acts
-            ]))  # fmt: skip
-    if cancel is not None:
-        cancel()
+        if acts:
+            await send(episode_id, acts)
     return received
 
 
