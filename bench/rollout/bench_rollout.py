@@ -14,6 +14,16 @@ table gives min / median / max over rounds, by wall clock and by CPU (tokens per
 process, which hosts the services and the engine, plus the driver's process with ``--driver-process``):
 on a shared machine one round's wall-clock ratio says more about the neighbours than about the code.
 
+Where the CPU goes: each round also prints, per policy turn, the engine thread's CPU in the rollout row
+and in its raw replay (``TransformersBackend._iteration``, timed with ``time.thread_time``) and the
+rest of the rollout row's CPU (the environment, inference preparation, the driver, gRPC and asyncio, in
+this process); the table gives their medians. On CPU with the tiny model a decode step's cost grows with
+its live rows (the cache copies grow with them), so emptier batches cost little here: the rest is the gap.
+
+Before/after: ``--baseline`` plays, in every round, a row with the current code paths ("new") and one
+with them switched off in this process ("old", see ``use_baseline``), order alternating, each followed
+by its own raw replay; the environment and everything else are the same objects for both.
+
 Prompt cache: ``--prompt-cache both`` plays a row with the inference policy's prompt token cache and one
 without in every round (order alternating), each followed by its own raw replay. Each round also prints
 the engine's occupancy in both rows (live rows per decode step, jobs per prefill): on CPU a tiny model's
@@ -290,7 +300,10 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         warm = RolloutDriver(warm_cfg, environment=env, inference_channel=inference, reward_channel=reward)
         await warm.play(tasks(args.game, args.variant, 2, policy_id, args.seat, 10_000))
         await warm.close()
-        modes = ["on", "off"] if args.prompt_cache == "both" else [args.prompt_cache]
+        if args.baseline:
+            modes = ["new", "old"]
+        else:
+            modes = ["on", "off"] if args.prompt_cache == "both" else [args.prompt_cache]
         counters = EngineCounters(backend) if backend is not None else None
         for c in args.concurrency:
             by_mode: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
@@ -298,7 +311,11 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for mode in modes if r % 2 == 0 else modes[::-1]:  # alternate which mode goes first
                     samples = by_mode[mode]
                     if served is not None:
-                        set_prompt_cache(served, mode == "on")
+                        set_prompt_cache(
+                            served, mode == "on" or (mode in ("new", "old") and args.prompt_cache != "off")
+                        )
+                    if args.baseline:
+                        use_baseline(mode == "old")
                     cpu0 = cpu_now()
                     snap = counters.snapshot() if counters is not None else None
                     if args.driver_process:
@@ -336,14 +353,29 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                         sample["raw_tok_s"] = raw_tokens / raw_s
                         sample["ratio"] = sample["rollout_tok_s"] / sample["raw_tok_s"]
                         sample["cpu_ratio"] = (tokens / rollout_cpu) / (raw_tokens / raw_cpu)
+                        if "raw_engine_cpu" in sample:
+                            # where the rollout's CPU went, per policy turn: the engine's thread (the same
+                            # work as the raw row's, at the rollout's occupancy) and everything else (the
+                            # services, gRPC, the driver, the game)
+                            sample["rollout_engine_ms"] = 1e3 * sample["rollout_engine_cpu"] / max(turns, 1)
+                            sample["raw_engine_ms"] = 1e3 * sample["raw_engine_cpu"] / max(turns, 1)
+                            sample["services_ms"] = (
+                                1e3 * (rollout_cpu - sample["rollout_engine_cpu"]) / max(turns, 1)
+                            )
+                            sample["raw_other_ms"] = (
+                                1e3 * (raw_cpu - sample["raw_engine_cpu"]) / max(turns, 1)
+                            )
                         print(
-                            f"  round {r + 1}/{args.repeats} c={c} prompt cache {mode}: ratio {sample['ratio']:.3f} by wall, "
+                            f"  round {r + 1}/{args.repeats} c={c} {mode}: ratio {sample['ratio']:.3f} by wall, "
                             f"{sample['cpu_ratio']:.3f} by CPU"
                             + (
                                 f"; rows per decode step {sample['rollout_rows_per_step']:.2f} rollout, "
                                 f"{sample['raw_rows_per_step']:.2f} raw; jobs per prefill "
-                                f"{sample['rollout_jobs_per_prefill']:.2f} / {sample['raw_jobs_per_prefill']:.2f}"
-                                if "raw_rows_per_step" in sample
+                                f"{sample['rollout_jobs_per_prefill']:.2f} / {sample['raw_jobs_per_prefill']:.2f}; "
+                                f"CPU ms per turn: engine {sample['rollout_engine_ms']:.2f} rollout / "
+                                f"{sample['raw_engine_ms']:.2f} raw, rest {sample['services_ms']:.2f} rollout / "
+                                f"{sample['raw_other_ms']:.2f} raw ({turns} turns)"
+                                if "raw_rows_per_step" in sample and "services_ms" in sample
                                 else ""
                             ),
                             file=sys.stderr,
@@ -376,30 +408,90 @@ class EngineCounters:
 
     def __init__(self, backend: Any) -> None:
         self.steps = self.rows = self.prefills = self.prefilled = 0
-        if not hasattr(backend, "_step") or not hasattr(backend, "_prefill"):
+        self.step_cpu = self.prefill_cpu = self.engine_cpu = 0.0
+        if not all(hasattr(backend, name) for name in ("_step", "_prefill", "_iteration")):
             self.active = False
             return
         self.active = True
-        step, prefill = backend._step, backend._prefill
+        step, prefill, iteration = backend._step, backend._prefill, backend._iteration
+
+        def counted_iteration(batch: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return iteration(batch)
+            finally:
+                self.engine_cpu += time.thread_time() - t0
 
         def counted_step(batch: Any) -> Any:
             self.steps += 1
             self.rows += len(batch.live())
-            return step(batch)
+            t0 = time.thread_time()
+            try:
+                return step(batch)
+            finally:
+                self.step_cpu += time.thread_time() - t0
 
         def counted_prefill(jobs: Any) -> Any:
             self.prefills += 1
             self.prefilled += len(jobs)
-            return prefill(jobs)
+            t0 = time.thread_time()
+            try:
+                return prefill(jobs)
+            finally:
+                self.prefill_cpu += time.thread_time() - t0
 
         backend._step, backend._prefill = counted_step, counted_prefill
+        backend._iteration = counted_iteration
 
-    def snapshot(self) -> tuple[int, int, int, int]:
-        return self.steps, self.rows, self.prefills, self.prefilled
+    def snapshot(self) -> tuple[float, ...]:
+        return (self.steps, self.rows, self.prefills, self.prefilled, self.step_cpu, self.prefill_cpu,
+                self.engine_cpu)  # fmt: skip
 
-    def since(self, snap: tuple[int, int, int, int]) -> dict[str, float]:
-        steps, rows, prefills, prefilled = (a - b for a, b in zip(self.snapshot(), snap, strict=True))
-        return {"rows_per_step": rows / max(steps, 1), "jobs_per_prefill": prefilled / max(prefills, 1)}
+    def since(self, snap: tuple[float, ...]) -> dict[str, float]:
+        steps, rows, prefills, prefilled, step_cpu, prefill_cpu, engine_cpu = (
+            a - b for a, b in zip(self.snapshot(), snap, strict=True)
+        )
+        return {"rows_per_step": rows / max(steps, 1), "jobs_per_prefill": prefilled / max(prefills, 1),
+                "steps": steps, "step_cpu": step_cpu, "prefill_cpu": prefill_cpu,
+                "engine_cpu": engine_cpu}  # fmt: skip
+
+
+def use_baseline(old: bool) -> None:
+    """``--baseline``: switch this change's code paths off (``old``) or on, in this process, so the code
+    before and after it play side by side in one run (the environment and everything else unchanged).
+
+    Off means, in the inference service's preparation: no compression on the event loop
+    (``policies.INLINE_COMPRESS_CHARS = 0``: an over-budget chat is rendered inline, found too long and
+    prepared again in a worker thread); no message cached from the render before a cut
+    (``policies.SEED_PART_CHARS``), the end window tokenized whole (no ``encode_from``) and decoded
+    through the transformers wrapper."""
+    from wolfpack_inference import policies, prompts, server
+
+    if not _NEW:
+        _NEW.update(
+            INLINE_COMPRESS_CHARS=policies.INLINE_COMPRESS_CHARS, COMPRESSION_PASSES=server.COMPRESSION_PASSES,
+            SEED_PART_CHARS=policies.SEED_PART_CHARS, of=prompts.TextCodec.of,
+        )  # fmt: skip
+    policies.INLINE_COMPRESS_CHARS = 0 if old else _NEW["INLINE_COMPRESS_CHARS"]
+    server.COMPRESSION_PASSES = 1 if old else _NEW["COMPRESSION_PASSES"]
+    policies.SEED_PART_CHARS = 1 << 62 if old else _NEW["SEED_PART_CHARS"]
+    prompts.TextCodec.of = _old_codec if old else _NEW["of"]  # type: ignore[method-assign]
+
+
+def _old_codec(tokenizer: Any, encode: Any = None, encode_from: Any = None) -> Any:
+    """The codec before this change: cached encodes, whole end windows, the wrapper's decode."""
+    from wolfpack_inference import prompts
+
+    if encode is None:
+        return _NEW["of"](tokenizer)
+    return prompts.TextCodec(
+        encode=lambda text: encode(text),
+        decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
+        encode_tail=lambda text: encode(text, remember=False),
+    )
+
+
+_NEW: dict[str, Any] = {}
 
 
 def set_prompt_cache(policy: Any, on: bool) -> None:
@@ -417,8 +509,14 @@ def print_row(row: dict[str, Any]) -> None:
         if "raw_tok_s" in row
         else f"{'-':>10}  {'-':>21}  {'-':>21}"
     )
+    split = (
+        f"  {row['rollout_rows_per_step']:>5.2f} / {row['raw_rows_per_step']:<5.2f}  "
+        f"{row['rollout_engine_ms']:>5.2f} / {row['raw_engine_ms']:<5.2f}  {row['services_ms']:>11.2f}"
+        if "services_ms" in row
+        else ""
+    )
     print(f"{row['concurrency']:>11}  {row.get('prompt_cache', '-'):>5}  {row['episodes']:>8}  {row['episodes_per_min']:>10,.1f}  {row['turns_per_s']:>8,.1f}"
-          f"  {row['rollout_tok_s']:>11,.0f}  {raw}  {int(row['failed']):>6}", flush=True)  # fmt: skip
+          f"  {row['rollout_tok_s']:>11,.0f}  {raw}  {int(row['failed']):>6}{split}", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -455,6 +553,11 @@ def main() -> None:
         "--prompt-cache", default="on", choices=["on", "off", "both"],
         help="the in-process policy's prompt token cache; both: a row of each per round, order alternating",
     )  # fmt: skip
+    ap.add_argument(
+        "--baseline", action="store_true",
+        help="every round plays a row with this change's code paths ('new') and one without ('old'), "
+             "order alternating, each with its own raw replay (see use_baseline)",
+    )  # fmt: skip
     ap.add_argument("--policy-id", default="bench")
     ap.add_argument(
         "--environment", default="", help="use this environment service instead of one in process"
@@ -475,8 +578,14 @@ def main() -> None:
         return
     print(f"rollout bench: backend={args.backend} model={args.model} game={args.game}/{args.variant} "
           f"max_tokens={args.max_tokens} ignore_eos={args.ignore_eos} prompt_mode={args.prompt_mode}")  # fmt: skip
-    print(f"{'concurrency':>11}  {'cache':>5}  {'episodes':>8}  {'episodes/min':>10}  {'turns/s':>8}  {'rollout tok/s':>11}  "
-          f"{'raw tok/s':>10}  {'ratio min/med/max':>21}  {'CPU ratio min/med/max':>21}  {'failed':>6}")  # fmt: skip
+    print(f"{'concurrency':>11}  {'mode':>5}  {'episodes':>8}  {'episodes/min':>10}  {'turns/s':>8}  {'rollout tok/s':>11}  "
+          f"{'raw tok/s':>10}  {'ratio min/med/max':>21}  {'CPU ratio min/med/max':>21}  {'failed':>6}  {'rows/step r/raw':>13}  {'engine ms/turn r/raw':>13}  {'rest ms/turn':>11}")  # fmt: skip
+    if args.baseline:
+        if args.prompt_cache == "both" or args.driver_process:
+            ap.error(
+                "--baseline compares two variants itself: not with --prompt-cache both or --driver-process"
+            )
+        use_baseline(False)  # records the new code paths before any round switches them
     rows = asyncio.run(bench(args))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

@@ -160,3 +160,32 @@ def test_cache_off_at_zero(tiny_dir: Path) -> None:
     policy = _policy(AutoTokenizer.from_pretrained(tiny_dir), 0, 0)
     assert policy._encoder(policy.backend.tokenizer) is None
     assert token_cache.DEFAULT_MAX_TOKENS > 0
+
+
+def test_parts_and_suffix_windows_match_whole_tokenization(tiny_dir: Path) -> None:
+    """A message cached from its chat's render (``remember_part``) and windows at its end
+    (``encode_suffix``) give the tokenizer's own ids, over random texts with awkward seams (special
+    tokens, CJK, combining marks, CRLF, runs of spaces); a part whose start is no restart point is refused."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    cache = PrefixTokenCache(tok, max_entries=256, max_tokens=500_000)
+    rng = random.Random(11)
+    seeded = 0
+
+    def ids(text: str) -> list[int]:
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    for step in range(300):
+        content = "Rules.\n" + _random_text(rng, rng.randrange(20, 120))
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
+        assert cache.encode(text) == ids(text), step
+        at = text.find(content)
+        seeded += cache.remember_part(text, at, at + len(content))
+        assert not cache.remember_part(text, at + 1, at + len(content))  # "ules.": not a restart point
+        for start in sorted(rng.sample(range(len(content)), min(8, len(content)))):
+            assert cache.encode_suffix(content, start) == ids(content[start:]), (step, start)
+        head = content[: rng.randrange(1, len(content) + 1)]  # a window at its start: a prefix hit
+        assert cache.encode(head, remember=False) == ids(head), step
+    assert seeded > 200  # most parts were cached from their render, not tokenized
+    assert cache.stats.reused_tokens > 0

@@ -70,9 +70,26 @@ class Prepared:
 
 
 class CompressionNeeded(Exception):
-    """Raised by ``Policy.prepare(inline=True)`` when the chat is over budget: compression takes up to
-    ``prompts.MAX_RENDERS`` renders, so the caller moves the request off the event loop and prepares it
-    again there."""
+    """Raised by ``Policy.prepare(inline=True)`` when compressing the chat would tokenize more than
+    ``INLINE_COMPRESS_CHARS``: compression may take up to ``prompts.MAX_RENDERS`` renders, so the caller
+    moves the request off the event loop and prepares it again there."""
+
+
+SEED_PART_CHARS = 512
+"""Messages at least this long are cached from the render of an over-budget chat before it is cut
+(``token_cache.PrefixTokenCache.remember_part``); shorter ones cost little to tokenize whole."""
+
+INLINE_COMPRESS_CHARS = 16_384
+"""Most characters an inline preparation (``prepare(inline=True)``, on the event loop) may render and
+tokenize while compressing, about as much work as ``server.INLINE_COST`` allows a prompt that fits.
+
+Why compress inline at all: a game transcript over the budget of a small model (the tiny model's 512
+positions) is compressed on *every* turn. With a token cut that costs about four passes over the prompt
+(the whole render, the message's two end windows, the cut render), ~1 ms for a 2k-character Werewolf
+prompt. Sending each such prompt to a worker thread cost more than that: the inline attempt's render was
+thrown away and done again in the thread, plus the hop there and back (in the CPU rollout bench the
+prompts that went to the thread cost ~1.9 ms of CPU each, ~1.1 ms prepared inline). A compression that
+outgrows the bound (long chats, the character search's many renders) still moves to the thread."""
 
 
 class Policy:
@@ -119,8 +136,9 @@ class Policy:
         ``add_generation_prompt=None`` (the caller did not say): add the assistant prompt unless the last
         message is the assistant's, which the model then continues.
 
-        ``inline=True`` (a caller on the event loop with a cheap prompt): raise ``CompressionNeeded``
-        instead of compressing."""
+        ``inline=True`` (a caller on the event loop with a cheap prompt): compress only while that
+        renders and tokenizes at most ``INLINE_COMPRESS_CHARS`` characters, else raise
+        ``CompressionNeeded`` (the caller prepares the request again in a worker thread)."""
         tok = self.backend.tokenizer
         if messages is not None:
             if len(messages) > MAX_CHAT_MESSAGES:
@@ -167,12 +185,24 @@ class Policy:
     ) -> tuple[list[int], bool]:
         tok = self.backend.tokenizer
         budget = self.context_budget
-        encode = self._encoder(tok)
-        ids = prompts.render_chat(tok, msgs, add_gen, encode)
+        cache = self._cache(tok)
+        encode = cache.encode if cache is not None else None
+        if cache is not None:
+            text = prompts.render_text(tok, msgs, add_gen)
+            ids = cache.encode(text)
+        else:
+            ids = prompts.render_chat(tok, msgs, add_gen)
         if not budget or len(ids) + max_tokens <= budget or not self.cfg.compress:
             return ids, False  # the backend rejects what does not fit its positions
-        if inline:
-            raise CompressionNeeded
+        if cache is not None:
+            # the messages a cut may shorten, cached from this render's ids: their end windows then
+            # tokenize a line or two instead of the whole message (``token_cache.remember_part``)
+            for m in msgs:
+                content = m.get("content") or ""
+                if len(content) >= SEED_PART_CHARS:
+                    at = text.find(content)
+                    if at >= 0:
+                        cache.remember_part(text, at, at + len(content))
         room = budget - max_tokens
         if room <= 0:
             raise InferenceError(
@@ -180,24 +210,43 @@ class Policy:
                 f"max_tokens ({max_tokens}) leaves no room for a prompt in the context budget ({budget})",
             )
         last: tuple[list[dict[str, str]], list[int]] = (msgs, ids)  # the latest render, reused at the end
+        spent = sum(len(m.get("content") or "") for m in msgs)  # characters tokenized so far (inline bound)
+
+        def spend(chars: int) -> None:
+            nonlocal spent
+            spent += chars
+            if inline and spent > INLINE_COMPRESS_CHARS:
+                raise CompressionNeeded
 
         def count(m: Sequence[dict[str, str]]) -> int:
             nonlocal last
             if list(m) == last[0]:
                 return len(last[1])
+            spend(sum(len(x.get("content") or "") for x in m))
             last = (list(m), prompts.render_chat(tok, m, add_gen, encode))
             return len(last[1])
 
+        codec = prompts.TextCodec.of(tok, encode, cache.encode_suffix if cache is not None else None)
+        if inline:
+            codec = codec.metered(spend)
+        if inline and spent * 4 > INLINE_COMPRESS_CHARS:
+            raise CompressionNeeded  # a token cut alone takes about four passes: not worth starting here
         try:
-            kept, _ = prompts.compress_messages(msgs, count, room, prompts.TextCodec.of(tok, encode))
+            kept, _ = prompts.compress_messages(msgs, count, room, codec)
         except prompts.PromptTooLong as exc:
             raise InferenceError(ErrorCode.INVALID_ARGUMENT, str(exc)) from None
         return (last[1] if kept == last[0] else prompts.render_chat(tok, kept, add_gen, encode)), True
 
     def _encoder(self, tok: Any) -> Callable[..., list[int]] | None:
         """This policy's cached tokenizer (``token_cache.PrefixTokenCache.encode``), or ``None`` when the
-        cache is off (``prompt_cache_tokens: 0``) or the tokenizer does not qualify. A new tokenizer
-        object (new weights loaded with their own) gets a new, empty cache: ids never cross tokenizers."""
+        cache is off or the tokenizer does not qualify (see ``_cache``)."""
+        cache = self._cache(tok)
+        return cache.encode if cache is not None else None
+
+    def _cache(self, tok: Any) -> token_cache.PrefixTokenCache | None:
+        """This policy's prompt token cache for ``tok``, or ``None`` when the cache is off
+        (``prompt_cache_tokens: 0``) or the tokenizer does not qualify. A new tokenizer object (new
+        weights loaded with their own) gets a new, empty cache: ids never cross tokenizers."""
         if not self.cfg.prompt_cache_tokens:
             return None
         state = self._token_cache
@@ -211,7 +260,7 @@ class Policy:
                     tok, max_entries=self.cfg.prompt_cache_entries, max_tokens=self.cfg.prompt_cache_tokens
                 )
             state = self._token_cache = (tok, cache)
-        return state[1].encode if state[1] is not None else None
+        return state[1]
 
 
 @contextlib.contextmanager

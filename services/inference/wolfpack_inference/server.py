@@ -41,9 +41,14 @@ log = logging.getLogger(__name__)
 INLINE_COST = 16_384
 """Prompts cheaper than this (characters, plus ``MESSAGE_COST`` per chat message) are prepared on the
 event loop: about 5 ms of rendering, less than what a thread hop would add for a common short turn. Anything
-dearer, a whole GenerateBatch above it in total, and any chat that needs compressing (up to
-``prompts.MAX_RENDERS`` renders) is prepared in a worker thread, so health and every other caller are
-answered while it renders."""
+dearer, a whole GenerateBatch above it in total, and a chat whose compression would render and tokenize
+more than ``policies.INLINE_COMPRESS_CHARS`` (up to ``prompts.MAX_RENDERS`` renders) is prepared in a
+worker thread, so health and every other caller are answered while it renders."""
+COMPRESSION_PASSES = 4
+"""What a compressed prompt costs to prepare, in multiples of its ``_cost``: a token cut renders and
+tokenizes the chat about four times (see ``policies.INLINE_COMPRESS_CHARS``). A cheap batch prepared
+on the loop counts its compressed prompts so, and sends the rest to the thread once ``INLINE_COST`` is
+spent."""
 MESSAGE_COST = 64
 """What one chat message costs to render, in characters: the template's per-message work (~22 µs on the
 dev CPU, about as much as tokenizing 64 characters). A chat of 4,000 two-character messages rendered in
@@ -121,12 +126,14 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         # ``[:]`` is the quickest copy of a repeated field into a list (~30% faster than ``list()``)
         return policy, policy.prepare(sampling, token_ids=r.tokens.token_ids[:], request_id=r.request_id)
 
-    async def _prepare_off_loop(self, r: pb.GenerateRequest) -> tuple[Policy, Prepared]:
-        """``_prepare``, in a worker thread unless the prompt is cheap (``INLINE_COST``) and needs no
-        compression: rendering a long chat, and compressing any chat (up to ``prompts.MAX_RENDERS``
-        renders), must not stall every other caller's requests on the event loop. Cheap prompts (the
-        common case) stay on the loop: a thread hop costs more than their render."""
-        if _cost(r) <= INLINE_COST:
+    async def _prepare_off_loop(self, r: pb.GenerateRequest, inline: bool = True) -> tuple[Policy, Prepared]:
+        """``_prepare``, in a worker thread unless the prompt is cheap (``INLINE_COST``) and, if it needs
+        compressing, its compression is too (``policies.INLINE_COMPRESS_CHARS``): rendering a long chat,
+        and a compression that takes many renders (up to ``prompts.MAX_RENDERS``), must not stall every
+        other caller's requests on the event loop. Cheap prompts (the common case, and the small model's
+        per-turn compression of a game transcript) stay on the loop: a thread hop costs more than their
+        render. ``inline=False``: straight to the thread."""
+        if inline and _cost(r) <= INLINE_COST:
             try:
                 return self._prepare(r, inline=True)
             except CompressionNeeded:
@@ -155,11 +162,15 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         """Each item's preparation, in order: on the loop for a cheap batch (as ``_prepare_off_loop``),
         in worker-thread slices otherwise, so a batch of many dear chats never holds the event loop."""
         if sum(_cost(r) for r in items) <= INLINE_COST:
+            left = INLINE_COST  # what the loop may still spend on this batch; a compression counts 4x
             for i, r in enumerate(items):
                 try:
-                    yield i, await self._prepare_off_loop(r)
+                    prepared = await self._prepare_off_loop(r, inline=left > 0)
                 except InferenceError as exc:
                     yield i, exc
+                    continue
+                left -= _cost(r) * (COMPRESSION_PASSES if prepared[1].compressed else 1)
+                yield i, prepared
             return
         start = 0
         while start < len(items):

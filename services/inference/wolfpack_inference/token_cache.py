@@ -22,6 +22,15 @@ How (``PrefixTokenCache.encode``):
      padding set on the tokenizer) the whole text is tokenized, as before.
 Tokenizers outside that shape (``unsupported_reason``) get no cache at all.
 
+Parts of a rendered chat (``remember_part``, ``encode_suffix``): a prompt compressed under the budget
+tokenizes windows at the two ends of one message's content, by itself, right after rendering the whole
+chat. The content's own ids are already inside the render's: it starts at a restart point (after the
+template's ``user\n``) and ends where an added token (``<|im_end|>``) begins, which splits the text
+before any pre-tokenizer runs. ``remember_part`` caches the content under its own text from those ids, so
+a window at its start is a prefix hit; ``encode_suffix`` tokenizes a window at its end only up to the
+window's first restart point and takes the rest from the cached content. Both check real tokens as step
+3 does, and fall back to tokenizing when a check or a precondition fails.
+
 Bounds: at most ``max_entries`` texts and ``max_tokens`` token ids in all, least recently used evicted
 first; texts longer than ``MAX_TEXT_CHARS`` are tokenized whole and not kept. One cache per policy
 tokenizer (``Policy`` drops it when the backend's tokenizer object changes), so nothing crosses policies.
@@ -135,6 +144,10 @@ class PrefixTokenCache:
         self._tokens = 0
         self._lock = threading.Lock()
         self.stats = CacheStats()
+        self._added = tuple(
+            str(t.content) for t in self._backend.get_added_tokens_decoder().values() if str(t.content)
+        )
+        """Added tokens' texts: the tokenizer splits the text at them before anything else."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -160,6 +173,87 @@ class PrefixTokenCache:
             with self._lock:
                 self._add(_Entry(text, ids, lines, keys))
         return ids.tolist()
+
+    def remember_part(self, text: str, start: int, end: int) -> bool:
+        """Cache ``text[start:end]`` with ids taken from ``text``'s cached ids (``text`` was just encoded
+        with ``remember``), without tokenizing it: when ``start`` is a restart point of ``text`` (or 0),
+        ``text[end:]`` is empty or begins with an added token, and the part's first line tokenizes by itself
+        to the same ids. Whether it was cached. See the module docstring (parts of a rendered chat)."""
+        if self._backend.truncation is not None or self._backend.padding is not None:
+            return False
+        if not 0 <= start < end <= len(text) or len(text) > MAX_TEXT_CHARS:
+            return False
+        with self._lock:
+            base = self._longest(text, _chunk_keys(text))
+        if base is None or base[1] != len(text) or len(base[0].text) != len(text):
+            return False
+        entry = base[0]
+        ids, lines = entry.ids, entry.lines
+        k = bisect.bisect_left(lines, (start, -1))
+        if start == 0:
+            j0 = 0
+        elif k < len(lines) and lines[k][0] == start:
+            j0 = lines[k][1]
+            k += 1
+        else:
+            return False
+        if end == len(text):
+            j1 = len(ids)
+        else:
+            if not text.startswith(self._added, end):
+                return False
+            after = self._backend.encode(text[end:], add_special_tokens=False).ids
+            j1 = len(ids) - len(after)
+            if j1 <= j0 or ids[j1:].tolist() != after:
+                return False
+        inner = [(p - start, j - j0) for p, j in lines[k:] if p < end]
+        if not inner:
+            return False  # no second restart point to check the first line against
+        first_end, first_ids = inner[0]
+        if (
+            self._backend.encode(text[start : start + first_end], add_special_tokens=False).ids
+            != ids[j0 : j0 + first_ids].tolist()
+        ):
+            return False  # the part does not start cleanly: keep to tokenizing
+        part = text[start:end]
+        with self._lock:
+            self._add(_Entry(part, ids[j0:j1], inner, _chunk_keys(part)))
+        return True
+
+    def encode_suffix(self, text: str, start: int) -> list[int]:
+        """Token ids of ``text[start:]`` (no special tokens added), tokenizing only up to its second
+        restart point when ``text`` itself is cached (``remember_part``): the ids after the first restart
+        point are the cached text's, once the tokens between the first two restart points match them."""
+        window = text[start:]
+        if start == 0:
+            return self.encode(text, remember=False)
+        if self._backend.truncation is None and self._backend.padding is None and len(text) <= MAX_TEXT_CHARS:
+            with self._lock:
+                base = self._longest(text, _chunk_keys(text))
+            if base is not None and base[1] == len(text) and len(base[0].text) == len(text):
+                entry = base[0]
+                k = bisect.bisect_left(entry.lines, (start + 1, -1))  # the first restart point after start
+                if k + 1 < len(entry.lines):
+                    (p1, j1), (p2, j2) = entry.lines[k], entry.lines[k + 1]
+                    enc = self._backend.encode(text[start:p2], add_special_tokens=False)
+                    fresh = enc.ids
+                    m = enc.char_to_token(p1 - start)
+                    if (
+                        m is not None
+                        and m > 0
+                        and enc.token_to_chars(m)[0] == p1 - start
+                        and enc.token_to_chars(m - 1)[1] <= p1 - start
+                        and fresh[m:] == entry.ids[j1:j2].tolist()
+                    ):
+                        self.stats.hits += 1
+                        self.stats.reused_tokens += len(entry.ids) - j2
+                        self.stats.encoded_chars += p2 - start
+                        out: list[int] = fresh[:m] + entry.ids[j1:].tolist()
+                        return out
+                    self.stats.overlap_mismatches += 1
+        self.stats.misses += 1
+        self.stats.encoded_chars += len(window)
+        return list(self._backend.encode(window, add_special_tokens=False).ids)
 
     def _longest(self, text: str, keys: list[int]) -> tuple[_Entry, int] | None:
         """The cached entry sharing the longest prefix with ``text``, and that prefix's length."""
