@@ -85,7 +85,12 @@ async def test_an_unavailable_registry_answers_unavailable_with_the_reason(tmp_p
             )
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await pb_grpc.InferenceServiceStub(channel).Generate(request)
+            # Listing says why too: an empty list would read as "nothing configured".
+            with pytest.raises(grpc.aio.AioRpcError) as listed:
+                await pb_grpc.InferenceServiceStub(channel).ListPolicies(pb.ListPoliciesRequest())
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "cannot be prepared: gone" in (err.value.details() or "")
+        assert listed.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "cannot be prepared: gone" in (listed.value.details() or "")
     finally:
         await server.stop(0)

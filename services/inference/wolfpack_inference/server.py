@@ -314,6 +314,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                 yield msg
 
     async def ListPolicies(self, request: pb.ListPoliciesRequest, context: Any) -> pb.ListPoliciesResponse:
+        if self.registry.unavailable:  # not "serves nothing": the caller learns why (see ``main``)
+            raise InferenceError(ErrorCode.UNAVAILABLE, self.registry.unavailable)
         return pb.ListPoliciesResponse(policies=[policy_info(p) for p in self.registry.list()])
 
     async def LoadPolicy(self, request: pb.LoadPolicyRequest, context: Any) -> pb.LoadPolicyResponse:

@@ -42,6 +42,35 @@ def _healthy(addresses: dict[str, str]) -> bool:
         return False
 
 
+def _unservable(addresses: dict[str, str]) -> str | None:
+    """Why the stack's inference will never serve, if it says so: a configured model that cannot be
+    prepared (e.g. CUDA out of memory while vLLM starts) leaves the inference process up with health
+    NOT_SERVING and every call answering UNAVAILABLE with the reason. Waiting out the start-up timeout then
+    only hides it, so the job stops at once with that reason. ``None`` while it is starting or serving."""
+    target = addresses.get("inference")
+    if not target:
+        return None
+    from wolfpack.v1 import inference_service_pb2 as pb
+    from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+
+    async def ask() -> str | None:
+        if await rpc.check_health(target) != "NOT_SERVING":
+            return None
+        settings = Settings()  # the job's environment: the stack's auth and size limits
+        async with rpc.channel(target, settings) as channel:
+            try:
+                await pb_grpc.InferenceServiceStub(channel).ListPolicies(pb.ListPoliciesRequest(), timeout=5)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE and exc.details():
+                    return str(exc.details())
+        return None
+
+    try:
+        return asyncio.run(ask())
+    except Exception:  # not reachable yet: still starting
+        return None
+
+
 def running_stack(settings: Settings) -> dict[str, str] | None:
     """Addresses of a healthy stack started by ``wolfpack up`` on ``settings.run_dir``, if any."""
     path = settings.run_dir / "up.json"
@@ -233,6 +262,11 @@ def child_stack(
                 services = json.loads(up.read_text()).get("services", {})
                 if set(services) >= set(SERVICES) and _healthy(services):
                     break
+                reason = _unservable(services)
+                if reason:
+                    raise RuntimeError(
+                        f"the stack's inference cannot serve: {reason}; see {run_dir / 'up.log'}"
+                    )
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"the stack did not become healthy in {timeout_s:.0f}s; see {run_dir / 'up.log'}"
