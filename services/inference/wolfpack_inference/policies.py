@@ -76,8 +76,9 @@ class CompressionNeeded(Exception):
 
 
 SEED_PART_CHARS = 512
-"""Messages at least this long are cached from the render of an over-budget chat before it is cut
-(``token_cache.PrefixTokenCache.remember_part``); shorter ones cost little to tokenize whole."""
+"""The longest message of an over-budget chat is cached from the chat's render before the cut when it is
+at least this long (``token_cache.PrefixTokenCache.remember_part``); a shorter one costs little to
+tokenize whole."""
 
 INLINE_COMPRESS_CHARS = 16_384
 """Most characters an inline preparation (``prepare(inline=True)``, on the event loop) may render and
@@ -194,15 +195,6 @@ class Policy:
             ids = prompts.render_chat(tok, msgs, add_gen)
         if not budget or len(ids) + max_tokens <= budget or not self.cfg.compress:
             return ids, False  # the backend rejects what does not fit its positions
-        if cache is not None:
-            # the messages a cut may shorten, cached from this render's ids: their end windows then
-            # tokenize a line or two instead of the whole message (``token_cache.remember_part``)
-            for m in msgs:
-                content = m.get("content") or ""
-                if len(content) >= SEED_PART_CHARS:
-                    at = text.find(content)
-                    if at >= 0:
-                        cache.remember_part(text, at, at + len(content))
         room = budget - max_tokens
         if room <= 0:
             raise InferenceError(
@@ -231,6 +223,14 @@ class Policy:
             codec = codec.metered(spend)
         if inline and spent * 4 > INLINE_COMPRESS_CHARS:
             raise CompressionNeeded  # a token cut alone takes about four passes: not worth starting here
+        if cache is not None:
+            # the message a cut takes first (the longest), cached from this render's ids: its end windows
+            # then tokenize a line or two instead of the whole message (``token_cache.remember_part``);
+            # one message only, so a chat of many long ones costs one lookup, not one per message
+            content = max((m.get("content") or "" for m in msgs), key=len)
+            at = text.find(content) if len(content) >= SEED_PART_CHARS else -1
+            if at >= 0:
+                cache.remember_part(text, at, at + len(content))
         try:
             kept, _ = prompts.compress_messages(msgs, count, room, codec)
         except prompts.PromptTooLong as exc:

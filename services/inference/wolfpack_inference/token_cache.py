@@ -202,9 +202,12 @@ class PrefixTokenCache:
         else:
             if not text.startswith(self._added, end):
                 return False
-            after = self._backend.encode(text[end:], add_special_tokens=False).ids
-            j1 = len(ids) - len(after)
-            if j1 <= j0 or ids[j1:].tolist() != after:
+            # the tokens from ``end`` to the next restart point (or the text's end): few, tokenized alone
+            k2 = bisect.bisect_left(lines, (end, -1))
+            stop, j_stop = lines[k2] if k2 < len(lines) else (len(text), len(ids))
+            after = self._backend.encode(text[end:stop], add_special_tokens=False).ids
+            j1 = j_stop - len(after)
+            if j1 <= j0 or ids[j1:j_stop].tolist() != after:
                 return False
         inner = [(p - start, j - j0) for p, j in lines[k:] if p < end]
         if not inner:
