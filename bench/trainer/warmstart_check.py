@@ -4,7 +4,8 @@ Why: RL on a game gets no gradient while every episode of a group ends alike, an
 (SmolLM2-135M-Instruct) writes prose, not ``FINAL_BID: 40`` or ``vote 3``. For each training config this
 plays the config's bot games on held-out seeds (``eval.seed_offset`` onwards), takes ``--turns``
 decisions of the trained seats (seats or roles; at most ``--speech-share`` of them free speech, which is
-valid whatever is said), renders each prompt as the trainer does (``render_prompt``), samples an answer
+valid whatever is said), renders each prompt as the run's rollout driver does (``warmstart.policy_prompt``:
+the driver's prompt mode, e.g. ``memory`` with the seat's earlier observations), samples an answer
 at the config's ``rollout.temperature`` / ``max_tokens`` from the base model and from each warm-started
 clone (``warmstart.clone_bot``: the code and cache the trainer uses), and asks the engine whether the
 answer is a valid move (``step_seat`` on a copy of the game: the ``invalid_reason`` a rollout records).
@@ -35,12 +36,13 @@ Cost: on these 2 shared CPU cores SmolLM2 prefills ~30 tokens/s, so the configur
 16 prompts of 130..3800 tokens) take hours; run it on a GPU host. ``--plan-out`` writes everything the run
 needs but the weights as JSON, and ``--plan`` runs from it with only torch, transformers, PyYAML and the
 game library (a bare GPU image has no gRPC/OpenTelemetry stack to import the trainer's rollout module:
-then ``render_prompt`` comes from this file's copy, which CPU runs check equal to the trainer's).
+then ``chat_ids`` comes from this file's copy, which CPU runs check equal to the trainer's).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import dataclasses
 import json
@@ -54,18 +56,18 @@ from typing import Any
 import torch
 
 
-def _render_prompt(tokenizer: Any, observation: str, max_tokens: int = 0) -> list[int]:
-    """``wolfpack_trainer.local_rollout.render_prompt``, for hosts that cannot import that module."""
+def _chat_ids(tokenizer: Any, messages: Any) -> list[int]:
+    """``wolfpack_trainer.local_rollout.chat_ids``, for hosts that cannot import that module."""
     ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": observation}], add_generation_prompt=True, tokenize=True
+        [dict(m) for m in messages], add_generation_prompt=True, tokenize=True
     )
     if not isinstance(ids, list):
         ids = list(ids["input_ids"])
-    return list(ids[-max_tokens:]) if max_tokens > 0 else list(ids)
+    return [int(t) for t in ids]
 
 
 def _local_rollout_or_copy() -> bool:
-    """Import the trainer's rollout module, or put this file's ``render_prompt`` in its place (what
+    """Import the trainer's rollout module, or put this file's ``chat_ids`` in its place (what
     ``warmstart`` imports from it). True when the real one is there."""
     try:
         import wolfpack_trainer.local_rollout  # noqa: F401
@@ -73,7 +75,7 @@ def _local_rollout_or_copy() -> bool:
         for name in [m for m in sys.modules if m.startswith("wolfpack_trainer.local_rollout")]:
             del sys.modules[name]
         stub = types.ModuleType("wolfpack_trainer.local_rollout")
-        stub.render_prompt = _render_prompt  # type: ignore[attr-defined]
+        stub.chat_ids = _chat_ids  # type: ignore[attr-defined]
         sys.modules["wolfpack_trainer.local_rollout"] = stub
         return False
     return True
@@ -82,8 +84,8 @@ def _local_rollout_or_copy() -> bool:
 REAL_ROLLOUT = _local_rollout_or_copy()
 
 from wolfpack_games import get_game, make_game  # noqa: E402
-from wolfpack_trainer.local_rollout import render_prompt  # noqa: E402
-from wolfpack_trainer.warmstart import WarmStartConfig, clone_bot, is_speech  # noqa: E402
+from wolfpack_trainer.local_rollout import chat_ids  # noqa: E402
+from wolfpack_trainer.warmstart import WarmStartConfig, clone_bot, is_speech, policy_prompt  # noqa: E402
 
 FREE_TEXT = {"say", "speak"}
 """Action kinds that are talk: a scenario's chat line is a valid move, but it decides nothing."""
@@ -97,14 +99,20 @@ class Decision:
     seat: int
     prompt: str
     speech: bool
+    past: tuple[str, ...] = ()
+    """The seat's observation texts at its earlier decisions of the game (the driver's memory)."""
 
 
 def plan_of(path: Path, proposals: list[str]) -> dict[str, Any]:
     """Everything the check needs from a training config, as JSON (no pydantic on the other side)."""
     from wolfpack_trainer.config import game_options, load_config
+    from wolfpack_trainer.local_rollout import rollout_config
     from wolfpack_trainer.warmstart import warmstart_config
 
     cfg = load_config(path)
+    driver = rollout_config(cfg)
+    prompt: dict[str, Any] = {"prompt_mode": driver.prompt_mode, "memory_steps": driver.memory_steps,
+              "max_prompt_tokens": driver.max_prompt_tokens, "system_prompt": driver.system_prompt}  # fmt: skip
     seats = sorted({s for p in cfg.policies for s in p.seats})
     roles = sorted({r for p in cfg.policies for r in p.roles})
     options = game_options(cfg)
@@ -116,7 +124,7 @@ def plan_of(path: Path, proposals: list[str]) -> dict[str, Any]:
     for text in proposals if own is None else []:
         base = WarmStartConfig(
             game_id=cfg.game.id, variant=variant, seats=tuple(seats), roles=tuple(roles), options=options,
-            episodes=200, steps=60, lr=3e-5,
+            episodes=200, steps=60, lr=3e-5, **prompt,
         )  # fmt: skip
         changes: dict[str, Any] = {}
         for item in text.split(","):
@@ -132,6 +140,7 @@ def plan_of(path: Path, proposals: list[str]) -> dict[str, Any]:
         "seed_offset": cfg.eval.seed_offset,
         "max_tokens": cfg.rollout.max_tokens,
         "temperature": cfg.rollout.temperature,
+        "prompt": prompt,
         "model": cfg.policies[0].model,
         "warm": warm,
     }
@@ -149,6 +158,7 @@ def decisions(plan: dict[str, Any], turns: int, rng: random.Random, speech_share
         env = make_game(game["id"], game["variant"])
         env.start(seed=seed, options=dict(game["options"]))
         brng = random.Random(seed)
+        past: dict[int, list[str]] = {}
         for _ in range(400):
             if env.done:
                 break
@@ -156,7 +166,10 @@ def decisions(plan: dict[str, Any], turns: int, rng: random.Random, speech_share
             for s in env.acting_seats():
                 if s in seats or env.role(s) in roles:
                     obs = env.observe(s)
-                    pool.append(Decision(copy.deepcopy(env), s, obs.text, is_speech(obs.legal_actions)))
+                    seen = past.setdefault(s, [])
+                    talk = is_speech(obs.legal_actions)
+                    pool.append(Decision(copy.deepcopy(env), s, obs.text, talk, tuple(seen)))
+                    seen.append(obs.text)
                 moves[s] = bot(env, s, brng)
             env.step(moves)
         seed += 1
@@ -173,6 +186,8 @@ class Rate:
     valid_actions: int
     actions: int
     examples: list[str]
+    bad: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    """The invalid decision answers (first 40 characters), to show what a model gets wrong most."""
 
 
 def valid_rate(model_dir: str, plan: dict[str, Any], points: list[Decision], batch: int, seed: int) -> Rate:
@@ -190,11 +205,15 @@ def valid_rate(model_dir: str, plan: dict[str, Any], points: list[Decision], bat
     pad = int(tok.pad_token_id if tok.pad_token_id is not None else eos[0])
     torch.manual_seed(seed)
     rate = Rate(0, 0, 0, 0, [])
+    # the driver's prompts: its mode (memory: the seat's earlier observations too), crop and system prompt
+    shape = WarmStartConfig(**plan.get("prompt", {"prompt_mode": "memory"}))
     for i in range(0, len(points), batch):
         chunk = points[i : i + batch]
-        prompts = [render_prompt(tok, d.prompt) for d in chunk]
+        prompts = [policy_prompt(tok, d.prompt, d.past, shape) for d in chunk]
         if REAL_ROLLOUT:  # this file's copy must be the trainer's function
-            assert prompts == [_render_prompt(tok, d.prompt) for d in chunk]
+            assert [chat_ids(tok, [{"role": "user", "content": d.prompt}]) for d in chunk] == [
+                _chat_ids(tok, [{"role": "user", "content": d.prompt}]) for d in chunk
+            ]
         width = max(len(p) for p in prompts)
         ids = torch.full((len(chunk), width), pad, dtype=torch.long)
         att = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -217,6 +236,8 @@ def valid_rate(model_dir: str, plan: dict[str, Any], points: list[Decision], bat
                 good = good and parsed.action is not None and parsed.action.kind not in FREE_TEXT
                 rate.actions += 1
                 rate.valid_actions += good
+                if not good:
+                    rate.bad[text.strip()[:40]] += 1
                 if len(rate.examples) < 3:
                     rate.examples.append(f"{'ok ' if good else 'BAD'} {text.strip()[:80]!r}")
     return rate
@@ -288,6 +309,9 @@ def _print_row(row: tuple[str, str, Rate, float], seconds: float) -> None:
           f"({seconds:.0f} s)", flush=True)  # fmt: skip
     for line in r.examples:
         print(f"    {line}", flush=True)
+    if r.bad:
+        common = ", ".join(f"{text!r} x{n}" for text, n in r.bad.most_common(5))
+        print(f"    most common invalid decisions: {common}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The warm start clones the decisions the run will train: the seats dealt the trained roles, in the run's
-language and options; ``format_only`` keeps the bot's moves but not its speeches; old clones keep their key."""
+language and options; ``format_only`` keeps the bot's moves but not its speeches; unset optional fields stay
+out of the cache key. Answers and prompts judged against the game and the driver: ``test_warmstart_answers``."""
 
 from __future__ import annotations
 
@@ -86,9 +87,12 @@ def test_format_only_keeps_moves_and_replaces_speeches(tokenizer: Any) -> None:
     assert FORMAT_ONLY_SPEECH["zh"] in answers(zh)
 
 
-def test_cache_key_is_unchanged_for_clones_cached_before_roles_and_options() -> None:
+def test_cache_key_leaves_out_optional_fields_that_are_unset() -> None:
+    """Unset optional fields are not in the key (a config that does not use them keys as without them);
+    clones cached before the driver's prompt fields get new keys (``test_warmstart_answers``)."""
     cfg = WarmStartConfig(game_id="bargaining_v1", variant="medium", seats=(1,), episodes=200, steps=60)
-    old_fields = {k: v for k, v in asdict(cfg).items() if k not in ("roles", "options", "format_only")}
+    optional = ("roles", "options", "format_only", "system_prompt")
+    old_fields = {k: v for k, v in asdict(cfg).items() if k not in optional}
     old = hashlib.sha256(json.dumps(["/m", old_fields], sort_keys=True).encode()).hexdigest()[:12]
     assert cache_key("/m", cfg) == old
     keys = {

@@ -15,6 +15,16 @@ the clone before the trainer starts, ``bench/trainer/warmstart_check.py``) names
 wolf chat, last words) is answered with one short neutral sentence instead of the bot's speech. Why: the
 obstacle for a real model is the action format (the base SmolLM2 writes prose, not ``vote 3``); copying a
 scripted bot's canned speeches as well would teach the policy the bot's talk, which RL then has to unlearn.
+
+Two things make a clone answer as the policy must answer in a run (both once wrong for Werewolf: its
+format clone answered every vote and night action with an empty text, 75 % of a run's turns invalid):
+
+* The *answer* is the text the game reads back as the bot's move (``move_text``): a Werewolf bot's
+  ``Action(vote, 2)`` carries no text, so its answer is ``vote 3`` (players are numbered from 1), checked by
+  parsing it again; a move no text reproduces is an error, never an empty answer.
+* The *prompt* is the one the rollout driver sends at that decision (``policy_prompt``): the driver's
+  ``memory`` mode (``rollout.prompt: observation``) shows a seat the opening context plus what is new since
+  its k-th last decision, not the whole observation, so the clone sees each seat's earlier observations too.
 """
 
 from __future__ import annotations
@@ -31,8 +41,9 @@ from typing import Any
 
 import torch
 
-from wolfpack_games import get_game, make_game
-from wolfpack_trainer.local_rollout import render_prompt
+from wolfpack_games import Action, GameEnv, get_game, make_game
+from wolfpack_rollout.prompts import render_messages
+from wolfpack_trainer.local_rollout import chat_ids
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,13 @@ class WarmStartConfig:
     lr: float = 3e-3
     max_prompt_tokens: int = 0
     """As ``rollout.max_prompt_tokens``: the clone sees the prompts the policy will see."""
+    prompt_mode: str = "memory"
+    """The rollout driver's prompt mode for the run (``rollout_config``: ``memory`` for ``rollout.prompt:
+    observation``, ``full`` for ``full_history``), so the clone's prompts are the run's."""
+    memory_steps: int = 2
+    """The driver's ``memory_steps`` (k of the ``memory`` mode)."""
+    system_prompt: str = ""
+    """The driver's ``system_prompt`` (none unless a run sets one)."""
 
 
 FORMAT_ONLY_SPEECH = {"en": "I have nothing to add.", "zh": "我没有要补充的。"}
@@ -76,10 +94,43 @@ def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], lis
     for i in range(cfg.episodes):
         for turn in bot_turns(cfg, cfg.seed_offset + i, bot):
             text = speech if cfg.format_only and turn.speech else turn.text
-            prompt = render_prompt(tokenizer, turn.observation, cfg.max_prompt_tokens)
+            if not text.strip():  # an empty answer is an invalid move everywhere but a speech turn
+                raise ValueError(f"warm start: the {cfg.bot} bot's answer at seed {cfg.seed_offset + i}, "
+                                 f"seat {turn.seat} is empty; the clone would learn to say nothing")  # fmt: skip
+            prompt = policy_prompt(tokenizer, turn.observation, turn.past, cfg)
             response = [*tokenizer.encode(text, add_special_tokens=False), eos]
-            pairs.append((list(prompt), response))
+            pairs.append((prompt, response))
     return pairs
+
+
+def policy_prompt(tokenizer: Any, observation: str, past: Any, cfg: WarmStartConfig) -> list[int]:
+    """The prompt ids the rollout driver sends for a seat's decision (``wolfpack_rollout.prompts.
+    render_messages`` in the run's mode, the chat template, the last ``max_prompt_tokens``): ``past`` are the
+    seat's earlier observation texts in this game, oldest first."""
+    messages = render_messages(
+        observation, [], list(past), mode=cfg.prompt_mode, k=cfg.memory_steps, system_prompt=cfg.system_prompt
+    )
+    ids = chat_ids(tokenizer, [{"role": m.role, "content": m.content} for m in messages])
+    return ids[-cfg.max_prompt_tokens :] if cfg.max_prompt_tokens > 0 else ids
+
+
+def move_text(env: GameEnv, seat: int, action: Action) -> str:
+    """The answer a policy writes for the bot's ``action``: its own text when that parses back to it (a
+    scenario's formal statement, a speech), else ``"<kind> <player>"`` (player = seat + 1, how Werewolf
+    prompts number them) or ``"<kind>"``. Checked with the game's parser; a move no candidate reproduces
+    raises (a clone must not learn an answer the game reads as something else, or as nothing)."""
+    candidates = [action.text] if action.text else []
+    if action.target is not None:
+        candidates.append(f"{action.kind} {action.target + 1}")
+    candidates.append(action.kind)
+    want = (action.kind, action.target, action.text)
+    for text in candidates:
+        parsed = env.parse(seat, text).action
+        if parsed is not None and (parsed.kind, parsed.target, parsed.text) == want:
+            return text
+    raise ValueError(
+        f"no answer text reproduces the bot's move {action} for seat {seat} (tried {candidates})"
+    )
 
 
 @dataclass(frozen=True)
@@ -89,10 +140,12 @@ class BotTurn:
     seat: int
     observation: str
     """The seat's observation text at the decision (rendered then: observations render lazily)."""
+    past: tuple[str, ...]
+    """The seat's observation texts at its earlier decisions of this game (the driver's ``past``)."""
     speech: bool
     """The seat was asked for free text (every legal action a ``speak``)."""
     text: str
-    """What the bot answered."""
+    """What the bot answered, as text the game parses back to its move (``move_text``)."""
 
 
 def bot_turns(cfg: WarmStartConfig, seed: int, bot: Any) -> list[BotTurn]:
@@ -102,6 +155,7 @@ def bot_turns(cfg: WarmStartConfig, seed: int, bot: Any) -> list[BotTurn]:
     cloned = set(cfg.seats) | {s for s in env.possible_agents if env.role(s) in cfg.roles}
     rng = random.Random(seed)
     out = []
+    past: dict[int, list[str]] = {}
     for _ in range(MAX_STEPS):
         if env.done:
             break
@@ -110,7 +164,10 @@ def bot_turns(cfg: WarmStartConfig, seed: int, bot: Any) -> list[BotTurn]:
             action = bot(env, seat, rng)
             if seat in cloned:
                 obs = env.observe(seat)
-                out.append(BotTurn(seat, obs.text, is_speech(obs.legal_actions), action.text))
+                text = move_text(env, seat, action)
+                seen = past.setdefault(seat, [])
+                out.append(BotTurn(seat, obs.text, tuple(seen), is_speech(obs.legal_actions), text))
+                seen.append(obs.text)
             moves[seat] = action
         env.step(moves)
     env.close()
@@ -130,7 +187,9 @@ def warmstart_config(cfg: Any) -> WarmStartConfig | None:
     if ws is None or ws.steps <= 0:
         return None
     from wolfpack_trainer.config import game_options
+    from wolfpack_trainer.local_rollout import rollout_config
 
+    driver = rollout_config(cfg)  # the prompts the run's driver renders, in both rollout modes
     return WarmStartConfig(
         game_id=cfg.game.id,
         variant=cfg.game.variant or get_game(cfg.game.id).default_variant,
@@ -141,16 +200,21 @@ def warmstart_config(cfg: Any) -> WarmStartConfig | None:
         episodes=ws.episodes,
         steps=ws.steps,
         lr=ws.lr,
-        max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+        max_prompt_tokens=driver.max_prompt_tokens,
+        prompt_mode=driver.prompt_mode,
+        memory_steps=driver.memory_steps,
+        system_prompt=driver.system_prompt,
         format_only=bool(getattr(ws, "format_only", False)),
     )
 
 
 def cache_key(model_dir: str, cfg: WarmStartConfig) -> str:
     """The clone's cache key. Fields added after the first clones were cached (roles, options,
-    format_only) count only when set, so a config that does not use them keeps its cached clone."""
+    format_only, system_prompt) count only when set, so a config that does not use them keeps its cached
+    clone; ``prompt_mode`` and ``memory_steps`` always count: clones cached before them were trained on
+    whole observations (and Werewolf ones on empty answers), which no run should load again."""
     fields = asdict(cfg)
-    for name in ("roles", "options", "format_only"):
+    for name in ("roles", "options", "format_only", "system_prompt"):
         if not fields[name]:
             del fields[name]
     return hashlib.sha256(json.dumps([model_dir, fields], sort_keys=True).encode()).hexdigest()[:12]
