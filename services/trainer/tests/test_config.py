@@ -105,7 +105,8 @@ def test_capabilities_are_the_learner_class_s_data(tmp_path: Path, monkeypatch: 
     """A learner without "lora" refuses ``lora_rank`` by name; giving its class the capability is the whole
     change that makes the same config valid."""
     verl = get_learner("verl_fsdp")
-    path = _write(tmp_path, policies__0__learner="verl_fsdp", policies__0__lora_rank=8, warmstart=None)
+    path = _write(tmp_path, policies__0__learner="verl_fsdp", policies__0__lora_rank=8, warmstart=None,
+                  policies__0__target_kl=0.0)  # fmt: skip
     monkeypatch.setattr(verl, "capabilities", frozenset())
     with pytest.raises(ConfigError) as err:
         load_config(path)
@@ -115,13 +116,23 @@ def test_capabilities_are_the_learner_class_s_data(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(verl, "capabilities", frozenset({"lora"}))
     assert load_config(path).policies[0].lora_rank == 8
     gae = _write(
-        tmp_path, policies__0__learner="verl_fsdp", policies__0__value_head=True, algo__estimator="gae"
+        tmp_path,
+        policies__0__learner="verl_fsdp",
+        policies__0__value_head=True,
+        algo__estimator="gae",
+        policies__0__target_kl=0.0,
     )
     with pytest.raises(ConfigError, match="does not support value_head: true"):
         load_config(gae)
     monkeypatch.setattr(verl, "capabilities", frozenset({"lora", "value_head"}))
     assert load_config(gae).policies[0].value_head
     assert "errors.pydantic.dev" not in text and "input_value" not in text
+    # the demo's early stop on the policy's KL is the CPU learner's; verl's actor has none, so it is refused
+    early = _write(tmp_path, policies__0__learner="verl_fsdp")
+    with pytest.raises(ConfigError, match="does not support target_kl > 0"):
+        load_config(early)
+    monkeypatch.setattr(verl, "capabilities", frozenset({"target_kl"}))
+    assert load_config(early).policies[0].target_kl == 0.2
 
 
 def test_role_based_policies_check_roles_against_the_dealt_game(tmp_path: Path) -> None:

@@ -195,6 +195,37 @@ def test_metrics_average_over_every_micro_step(model_dir: str) -> None:
     assert learner.step == 1
 
 
+def _k3(before: torch.Tensor, after: torch.Tensor) -> float:
+    r = after - before
+    return float((torch.exp(r) - 1 - r).mean())
+
+
+def test_target_kl_stops_the_update_before_the_step_that_would_go_past_it(model_dir: str) -> None:
+    """Why: with a learning rate that is too large for one batch, the optimiser steps of one update
+    (``ppo_epochs`` x mini-batches) can carry the policy far from the one that sampled it (seen on the demo:
+    a PPO KL of 0.44 within one update, then a policy that no longer spelled its answers). ``target_kl``
+    ends the update at the first mini-batch whose KL from the update's start is past it, without its step."""
+
+    def run(target_kl: float) -> tuple[dict[str, float], float]:
+        cfg = LearnerConfig(model=model_dir, lr=3e-2, ppo_epochs=4, mini_batch_size=1, micro_batch_size=1,
+                            target_kl=target_kl, loss=LossConfig(clip_ratio=10.0))  # fmt: skip
+        learner = get_learner("cpu")(cfg)
+        batch = _batch()
+        batch.old_log_probs = before = learner.compute_log_probs(batch)
+        metrics = learner.update(batch)
+        return metrics, _k3(before, learner.compute_log_probs(batch))
+
+    free, moved = run(0.0)
+    assert free["actor/optimizer_steps"] == 16 and "actor/kl_early_stop" not in free
+    assert free["actor/approx_kl_max"] > 0.05 and moved > 0.05  # unguarded, the update goes far
+    stopped, kept = run(0.05)
+    assert stopped["actor/kl_early_stop"] == 1.0
+    assert 1 <= stopped["actor/optimizer_steps"] < 16
+    # each mini-batch is checked before its step: every step taken started within the bound
+    assert stopped["actor/approx_kl_max"] > 0.05
+    assert kept < moved
+
+
 def test_values_come_from_the_last_hidden_state_at_the_predicting_positions(model_dir: str) -> None:
     learner = CpuLearner(LearnerConfig(model=model_dir, value_head=True, micro_batch_size=3))
     head = learner.value_head

@@ -64,6 +64,10 @@ class PolicySection(_Strict):
     ppo_epochs: int = 1
     mini_batch_size: int = 0
     micro_batch_size: int = 16
+    target_kl: float = Field(default=0.0, ge=0.0)
+    """End an update before the first optimiser step whose mini-batch's per-token KL (k3) from the policy
+    the update started with exceeds this (0: never): one update must not carry the policy far from the one
+    that sampled its batch (``LearnerConfig.target_kl``; the CPU learner's, others refuse it)."""
     value_head: bool = False
     device: str = "auto"
     """``auto``: the learner's natural device (``verl_fsdp``: CUDA when present); ``cpu``; ``cuda[:n]``
@@ -286,6 +290,7 @@ class TrainConfig(_Strict):
             ppo_epochs=policy.ppo_epochs,
             mini_batch_size=policy.mini_batch_size,
             micro_batch_size=policy.micro_batch_size,
+            target_kl=policy.target_kl,
             temperature=self.rollout.temperature if self.rollout.temperature > 0 else 1.0,
             value_head=policy.value_head,
             device=policy.device,
@@ -299,6 +304,7 @@ CAPABILITIES: dict[str, str] = {
     "lora": "lora_rank > 0 (LoRA adapters)",
     "value_head": "value_head: true (a value head, for GAE)",
     "generate": "rollout.mode local (sampling in process with the learner's own weights)",
+    "target_kl": "target_kl > 0 (stopping an update early on the policy's KL)",
 }
 """What a learner may support beyond full-weight policy-gradient updates (its class's ``capabilities``),
 and the config setting that needs it. ``check_config`` refuses a setting whose capability the policy's
@@ -373,6 +379,7 @@ def check_config(cfg: TrainConfig) -> None:
             "lora": p.lora_rank > 0,
             "value_head": p.value_head,
             "generate": local,
+            "target_kl": p.target_kl > 0,
         }
         for cap, needed in needs.items():
             if needed and cap not in caps:

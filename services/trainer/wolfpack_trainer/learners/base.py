@@ -150,6 +150,11 @@ class LearnerConfig:
     ``value_head``: add a scalar value head (PPO with GAE).
     ``ppo_epochs`` passes over each batch, split into ``mini_batch_size`` samples per optimiser step and
     ``micro_batch_size`` per forward (gradient accumulation).
+    ``target_kl`` > 0: an update stops taking optimiser steps once a mini-batch's mean per-token KL from
+    the policy the update started with (the k3 estimator, ``exp(r) - 1 - r`` with ``r`` the log-ratio of
+    new to old) exceeds it, measured at the weights the step would move (the PPO early stop, as in
+    Stable-Baselines3's ``target_kl``); 0 never stops. Why: on the CPU demo a single update at too large a
+    learning rate reached a PPO KL of 0.44 and left a policy that no longer spelled its answers.
     ``extra``: learner-specific keys (e.g. FSDP/Ray settings of the GPU learner), passed through unread.
     """
 
@@ -166,6 +171,7 @@ class LearnerConfig:
     ppo_epochs: int = 1
     mini_batch_size: int = 0
     micro_batch_size: int = 8
+    target_kl: float = 0.0
     temperature: float = 1.0
     value_head: bool = False
     seed: int = 0

@@ -48,7 +48,7 @@ def resolve_model_path(spec: str, cache_dir: str) -> str:
 class CpuLearner(Learner):
     """Full fine-tuning (``lora_rank: 0``) or LoRA; optional value head for PPO with GAE."""
 
-    capabilities = frozenset({"lora", "value_head", "generate"})
+    capabilities = frozenset({"lora", "value_head", "generate", "target_kl"})
 
     def __init__(self, config: LearnerConfig) -> None:
         super().__init__(config)
@@ -177,17 +177,28 @@ class CpuLearner(Learner):
             counts[key] = counts.get(key, 0) + 1
 
         gen = torch.Generator().manual_seed(cfg.seed + self.step)
+        kl_max, stopped = 0.0, False
         for _epoch in range(cfg.ppo_epochs):
             order = torch.randperm(n, generator=gen).tolist()
             for start in range(0, n, mini):
                 rows = order[start : start + mini]
                 self.optimizer.zero_grad(set_to_none=True)
+                kl_sum = kl_tokens = 0.0
                 for mrows in [
                     rows[i : i + cfg.micro_batch_size] for i in range(0, len(rows), cfg.micro_batch_size)
                 ]:
                     mb = batch.select(mrows)
                     scale = len(mrows) / len(rows)
-                    self._micro_step(mb, scale, add)
+                    part, tokens = self._micro_step(mb, scale, add)
+                    kl_sum, kl_tokens = kl_sum + part, kl_tokens + tokens
+                # The policy's distance from where the update started, on this mini-batch, at the weights
+                # the coming step would move: past ``target_kl`` the step is not taken and the update ends.
+                kl = kl_sum / max(kl_tokens, 1.0)
+                add("actor/approx_kl", kl)
+                kl_max = max(kl_max, kl)
+                if cfg.target_kl > 0 and kl > cfg.target_kl:
+                    stopped = True
+                    break
                 params = [p for g in self.optimizer.param_groups for p in g["params"]]
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 add("actor/grad_norm", float(grad_norm))
@@ -195,20 +206,32 @@ class CpuLearner(Learner):
                     self.optimizer.step()
                 else:
                     add("actor/skipped_nonfinite", 1.0)
+            if stopped:
+                break
         self.step += 1
         metrics = {k: sums[k] / counts[k] for k in sums}
         metrics["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
         # With one optimiser step per update the ratio is exactly 1, so the clip fraction and the PPO KL
         # cannot move; the summary shows them only when this count is above 1.
         metrics["actor/optimizer_steps"] = float(counts.get("actor/grad_norm", 0))
+        metrics["actor/approx_kl_max"] = kl_max
+        if cfg.target_kl > 0:
+            metrics["actor/kl_early_stop"] = float(stopped)
         return metrics
 
-    def _micro_step(self, mb: TrainBatch, scale: float, add: Any) -> None:
+    def _micro_step(self, mb: TrainBatch, scale: float, add: Any) -> tuple[float, float]:
+        """Forward and backward of one micro-batch; returns (summed per-token k3 KL of the current
+        policy from the update's start, response tokens) for the early stop on ``target_kl``."""
         loss_cfg = self.config.loss
         assert mb.advantages is not None and mb.old_log_probs is not None
         want_values = self.value_head is not None and mb.returns is not None and mb.values is not None
         logp, entropy, vpreds = self._forward(self.model, mb, want_values=want_values)
         mask = mb.response_mask
+        with torch.no_grad():
+            live = mask.cpu().bool()
+            ratio = torch.where(live, logp.detach().cpu() - mb.old_log_probs, 0.0)
+            k3 = (torch.exp(ratio) - 1 - ratio) * live
+            kl_part, kl_tokens = float(k3.sum()), float(live.sum())
         pg_loss, pg_metrics = algos.policy_loss(
             mb.old_log_probs, logp, mb.advantages, mask, loss_cfg, is_weights=mb.is_weights
         )
@@ -230,6 +253,7 @@ class CpuLearner(Learner):
             add("critic/vf_loss", float(vf_loss.detach()))
             add("critic/vf_clipfrac", vf_clip)
         (loss * scale).backward()  # type: ignore[no-untyped-call]
+        return kl_part, kl_tokens
 
     # --- state ---------------------------------------------------------------------------------------
 
