@@ -183,6 +183,7 @@ def main() -> None:
     ap.add_argument("--cells", nargs="+", default=["serve", "import", "up", "parts", "play"],
                     choices=["serve", "import", "up", "parts", "play"])  # fmt: skip
     ap.add_argument("--revs", nargs="+", default=["."], help="Revisions side by side ('.': this tree).")
+    ap.add_argument("--verbose", action="store_true", help="Print each measurement (stderr) as it comes.")
     args = ap.parse_args()
     results: dict[tuple[str, str], dict[str, list[float]]] = {}
     parts: dict[str, dict[str, list[float]]] = {}
@@ -191,6 +192,9 @@ def main() -> None:
     def record(cell: str, rev: str, **values: float) -> None:
         for key, value in values.items():
             results.setdefault((cell, rev), {}).setdefault(key, []).append(value)
+        if args.verbose:  # each measurement as it comes, with the load at that moment
+            shown = " ".join(f"{k}={v:.2f}" for k, v in values.items())
+            print(f"  {cell} [{rev}] {shown} (load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         scratch = Path(tmp)
