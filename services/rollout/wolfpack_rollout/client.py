@@ -11,6 +11,8 @@
   ``run`` then reports outcomes to the curriculum by RPC and trajectories stay in ``driver.trajectories``.
 * the player itself (``RolloutDriver``, ``RolloutConfig``, ``SamplingConfig``) and the ``backends`` seam,
   so the trainer's local mode plays through the same loop over in-process backends.
+* ``render_messages`` — the chat a seat's policy is prompted with, as the driver builds it, so that the
+  trainer's warm start clones a bot on exactly the prompts the policy will see.
 
 Why the driver is published rather than copied: there is one episode player (docs/architecture.md);
 everything here builds on libs and other services' client modules (import-linter's "clients" contract).
@@ -34,6 +36,7 @@ from wolfpack_environment.client import EnvironmentClient
 from wolfpack_rollout.backends import BatchItem, Environment, EpisodeStream, Inference, Reward
 from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.driver import EpisodeFailed, PromptEncoder, RolloutDriver
+from wolfpack_rollout.prompts import render_messages
 
 __all__ = [
     "Addresses",
@@ -48,6 +51,7 @@ __all__ = [
     "RolloutDriver",
     "SamplingConfig",
     "connect",
+    "render_messages",
 ]
 
 

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from wolfpack_games import Action, GameEnv, get_game, make_game
-from wolfpack_rollout.prompts import render_messages
+from wolfpack_rollout.client import render_messages
 from wolfpack_trainer.local_rollout import chat_ids
 
 
