@@ -223,8 +223,9 @@ class InferenceSection(_Strict):
     """How the job's own stack serves the policies (service mode, when ``wolfpack train`` starts the stack).
 
     ``backend`` ``auto``: vLLM where CUDA and vLLM are present, else transformers. On one GPU the learner and
-    vLLM share the card: ``gpu_memory_utilization`` is vLLM's share (weights + KV cache); the learner gets the
-    rest (for more room: ``extra: {param_offload: true, optimizer_offload: true}`` on a ``verl_fsdp`` policy).
+    vLLM share the card: ``gpu_memory_utilization`` is vLLM's share (weights + KV cache), split evenly among the
+    engines the job starts (one per trained policy and per served opponent); the learner gets the rest (for more
+    room: ``extra: {param_offload: true, optimizer_offload: true}`` on a ``verl_fsdp`` policy).
     """
 
     backend: Literal["auto", "transformers", "vllm"] = "auto"

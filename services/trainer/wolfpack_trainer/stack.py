@@ -95,9 +95,10 @@ def inference_backend(choice: str) -> str:
     return "vllm" if cuda and importlib.util.find_spec("vllm") is not None else "transformers"
 
 
-def inference_options(cfg: TrainConfig, lora_rank: int = 0) -> dict[str, object]:
+def inference_options(cfg: TrainConfig, lora_rank: int = 0, engines: int = 1) -> dict[str, object]:
     """The ``PolicyConfig`` keys (inference's policies file) the job's ``inference`` section sets; a LoRA
-    policy gets vLLM's adapter support (its versions arrive as adapters)."""
+    policy gets vLLM's adapter support (its versions arrive as adapters). ``engines``: how many vLLM engines
+    the job's stack starts, which share ``gpu_memory_utilization`` evenly (see ``stack_policies``)."""
     inf = cfg.inference
     backend = inference_backend(inf.backend)
     out: dict[str, object] = {"backend": backend, "dtype": "auto"}
@@ -105,7 +106,8 @@ def inference_options(cfg: TrainConfig, lora_rank: int = 0) -> dict[str, object]
         # bf16 on the card (the converted SmolLM2 checkpoint is float32) and room for a whole update's
         # episodes in one engine batch.
         out.update(
-            gpu_memory_utilization=inf.gpu_memory_utilization, enforce_eager=inf.enforce_eager,
+            gpu_memory_utilization=round(inf.gpu_memory_utilization / max(1, engines), 4),
+            enforce_eager=inf.enforce_eager,
             dtype="bfloat16", max_batch=256,
         )  # fmt: skip
         if lora_rank > 0:
@@ -115,13 +117,15 @@ def inference_options(cfg: TrainConfig, lora_rank: int = 0) -> dict[str, object]
     return out
 
 
-def opponent_entry(cfg: TrainConfig, opponent: OpponentPolicy) -> dict[str, object]:
+def opponent_entry(cfg: TrainConfig, opponent: OpponentPolicy, engines: int = 1) -> dict[str, object]:
     """Inference's policies-file entry for a served opponent: the stack's backend options for a checkpoint
     or HF id, or the OpenAI-compatible backend pointed at ``base_url``."""
     if opponent.backend == "openai":
         return {"policy_id": opponent.id, "backend": "openai", "base_url": opponent.base_url,
                 "remote_model": opponent.remote_model, "model": opponent.model or opponent.remote_model}  # fmt: skip
-    out: dict[str, object] = {"policy_id": opponent.id, "model": opponent.model, **inference_options(cfg)}
+    out: dict[str, object] = {
+        "policy_id": opponent.id, "model": opponent.model, **inference_options(cfg, engines=engines)
+    }  # fmt: skip
     if opponent.backend != "auto":
         out["backend"] = opponent.backend
     return out
@@ -224,6 +228,21 @@ async def register_policies(
     return done
 
 
+def stack_policies(cfg: TrainConfig, models: dict[str, str]) -> list[dict[str, object]]:
+    """Inference's policies file for the job's own stack: every trained policy (id -> checkpoint) and every
+    served opponent. Each gets its own engine, so on vLLM they split ``inference.gpu_memory_utilization``
+    evenly: the setting stays the job's whole vLLM share of the card, whatever the number of policies (as
+    the config documents: the learner gets the rest). Seen on an H100: IPPO's two engines at 0.35 each
+    would have left its learners 24 of 80 GB."""
+    ranks = {p.id: p.lora_rank for p in cfg.policies}
+    engines = len(models) + sum(1 for o in cfg.opponent_policies if o.backend in ("auto", "vllm"))
+    policies = [
+        {"policy_id": pid, "model": path, **inference_options(cfg, ranks.get(pid, 0), engines)}
+        for pid, path in models.items()
+    ]
+    return policies + [opponent_entry(cfg, o, engines) for o in cfg.opponent_policies]
+
+
 @contextlib.contextmanager
 def child_stack(
     cfg: TrainConfig, run_dir: Path, models: dict[str, str], timeout_s: float = 600.0
@@ -231,13 +250,7 @@ def child_stack(
     """Start ``wolfpack up`` in ``run_dir`` serving ``models`` (policy id → checkpoint) and yield its run
     directory once ``up.json`` lists every service healthy; SIGTERM (drain) on exit."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    ranks = {p.id: p.lora_rank for p in cfg.policies}
-    policies = [
-        {"policy_id": pid, "model": path, **inference_options(cfg, ranks.get(pid, 0))}
-        for pid, path in models.items()
-    ]
-    policies += [opponent_entry(cfg, o) for o in cfg.opponent_policies]
-    (run_dir / "policies.yaml").write_text(yaml.safe_dump(policies))
+    (run_dir / "policies.yaml").write_text(yaml.safe_dump(stack_policies(cfg, models)))
     (run_dir / "curriculum.yaml").write_text(yaml.safe_dump(curriculum_config(cfg)))
     env = {
         **os.environ,
