@@ -77,6 +77,14 @@ def _local_rollout_or_copy() -> bool:
         stub = types.ModuleType("wolfpack_trainer.local_rollout")
         stub.chat_ids = _chat_ids  # type: ignore[attr-defined]
         sys.modules["wolfpack_trainer.local_rollout"] = stub
+        try:  # the rollout client (Redis, gRPC, OpenTelemetry) re-exports the driver's prompt rendering
+            import wolfpack_rollout.client  # noqa: F401
+        except ImportError:
+            from wolfpack_rollout import prompts
+
+            client = types.ModuleType("wolfpack_rollout.client")
+            client.render_messages = prompts.render_messages  # type: ignore[attr-defined]
+            sys.modules["wolfpack_rollout.client"] = client
         return False
     return True
 
