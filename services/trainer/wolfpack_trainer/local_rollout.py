@@ -129,8 +129,9 @@ def chat_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[int]
 
 
 def render_prompt(tokenizer: Any, observation: str, max_tokens: int = 0) -> list[int]:
-    """The prompt of one observation as the driver sends it (one user message, chat template), cropped to
-    its last ``max_tokens`` tokens when > 0 (``RolloutConfig.max_prompt_tokens``; the warm start uses it)."""
+    """The prompt of one whole observation as one user message (chat template), cropped to its last
+    ``max_tokens`` tokens when > 0. This is what the driver sends only in ``full_history`` mode; the tests
+    use it to tell the modes apart (the warm start renders through the driver's own ``render_messages``)."""
     ids = chat_ids(tokenizer, [{"role": "user", "content": observation}])
     return ids[-max_tokens:] if max_tokens > 0 else ids
 
