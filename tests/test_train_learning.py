@@ -11,9 +11,9 @@ reward servers, weights pushed every update) is checked for what makes it the sa
 held-out seeds through the served policy, version by version, with the references beside it, and the
 trainee sees the same prompt ids as in process (the last 64 tokens, sent as a token prompt). Its own
 learning claim is tested too, on seed 0 (the run ``make demo`` makes, one seed: a service run is slower and
-its episodes finish in the order the servers answer, so it is not bit-reproducible); it holds in 9 of 10 runs
-and is marked ``unreliable`` (why: its docstring). Real Redis stream, real verl estimator and loss, real tiny
-model."""
+its episodes finish in the order the servers answer, so it is not bit-reproducible, and each run is a fresh
+draw): it held in 22 of 22 runs (its docstring says what used to break it). Real Redis stream, real verl
+estimator and loss, real tiny model."""
 
 from __future__ import annotations
 
@@ -172,7 +172,6 @@ async def test_service_mode_evaluates_the_served_policy_beside_the_references(
 
 
 @pytest.mark.slow
-@pytest.mark.unreliable
 @pytest.mark.timeout(1800)
 async def test_demo_learns_the_outside_option_through_the_services(
     redis_url: str, tmp_path: Path, models: Path
@@ -184,22 +183,20 @@ async def test_demo_learns_the_outside_option_through_the_services(
     (``constant:ACCEPT`` 0.59 is the larger) and the random bot (0.52), and above the initial policy.
 
     A service run is not bit-reproducible (episodes finish in the order the servers answer), so each run is
-    a fresh draw of the recipe, and the test holds only as often as the recipe does. Why it misses, measured
-    (2026-11-27): not a difference between training and evaluation or between the modes. The seeds are
+    a fresh draw of the recipe, and the test holds as often as the recipe does. It used to miss 3 runs in 10
+    (lr 1e-3, 2026-11-26), and the cause was not the service path (measured 2026-11-27): the seeds are
     varied (32 fresh ones an update, 4 episodes each) and only 12 scenarios exist (option 4..6, gap 1..2,
     side), each met ~50 times in training; evaluation plays the pushed version (21) at training's
     temperature with the same 64-token prompts; the sampler's logprobs match the learner's to 1e-5. A failed
-    run's *training* episodes fail too: a single update breaks the tiny model's letter-by-letter spelling
-    of its answer (``REJEPT``, ``ACCECT``: the shared ``..E?T`` suffix, pushed one way in one context, leaks
-    into the other), the misspelt answer is a message, not a decision, and once it is deterministic every
-    episode of a group ends alike, so GRPO's advantages are 0 and nothing repairs it (``grad_norm`` 0 from
-    then on). A break in the last update alone leaves the training episodes (of the versions before it) at
-    ~0.9 and the evaluated version at ~0.5: the 0.49 run of 2026-11-26. Local mode breaks the same way (3 of
-    6 seeds at lr 1e-3 over 20 updates, all recovered); its test runs fixed, reproducible seeds. At lr 1e-3 7 of 10 runs passed (2026-11-26) and 1 of 2 here; at lr 5e-4 6 of 7
-    (and 7 of 7 outside pytest); with lr 5e-4 and ``target_kl`` 0.2 (the recipe now) 9 of 10, ~40-90 s
-    each on 2 shared cores, final 0.77-0.92 in the passing runs, 0.41 in the other (a break at update 7,
-    then no gradient). So the test stays ``unreliable`` (out of CI, ``pytest -m unreliable``) until the
-    recipe holds every time."""
+    run's *training* episodes fail too: one update breaks the tiny model's letter-by-letter spelling of its
+    answer (``REJEPT``, ``ACCECT``: the shared ``..E?T`` suffix, pushed one way in one context, leaks into the
+    other), a misspelt answer is a message, not a decision, and once it is deterministic every episode of a
+    group ends alike, so GRPO's advantages are 0 and nothing repairs it (``grad_norm`` 0 from then on). A
+    break in the last update alone leaves the training episodes (of the versions before it) at ~0.9 and the
+    evaluated version at ~0.5: the 0.49 run of 2026-11-26. Local mode breaks the same way (3 of 6 seeds at
+    lr 1e-3 over 20 updates, all recovered); its test runs fixed, reproducible seeds. The recipe now (lr 3e-4,
+    ``target_kl`` 0.2) breaks a sixth as often as lr 1e-3 (configs/README.md) and passed 22 of 22 runs here
+    (one at a time, 40-50 s each on 2 shared cores; finals 0.70-0.95)."""
     tiny = str(tiny_model(models))
     stream = f"test:learning-demo-service:{tmp_path.name}"
     data = _config("demo-ultimatum.yaml", 0, stream, tiny).model_dump()
