@@ -70,11 +70,31 @@ class PredictionConfig(_Strict):
     max_chars: int | None = Field(default=2000, ge=1)
 
 
+class RoleConfig(_Strict):
+    """Werewolf per-turn decision rewards (see ``roles.role_components``): each weight ``w`` is paid as
+    +w or -w on the turn where the seat made the decision, judged by the target's team from
+    ``trajectory.outcomes``; 0 disables a rule. Why small weights: the team outcome (+-1) must stay what
+    the policy optimises; these only give a signal before the first win (a village at 0 wins has none)."""
+
+    #: Day vote (``vote``): village seat voting a wolf +w, a village seat -w; a wolf the mirror.
+    vote: float = Field(default=0.0, ge=0.0)
+    #: Seer inspection (``inspect``) of a wolf +w (nothing for a village target: the seer cannot know).
+    inspect: float = Field(default=0.0, ge=0.0)
+    #: Witch poison (``poison``) on a wolf +w, on a village seat -w.
+    poison: float = Field(default=0.0, ge=0.0)
+    #: Witch save (``save``; the engine offers it only on the wolves' victim) of a village seat +w, of a
+    #: wolf -w.
+    save: float = Field(default=0.0, ge=0.0)
+    #: Hunter / wolf king shot (``shoot``): at the other team +w, at the own team -w.
+    shoot: float = Field(default=0.0, ge=0.0)
+
+
 class SpecConfig(_Strict):
     outcome: OutcomeConfig = Field(default_factory=OutcomeConfig)
     credit: CreditConfig = Field(default_factory=CreditConfig)
     penalties: PenaltyConfig = Field(default_factory=PenaltyConfig)
     prediction: PredictionConfig = Field(default_factory=PredictionConfig)
+    roles: RoleConfig = Field(default_factory=RoleConfig)
 
     def merged(self, overrides: dict[str, Any]) -> SpecConfig:
         """A new config with ``overrides`` deep-merged over this one (validated again)."""

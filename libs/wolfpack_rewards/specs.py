@@ -5,8 +5,8 @@ default config, registered as ``name@version``. Changing what a spec rewards mea
 edit of an existing one, so ``trajectory.reward_spec`` always says exactly how its rewards were made.
 
 Per turn the components are ``outcome`` (credit-assigned), ``invalid_penalty``, ``format_penalty``,
-``length_penalty`` and ``prediction``; per seat the terminal-only components are ``outcome`` (a seat with
-no turns) and ``survival``. See result.py for the invariant that ties them together.
+``length_penalty``, ``prediction`` and the Werewolf decision rewards ``role_<kind>`` (roles.py); per seat
+the terminal-only components are ``outcome`` (a seat with no turns) and ``survival``. See result.py for the invariant that ties them together.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from wolfpack.registry import Registry
 from wolfpack.v1 import trajectory_pb2
 from wolfpack_games.scenarios import available_families, get_family
 from wolfpack_games.werewolf import GAME_ID as WEREWOLF_GAME_ID
-from wolfpack_rewards import credit, outcome, shaping
+from wolfpack_rewards import credit, outcome, roles, shaping
 from wolfpack_rewards.config import (
     OutcomeConfig,
     PenaltyConfig,
     PredictionConfig,
+    RoleConfig,
     SpecConfig,
 )
 from wolfpack_rewards.result import ScoreError, ScoreResult, SeatScore, TurnScore
@@ -161,8 +162,10 @@ def compose(
     config: SpecConfig,
     terminal: Mapping[int, dict[str, float]] | None = None,
     notes: Mapping[str, str] | None = None,
+    extra: Mapping[int, Mapping[str, float]] | None = None,
 ) -> ScoreResult:
-    """Outcome credit + penalties + prediction per turn; ``terminal`` adds seat-level components.
+    """Outcome credit + penalties + prediction per turn; ``terminal`` adds seat-level components and
+    ``extra`` (position in ``trajectory.turns`` -> components) a spec's own per-turn components.
 
     A seat without turns gets its outcome as a terminal-only ``outcome`` component, so no seat's result
     is lost whatever the credit mode.
@@ -181,6 +184,8 @@ def compose(
         components[p].update(shaping.penalty_components(turn, config.penalties))
     for p, bonus in shaping.prediction_components(turns, config.prediction).items():
         components[p]["prediction"] = bonus
+    for p, more in (extra or {}).items():
+        components[p].update(more)
     scored = [TurnScore(p, t.seat, components[p]) for p, t in enumerate(turns)]
     seats = {
         s: SeatScore(s, r.role, r.team, r.outcome, {k: v for k, v in seat_terminal[s].items() if v})
@@ -193,8 +198,25 @@ def compose(
 
 _SHAPED_PENALTIES = PenaltyConfig(invalid=0.1, max_tokens=1024, max_chars=6000, over_length=0.1)
 _SHAPED_PREDICTION = PredictionConfig(weight=0.2, metric="char_ratio")
+_ROLE_WEIGHT = 0.2
+_ROLES = RoleConfig(
+    vote=_ROLE_WEIGHT, inspect=_ROLE_WEIGHT, poison=_ROLE_WEIGHT, save=_ROLE_WEIGHT, shoot=_ROLE_WEIGHT
+)
 
 
+@register_spec(
+    "werewolf_role",
+    1,
+    "werewolf_shaped@1 (team win/loss +1/-1 on each seat's last turn, -0.1 per invalid or defaulted turn "
+    "and per over-length response, 0.2 x <predict_next> char-similarity) plus per-turn role rewards of "
+    "0.2 on the turn of the seat's own applied decision, judged by the target's team in "
+    "trajectory.outcomes: a day vote or a hunter/wolf-king shot at the other team +0.2, at the own team "
+    "-0.2; a seer inspecting a wolf +0.2; a witch poison on a wolf +0.2, on a village seat -0.2; a witch "
+    "save (only ever of the wolves' victim) of a village seat +0.2, of a wolf -0.2. Nothing for guard "
+    "protections, wolf kills, speeches or defaulted turns",
+    WEREWOLF_GAMES,
+    SpecConfig(penalties=_SHAPED_PENALTIES, prediction=_SHAPED_PREDICTION, roles=_ROLES),
+)
 @register_spec(
     "werewolf_shaped",
     1,
@@ -212,7 +234,8 @@ _SHAPED_PREDICTION = PredictionConfig(weight=0.2, metric="char_ratio")
     SpecConfig(outcome=OutcomeConfig()),
 )
 def score_werewolf(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) -> ScoreResult:
-    """Outcomes from ``trajectory.outcomes`` (every acting seat must have one)."""
+    """Outcomes from ``trajectory.outcomes`` (every acting seat must have one); role rewards (``roles``
+    config, zero in every spec but ``werewolf_role``) from the applied actions and those outcomes' teams."""
     results, notes = outcome.werewolf_results(trajectory)
     _check_seats(trajectory, set(results), "trajectory.outcomes")
     terminal: dict[int, dict[str, float]] = {}
@@ -222,7 +245,9 @@ def score_werewolf(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) ->
             notes["survival"] = "skipped: no SeatOutcome.alive recorded"
         else:
             terminal = {s: {"survival": config.outcome.survival_bonus} for s in results if s in alive}
-    return compose(trajectory, results, config, terminal, notes)
+    teams = {s: r.team for s, r in results.items()}
+    extra = roles.role_components(trajectory.turns, teams, config.roles)
+    return compose(trajectory, results, config, terminal, notes, extra)
 
 
 # --- scenarios --------------------------------------------------------------------------------------------
