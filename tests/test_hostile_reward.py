@@ -2,9 +2,10 @@
 clients held a trivial Score at 5 s). Such calls (more than ``HEAVY_TURNS`` turns) are scored, and their
 response built, in the reward service's one-thread heavy pool, so they queue behind each other instead of
 splitting the GIL with the event loop three ways. Real server over gRPC, the three abusers in processes of
-their own. The bounds are generous absolute latencies on a shared two-core box where the three abusers and
-the server are four CPU-bound processes: before the heavy pool, median 0.24-0.4 s and max 6.8-8.5 s (the
-max bound is what fails then); with it, 12 runs on 2026-11-27: medians 0.07-0.17 s, max 0.17-0.39 s."""
+their own. The bounds are absolute latencies on a shared two-core box where the three abusers and the
+server are four CPU-bound processes, checked against the server before the heavy pool (b9f22b9^) with this
+very test on 2026-11-27: there medians 0.26-0.30 s and max 1.3-1.7 s (5 runs, all fail here); with the pool,
+medians 0.07-0.17 s and max 0.17-0.39 s (18 runs, all pass)."""
 
 from __future__ import annotations
 
@@ -114,4 +115,4 @@ async def test_a_trivial_score_beside_three_clients_looping_60_mb_scores(target:
                     proc.kill()
                 await proc.wait()
     assert set(answered) == {b"60000"}, ("the large calls must still be answered", answered)
-    assert statistics.median(latencies) < 0.4 and max(latencies) < 1.5, latencies
+    assert statistics.median(latencies) < 0.3 and max(latencies) < 1.0, latencies
