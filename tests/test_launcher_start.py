@@ -29,7 +29,10 @@ def test_await_ready_blocks_until_each_file_then_exports_the_addresses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in ("WOLFPACK_ENVIRONMENT_ADDR", "WOLFPACK_INFERENCE_ADDR"):
-        monkeypatch.delenv(name, raising=False)
+        # setenv first so that monkeypatch restores the variable's absence after await_ready exported it
+        # (a bare delenv of an unset variable records nothing, and the address leaked into later tests)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     env_file, inf_file = tmp_path / "environment.json", tmp_path / "inference.json"
     write_ready(env_file, "127.0.0.1:1111")
     (tmp_path / "inference.json.tmp").write_text("{")  # a half-written neighbour is not the file
