@@ -62,6 +62,9 @@ def train(
             weights = weights_plan(cfg)
             if weights:
                 console.print(f"  weights: {weights}", highlight=False, soft_wrap=True)
+            base = base_plan(cfg)
+            if base:
+                console.print(f"  eval base: {base}", highlight=False, soft_wrap=True)
             return
     except ConfigError as exc:
         console.print(f"[red]{exc}[/]", markup=True, highlight=False)
@@ -170,22 +173,56 @@ def weights_plan(cfg: Any) -> str:
     return "; ".join(parts)
 
 
+def base_plan(cfg: Any) -> str:
+    """``--check``'s account of the base models' evaluation (``eval.base``): which model stands for which
+    policies, on how many held-out seeds, and how it is played (service mode: the extra policy the stack's
+    inference serves, one more vLLM engine sharing ``gpu_memory_utilization``). Empty when it is off."""
+    if not cfg.eval_base:
+        return ""
+    from wolfpack_trainer.evaluate import base_policy_ids
+
+    ids = base_policy_ids(cfg)
+    groups: dict[str, list[Any]] = {}
+    for p in cfg.policies:
+        groups.setdefault(ids[p.id], []).append(p)
+    if cfg.rollout.mode == "service":
+        how = "served by the stack's inference as " + ", ".join(
+            f"{bid} ({group[0].model}, for {', '.join(p.id for p in group)})" for bid, group in groups.items()
+        )
+    else:
+        how = "loaded in process: " + ", ".join(
+            f"{group[0].model} for {', '.join(p.id for p in group)}" for group in groups.values()
+        )
+    why = "default with a warm start" if cfg.eval.base is None else "eval.base: true"
+    return (
+        f"the base models (before the warm start, without LoRA) evaluated once at the start of a fresh run on "
+        f"the {cfg.eval.episodes} held-out seeds ({cfg.eval.episodes} more episodes), {how}; the summary's "
+        f"reference: base line ({why})"
+    )
+
+
 def _ensure_stack(stack: contextlib.ExitStack, cfg: Any, settings: Any, out: Path) -> Any:
     """The running stack's settings (after registering on its inference the policies the run needs, or one
     line and exit 2 before any work when it cannot serve them), or those of a stack started for this job
     (serving the run's policies and opponents, its curriculum configured from the run; stopped at the end).
     With a warm start, a LoRA policy is served from the run's warm-started base (``serve_base``), so that
     the adapters the trainer pushes apply to the weights they were trained on. (A full-weight policy keeps
-    its model: its first push, before any rollout, replaces every weight with the clone's.)"""
+    its model: its first push, before any rollout, replaces every weight with the clone's.) A run that will
+    evaluate the base models (``train.base_pending``) has them served too, as ``evaluate.base_policy_ids``
+    names them, from each policy's configured model (never the clone)."""
     from wolfpack.cli.main import settings_or_exit
+    from wolfpack_trainer.evaluate import base_models
     from wolfpack_trainer.learners.cpu import resolve_model_path
     from wolfpack_trainer.stack import StackError, child_stack, running_stack, serve_on_running
+    from wolfpack_trainer.train import base_pending
 
     cache = settings.run_dir / "models"
     models = {p.id: resolve_model_path(p.model, str(cache)) for p in cfg.policies}
     base = serve_base(cfg, out, cache) if any(p.lora_rank > 0 for p in cfg.policies) else None
     if base is not None:  # a LoRA policy's adapters must land on the warm-started weights
         models.update({p.id: base for p in cfg.policies if p.lora_rank > 0})
+    if base_pending(cfg, out):  # the models as configured, for the base models' evaluation (eval.base)
+        models.update(base_models(cfg, cache))
     running = running_stack(settings)
     if running is not None:
         console.print(f"using the running stack of {settings.run_dir}")
@@ -262,7 +299,7 @@ def _run(
     publisher: Any = None,
 ) -> None:
     from wolfpack_trainer.config import TrainConfig
-    from wolfpack_trainer.evaluate import reference_lines
+    from wolfpack_trainer.evaluate import base_policy_lines, reference_lines
     from wolfpack_trainer.metrics import update_line
     from wolfpack_trainer.train import ResumeError, learning_line, policy_learning_lines, run_training
 
@@ -346,8 +383,13 @@ def _run(
         f"  metrics: {out / 'metrics.jsonl'}  plot: {out / 'curves.png'}  tensorboard: {out / 'tb'}"
     )
     metric = cfg.eval.metric
-    for line in reference_lines(cfg, evals[0].metric(metric), evals[-1].metric(metric)):
+    base = evals[0].base
+    measured = (base.reward, base.win_rate) if base is not None else None
+    for line in reference_lines(cfg, evals[0].metric(metric), evals[-1].metric(metric), measured):
         console.print(line, highlight=False)
+    if base is not None:
+        for line in base_policy_lines(metric, base.policies, evals[-1].policies):
+            console.print(line, highlight=False, markup=False)  # "[policy]" is no rich style tag
     console.print(learning_line(cfg.eval.metric, evals[0], evals[-1]), highlight=False)
     for line in policy_learning_lines(cfg.eval.metric, evals[0], evals[-1]):
         console.print(line, highlight=False, markup=False)  # "[policy]" is no rich style tag

@@ -196,6 +196,14 @@ class EvalSection(_Strict):
     seed_offset: int = 1_000_000
     temperature: float = 1.0
     metric: Literal["win_rate", "reward"] = "win_rate"
+    base: bool | None = None
+    """Also evaluate each trained policy's *base model* (its ``model`` as configured: before any warm start,
+    without LoRA) once, at the start of a fresh run, on the same held-out seeds with the same temperature,
+    prompts and opponents: the summary's ``reference: base`` line. ``None`` (the default) means on exactly
+    when a warm start is configured: then the update-0 policy (``initial``) is the clone, so the learning
+    line alone cannot say where the model itself stood. Without a warm start the base *is* the update-0
+    policy, and ``true`` is refused (a second measurement of ``initial``); ``false`` skips it (service mode:
+    no inference engine for the base, so the others keep a larger share of ``gpu_memory_utilization``)."""
 
 
 class CurriculumSection(_Strict):
@@ -260,6 +268,16 @@ class TrainConfig(_Strict):
     def _check_names(self) -> TrainConfig:
         check_config(self)
         return self
+
+    @property
+    def warm_started(self) -> bool:
+        """A warm start runs before RL (a ``warmstart`` section with ``steps`` > 0)."""
+        return self.warmstart is not None and self.warmstart.steps > 0
+
+    @property
+    def eval_base(self) -> bool:
+        """The base models are evaluated (``eval.base``; by default when ``warm_started``)."""
+        return self.warm_started if self.eval.base is None else self.eval.base
 
     def algo_config(self) -> AlgoConfig:
         out: AlgoConfig = _build(AlgoConfig, self.algo, "algo")
@@ -471,6 +489,20 @@ def check_config(cfg: TrainConfig) -> None:
     ws = cfg.warmstart
     if ws is not None and ws.steps > 0 and ws.bot not in spec.bots:
         raise ValueError(f"warmstart.bot: {cfg.game.id} has no bot {ws.bot!r}; bots: {bots}")
+    if cfg.eval.base and not cfg.warm_started:
+        raise ValueError(
+            "eval.base: without a warm start the base model is the update-0 policy, which the run already "
+            "evaluates (reference: initial); remove the key or configure a warmstart"
+        )
+    if cfg.eval_base:
+        from wolfpack_trainer.evaluate import base_policy_ids
+
+        clash = sorted(set(base_policy_ids(cfg).values()) & (set(ids) | set(served)))
+        if clash:
+            raise ValueError(
+                f"eval.base: the base models are served as {', '.join(clash)}, which a policy of the config "
+                "already uses; rename that policy or set eval.base: false"
+            )
 
 
 def _check_reward_spec(cfg: TrainConfig) -> None:

@@ -6,6 +6,11 @@ nothing in the summary said so. So every evaluation is read against policies mea
 held-out seeds**, with the same opponents and the same outcome rule:
 
 * ``initial`` — the policy before the first update (the step-0 evaluation, played like every other);
+* ``base`` — with ``eval.base`` (by default whenever a warm start is configured, where ``initial`` is the
+  clone): each trained policy's base model, its ``model`` as configured before the warm start and without
+  LoRA, played once at the start of a fresh run by the same player as ``initial`` (service mode: served by
+  inference as an extra policy, ``base_policy_ids``; local mode: loaded in process), so the learning line
+  stands next to the model the run started from, measured on the same seeds in the same run;
 * ``constant:<MOVE>`` — every constant-action policy the game allows the trainee seats: the scenario
   families' flag statements (``ACCEPT``, ``REJECT``, ...) and other games' legal actions that take no
   target and no text; a constant that is never a legal move for the trainee seats is left out (a value
@@ -167,6 +172,12 @@ async def play_served(
         driver.config = config
 
 
+def base_episodes_dir(run_dir: Path) -> Path:
+    """Where the base models' evaluation (``eval.base``) keeps its episodes: ``<run>/eval/base/`` (the web
+    view's training page lists ``update_*`` directories only)."""
+    return run_dir / "eval" / "base"
+
+
 def episodes_dir(run_dir: Path, step: int) -> Path:
     """Where the evaluation at update ``step`` keeps its episodes: ``<run>/eval/update_<step:06d>/`` (the
     checkpoints' naming)."""
@@ -178,6 +189,7 @@ def save_episodes(
     step: int,
     trajectories: Sequence[trajectory_pb2.Trajectory],
     limit: int = SAVED_EPISODES,
+    directory: Path | None = None,
 ) -> list[Path]:
     """Keep the first ``limit`` evaluated episodes as binary ``Trajectory`` files
     ``episode_00.pb``, ``episode_01.pb``, ... in ``episodes_dir(run_dir, step)``; returns their paths.
@@ -185,8 +197,9 @@ def save_episodes(
     Each file is written beside its final name and renamed over it, so a reader (the web view polling a
     running job) sees a whole trajectory or none. An evaluation run again at the same step (a resumed run)
     replaces the files, and removes its own numbered files beyond the new count, so a directory never
-    mixes two evaluations. The first episodes in seed order, so every evaluation shows the same seeds."""
-    out_dir = episodes_dir(run_dir, step)
+    mixes two evaluations. The first episodes in seed order, so every evaluation shows the same seeds.
+    ``directory`` replaces ``episodes_dir(run_dir, step)`` (the base models' evaluation: ``base_episodes_dir``)."""
+    out_dir = directory or episodes_dir(run_dir, step)
     out_dir.mkdir(parents=True, exist_ok=True)
     kept = list(trajectories)[: max(0, min(limit, 100))]
     paths = []
@@ -201,6 +214,77 @@ def save_episodes(
         if match and int(match.group(1)) >= len(kept):
             stale.unlink(missing_ok=True)
     return paths
+
+
+# --- the base models (eval.base) -----------------------------------------------------------------------
+
+BASE = "base"
+"""The base models' reference name (``reference: base``, ``reference/base/...`` metrics)."""
+
+
+def base_policy_ids(cfg: Any) -> dict[str, str]:
+    """Trained policy id -> the policy id its base model is served (service mode) or played (local mode) as:
+    ``base-<policy>``, one per distinct ``model``, named after its first policy, so IPPO's policies on one
+    model share one base (one inference engine, not one per policy)."""
+    first: dict[str, str] = {}
+    out = {}
+    for p in cfg.policies:
+        out[p.id] = f"{BASE}-{first.setdefault(p.model, p.id)}"
+    return out
+
+
+def base_models(cfg: Any, cache_dir: str | Path) -> dict[str, str]:
+    """Base policy id -> the checkpoint it loads: its policies' ``model`` resolved as the learners resolve
+    it, never the warm-started clone."""
+    from wolfpack_trainer.learners.cpu import resolve_model_path
+
+    ids = base_policy_ids(cfg)
+    return {ids[p.id]: resolve_model_path(p.model, str(cache_dir)) for p in cfg.policies}
+
+
+def bind_base(tasks: Sequence[Any], ids: dict[str, str]) -> dict[int, dict[int, str]]:
+    """Rebind the trained seats of curriculum ``Task`` protos (in place) to their policies' base models
+    (``ids``: ``base_policy_ids``); returns seed -> {seat: trained policy id}, what ``unbind_base`` needs
+    to score the played episodes as each trained policy's seats."""
+    owners: dict[int, dict[int, str]] = {}
+    for task in tasks:
+        own = owners.setdefault(int(task.seed), {})
+        for b in task.seats:
+            if b.policy.policy_id in ids:
+                own[b.seat] = b.policy.policy_id
+                b.policy.policy_id = ids[b.policy.policy_id]
+    return owners
+
+
+def unbind_base(
+    trajectories: Sequence[trajectory_pb2.Trajectory], owners: dict[int, dict[int, str]]
+) -> list[trajectory_pb2.Trajectory]:
+    """Copies of the base models' episodes with each base-bound seat bound to the trained policy it stood
+    in for (``bind_base``), so ``trajectory_rows`` and ``policy_scores`` score them seat by seat exactly as
+    the trained policies' own evaluation (one base may stand in for several policies)."""
+    out = []
+    for traj in trajectories:
+        copy = trajectory_pb2.Trajectory()
+        copy.CopyFrom(traj)
+        own = owners.get(int(traj.seed), {})
+        for b in copy.seats:
+            if b.seat in own:
+                b.policy.policy_id = own[b.seat]
+        out.append(copy)
+    return out
+
+
+def base_metrics(
+    reward: Estimate, win_rate: Estimate, failed: int, policies: dict[str, Any]
+) -> dict[str, float]:
+    """Metrics-file keys of the base models' evaluation: ``reference/base/<metric>[_lo|_hi]`` as every
+    reference, ``reference/base/failed_episodes``, and with several trained policies each one's base on its
+    own seats, ``reference/base/<policy>/<metric>[_lo|_hi]`` (as ``eval/<policy>/...``)."""
+    out = reference_metrics([Reference(BASE, reward, win_rate)])
+    out[f"reference/{BASE}/failed_episodes"] = float(failed)
+    for key, value in policy_metrics(policies).items():
+        out[f"reference/{BASE}/" + key.removeprefix("eval/")] = value
+    return out
 
 
 # --- reference policies ---------------------------------------------------------------------------------
@@ -345,17 +429,40 @@ def beats(final: Estimate, refs: Sequence[Reference], metric: str) -> tuple[list
     return above, [r.name for r in refs if r.name not in above]
 
 
-def reference_lines(cfg: Any, initial: Estimate, final: Estimate) -> list[str]:
+def reference_lines(
+    cfg: Any, initial: Estimate, final: Estimate, base: tuple[Estimate, Estimate] | None = None
+) -> list[str]:
     """The summary's block before the ``learning:`` line: one ``reference:`` line per reference policy
-    (``initial`` first), then which of them the final estimate's 95% CI lies above (its lower bound above
-    the reference's value on the same seeds)."""
+    (``initial`` first, then ``base``: the base models' (reward, win rate) when the run measured them), then
+    which of them the final estimate's 95% CI lies above (its lower bound above the reference's value on the
+    same seeds)."""
     metric = cfg.eval.metric
-    refs = [Reference("initial", initial, initial), *references(cfg)]
+    refs = [Reference("initial", initial, initial)]
+    if base is not None:
+        refs.append(Reference(BASE, *base))
+    own = len(refs)
+    refs += references(cfg)
     lines = [reference_line(r.name, metric, r.metric(metric)) for r in refs]
-    if len(refs) == 1:
+    if len(refs) == own:
         lines.append(f"  (no in-process references: the opponents ({cfg.game.bot}) are not scripted bots)")
     above, below = beats(final, refs[1:], metric)
     verdict = f"  final {metric} 95% CI lower bound {final.lo:.2f}: above {', '.join(above) or 'none'}"
     if below:
         verdict += f"; not above {', '.join(below)}"
     return [*lines, verdict]
+
+
+def base_policy_lines(metric: str, base: dict[str, PolicyScore], final: dict[str, PolicyScore]) -> list[str]:
+    """With several trained policies, each one's base on its own seats (``reference[<policy>]: base ...``)
+    and whether that policy's final 95% CI lies above it, as the overall verdict says for the run; none
+    with one policy (the overall ``reference: base`` line is its own)."""
+    lines = []
+    for pid, score in base.items():
+        est = score.metric(metric)
+        lines.append(f"reference[{pid}]: " + reference_line(BASE, metric, est).removeprefix("reference: "))
+        if pid in final:
+            lo = final[pid].metric(metric).lo
+            lines.append(
+                f"  final[{pid}] {metric} 95% CI lower bound {lo:.2f}: {'above' if lo > est.mean else 'not above'} base"
+            )
+    return lines

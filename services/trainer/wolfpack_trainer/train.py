@@ -11,7 +11,8 @@ One update (CleanRL style):
    the entries to the resumed run, a crash after it finds their ids already used (named crash points,
    ``WOLFPACK_TRAINER_CRASH_AT``, let tests end the process exactly between the two);
 5. every ``push_every`` updates a new policy version (weights to inference in service mode, a versioned
-   directory always); every ``eval.every`` updates the held-out evaluation.
+   directory always); every ``eval.every`` updates the held-out evaluation. A fresh run with ``eval.base``
+   (by default when warm-started) first evaluates the base models the run started from (``evaluate_base``).
 
 Model work (updates, local play, evaluation, checkpoints) runs in a worker thread, so the event loop keeps
 answering TrainerService and its health checks meanwhile; the lock keeps an update and a checkpoint
@@ -25,6 +26,7 @@ import atexit
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -99,6 +101,9 @@ class EvalResult:
     """The played episodes (sample transcripts); not saved with the checkpoint."""
     policies: dict[str, PolicyScore] = field(default_factory=dict)
     """Each trained policy's score on its own seats (``evaluate.policy_scores``; empty with one policy)."""
+    base: EvalResult | None = None
+    """The first evaluation of a fresh run with ``eval.base``: the base models on the same seeds, scored as
+    the trained policies' seats (``Trainer.evaluate_base``)."""
 
     def metric(self, name: str) -> Estimate:
         return self.win_rate if name == "win_rate" else self.reward
@@ -203,18 +208,22 @@ class Trainer:
 
     # --- rollouts -------------------------------------------------------------------------------------
 
-    def _policy_fn(self) -> PolicyFn:
-        """How the in-process inference answers a batch of one policy's prompts: its learner's weights."""
+    def _policy_fn(
+        self, models: dict[str, torch.nn.Module] | None = None, generator: torch.Generator | None = None
+    ) -> PolicyFn:
+        """How the in-process inference answers a batch of one policy's prompts: its learner's weights, or
+        with ``models`` (policy id -> model: the base models' evaluation) that model, drawing from
+        ``generator`` (default: the learners' sampling RNG)."""
         eos = [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
         if self.tokenizer.eos_token_id is not None:
             eos.append(int(self.tokenizer.eos_token_id))
         pad = int(self.tokenizer.pad_token_id or 0)
+        rng = generator if generator is not None else self._gen
 
         def generate(
             policy_id: str, prompts: list[list[int]], sampling: common_pb2.SamplingParams
         ) -> list[Generated]:
-            learner = self.learners[policy_id]
-            with learner.generation_model() as model:  # type: ignore[attr-defined]
+            def draw(model: torch.nn.Module) -> list[Generated]:
                 return sample(
                     model,
                     prompts,
@@ -222,8 +231,14 @@ class Trainer:
                     temperature=sampling.temperature,
                     eos_ids=eos,
                     pad_id=pad,
-                    generator=self._gen,
+                    generator=rng,
                 )
+
+            if models is not None:
+                return draw(models[policy_id])
+            learner = self.learners[policy_id]
+            with learner.generation_model() as model:  # type: ignore[attr-defined]
+                return draw(model)
 
         return generate
 
@@ -274,14 +289,40 @@ class Trainer:
                 raise ValueError(
                     f"opponent policy {task.opponent_policy!r} is served by inference: service mode only"
                 )
-        for game_id in {t.game_id for t in tasks}:
-            check_penalty(self.cfg.rollout.reward_spec, game_id, self.cfg.rollout.invalid_penalty)
         served = [service_task(t, i) for i, t in enumerate(tasks)]
         for task in served:
             task.split = split
-        config = rollout_config(self.cfg, concurrency=len(tasks), temperature=temperature)
-        driver = local_driver(config, self.tokenizer, self._policy_fn(), lambda: self.state.versions)
-        return play(served, driver)
+        return self._play_in_process(served, temperature, self._policy_fn(), lambda: self.state.versions)
+
+    def _play_in_process(
+        self, served: list[Any], temperature: float, policy: PolicyFn, versions: Callable[[], dict[str, int]]
+    ) -> list[trajectory_pb2.Trajectory]:
+        """Curriculum ``Task`` protos played by the rollout driver over in-process backends, ``policy``
+        answering the policies' prompts."""
+        for game_id in {t.game.game_id for t in served}:
+            check_penalty(self.cfg.rollout.reward_spec, game_id, self.cfg.rollout.invalid_penalty)
+        config = rollout_config(self.cfg, concurrency=len(served), temperature=temperature)
+        return play(served, local_driver(config, self.tokenizer, policy, versions))
+
+    def _play_base_locally(self, served: list[Any], temperature: float) -> list[trajectory_pb2.Trajectory]:
+        """Local mode's base models' evaluation: each base loaded in process from its checkpoint (one copy per
+        distinct checkpoint, on the CPU where local mode samples, in the learners' float32), sampled with an
+        RNG of its own seeded like the learners' (see ``evaluate_base``); dropped afterwards."""
+        from transformers import AutoModelForCausalLM
+
+        from wolfpack_trainer.evaluate import base_models
+
+        loaded: dict[str, torch.nn.Module] = {}
+        models: dict[str, torch.nn.Module] = {}
+        for base_id, path in base_models(self.cfg, self.cache_dir).items():
+            if path not in loaded:
+                model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+                loaded[path] = model.eval()
+            models[base_id] = loaded[path]
+        rng = torch.Generator().manual_seed(self.cfg.seed)
+        return self._play_in_process(
+            served, temperature, self._policy_fn(models, rng), lambda: dict.fromkeys(models, 0)
+        )
 
     # --- evaluation ----------------------------------------------------------------------------------
 
@@ -324,6 +365,35 @@ class Trainer:
         self.metrics.log(self.state.step, metrics)
         return EvalResult(self.state.step, reward, win_rate, failed, list(trajs), per_policy)
 
+    async def evaluate_base(self) -> EvalResult:
+        """The trained policies' base models (``eval.base``: each policy's ``model`` as configured, before the
+        warm start, without LoRA) on the held-out seeds: ``evaluate``'s episodes (same seeds, opponents,
+        prompts, ``eval.temperature``) with every trained seat bound to its policy's base
+        (``evaluate.base_policy_ids``), scored as that policy's seats. Service mode: inference serves the
+        bases as extra policies (the job's stack, ``stack.stack_policies``, or registered on a running
+        one). Local mode: loaded in process, sampled with an RNG of its own seeded like the learners', so
+        measuring the base changes nothing else the run samples, and draws exactly what a run without the
+        warm start draws at its update-0 evaluation. Failed episodes count as losses."""
+        from wolfpack_trainer import evaluate as ev
+
+        seeds = ev.eval_seeds(self.cfg)
+        self.progress("eval base", 0, len(seeds))
+        served = [service_task(t, i) for i, t in enumerate(self.tasks(seeds, 1, "eval", bot_mix=False))]
+        for task in served:
+            task.split = "eval"
+        owners = ev.bind_base(served, ev.base_policy_ids(self.cfg))
+        if self.driver is not None:
+            played = await ev.play_served(self.driver, served, self.cfg.eval.temperature)
+        else:
+            played = await _off_loop(self._play_base_locally, served, self.cfg.eval.temperature)
+        trajs = ev.unbind_base(played, owners)
+        policies = list(self.learners)
+        rows, failed = ev.trajectory_rows(trajs, len(seeds), policies)
+        reward, win_rate = ev.summarize(rows)
+        self.progress("eval base", len(seeds), len(seeds))
+        per_policy = ev.policy_scores(trajs, len(seeds), policies)
+        return EvalResult(self.state.step, reward, win_rate, failed, list(played), per_policy)
+
     # --- the loop ------------------------------------------------------------------------------------
 
     async def run(self, updates: int | None = None) -> list[EvalResult]:
@@ -352,7 +422,11 @@ class Trainer:
             if self.publisher.inference_addr and (self.state.step < total or evaluate_first):
                 await self.publish_current()  # a finished, evaluated run plays nothing: nothing to serve
             if evaluate_first:
-                evals.append(self._record_eval(await self._evaluate()))
+                base = await self._evaluate_base() if not evals and self.cfg.eval_base else None
+                first = await self._evaluate()
+                if base is not None:
+                    first.base = base
+                evals.append(self._record_eval(first))
                 if self.state.step > 0:
                     await _off_loop(self.checkpoint)
             t_train = time.monotonic()
@@ -418,6 +492,22 @@ class Trainer:
             await _off_loop(save_episodes, self.run_dir, res.step, res.trajectories)
         return res  # type: ignore[no-any-return]
 
+    async def _evaluate_base(self) -> EvalResult:
+        """``evaluate_base``, with its sample transcripts (``transcripts/eval_base/<i>``) and a few of its
+        episodes as files in ``<run>/eval/base/`` (``evaluate.base_episodes_dir``)."""
+        from wolfpack_trainer.evaluate import base_episodes_dir, save_episodes
+
+        res = await self.evaluate_base()
+        decode = self.tokenizer.decode if self.tokenizer is not None else None
+        for i, traj in enumerate(res.trajectories[:TRANSCRIPTS_PER_EVAL]):
+            self.metrics.text(f"transcripts/eval_base/{i}", transcript(traj, decode), res.step)
+        if res.trajectories:
+            await _off_loop(
+                functools.partial(save_episodes, directory=base_episodes_dir(self.run_dir)),
+                self.run_dir, res.step, res.trajectories,
+            )  # fmt: skip
+        return res
+
     def _train_update(self, trajectories: Sequence[trajectory_pb2.Trajectory]) -> dict[str, float]:
         """``train_step`` and the step count as one change under the lock (a worker thread runs it): a
         SaveCheckpoint from TrainerService sees an update whole or not at all. A few of the update's
@@ -459,6 +549,11 @@ class Trainer:
                 **ev.policy_metrics(getattr(res, "policies", {})),  # a stand-in evaluate's may lack them
             },
         )
+        base = getattr(res, "base", None)
+        if base is not None:
+            self.metrics.log(
+                res.step, ev.base_metrics(base.reward, base.win_rate, base.failed, base.policies)
+            )
         return res
 
     async def _gather(
@@ -775,6 +870,9 @@ def _eval_to_json(res: EvalResult) -> dict[str, Any]:
         out["policies"] = {
             pid: {"reward": s.reward.__dict__, "win_rate": s.win_rate.__dict__} for pid, s in policies.items()
         }
+    base = getattr(res, "base", None)
+    if base is not None:  # the first evaluation of a run with eval.base: the base models', resumed with it
+        out["base"] = {**_eval_to_json(base), "failed": base.failed}
     return out
 
 
@@ -785,12 +883,28 @@ def _eval_from_json(d: dict[str, Any]) -> dict[str, Any]:
         pid: PolicyScore(Estimate(**s["reward"]), Estimate(**s["win_rate"]))
         for pid, s in d.get("policies", {}).items()
     }
-    return {
+    out: dict[str, Any] = {
         "step": d["step"],
         "reward": Estimate(**d["reward"]),
         "win_rate": Estimate(**d["win_rate"]),
         "policies": policies,
     }
+    if "failed" in d:
+        out["failed"] = int(d["failed"])
+    if d.get("base"):
+        out["base"] = EvalResult(**_eval_from_json(d["base"]))
+    return out
+
+
+def base_pending(cfg: TrainConfig, run_dir: Path) -> bool:
+    """The run will evaluate the base models (``eval.base``) when it starts: it is on and the run directory
+    holds no evaluated checkpoint (a resumed run measured them at its own start, or never: a run begun
+    before the key existed). A job's stack serves the bases only then."""
+    if not cfg.eval_base:
+        return False
+    pointer = run_dir / "checkpoints" / "LATEST"
+    state = run_dir / "checkpoints" / pointer.read_text().strip() / "state.json" if pointer.exists() else None
+    return state is None or not state.exists() or not json.loads(state.read_text()).get("evals")
 
 
 def _learning(label: str, metric: str, a: Estimate, b: Estimate) -> str:
