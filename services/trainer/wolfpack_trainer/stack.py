@@ -6,7 +6,9 @@ The child's inference serves every policy of the config from the same base model
 so the pushed versions apply to the weights that sampled the trajectories. With a warm start, a LoRA
 policy's base is the warm-started clone, built before the stack starts (``cli.serve_base``): its adapters
 mean nothing on the un-cloned model. A full-weight policy may start from the configured model, since its
-first push (before any rollout) replaces every weight.
+first push (before any rollout) replaces every weight. A run that evaluates its base models (``eval.base``)
+has them served as well, each as one more policy (``evaluate.base_policy_ids``) from the model as
+configured, never the clone.
 """
 
 from __future__ import annotations
@@ -228,9 +230,42 @@ async def register_policies(
     return done
 
 
+async def serve_missing(settings: Settings, target: str, models: dict[str, str]) -> list[str]:
+    """Have inference at ``target`` serve ``models`` (policy id -> checkpoint): ``LoadPolicy`` at version 0
+    for each one it does not serve yet (built like its first policy); one it serves from another checkpoint
+    is a ``StackError`` (a measurement of other weights under the same name). The trainer's guarantee for the
+    base models' evaluation where no job set up the stack (a stack built by hand, a test's servers); a job's
+    own or running stack already serves them. Returns the ids loaded."""
+    from wolfpack.v1 import inference_service_pb2 as pb
+    from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+    from wolfpack_trainer.learners.cpu import resolve_model_path
+
+    cache = str(settings.run_dir / "models")
+    loaded = []
+    async with rpc.channel(target, settings) as channel:
+        stub = pb_grpc.InferenceServiceStub(channel)
+        listed = await stub.ListPolicies(pb.ListPoliciesRequest())
+        served = {p.policy.policy_id: p.base_model for p in listed.policies}
+        for pid, path in models.items():
+            base = served.get(pid)
+            if base is not None:
+                if base != path and resolve_model_path(base, cache) != path:
+                    raise StackError(f"inference at {target} serves policy {pid!r} from {base}, not {path}")
+                continue
+            try:
+                await stub.LoadPolicy(pb.LoadPolicyRequest(policy_id=pid, version=0, model_path=path))
+            except grpc.aio.AioRpcError as exc:
+                raise StackError(
+                    f"inference at {target} could not load policy {pid!r} from {path}: {exc.details()}"
+                ) from None
+            loaded.append(pid)
+    return loaded
+
+
 def stack_policies(cfg: TrainConfig, models: dict[str, str]) -> list[dict[str, object]]:
     """Inference's policies file for the job's own stack: every trained policy (id -> checkpoint) and every
-    served opponent. Each gets its own engine, so on vLLM they split ``inference.gpu_memory_utilization``
+    served opponent (and, with ``eval.base``, the base models: ``cli._ensure_stack`` adds them to ``models``,
+    where they are counted like the others). Each gets its own engine, so on vLLM they split ``inference.gpu_memory_utilization``
     evenly: the setting stays the job's whole vLLM share of the card, whatever the number of policies (as
     the config documents: the learner gets the rest). Seen on an H100: IPPO's two engines at 0.35 each
     would have left its learners 24 of 80 GB."""

@@ -371,7 +371,7 @@ class Trainer:
         prompts, ``eval.temperature``) with every trained seat bound to its policy's base
         (``evaluate.base_policy_ids``), scored as that policy's seats. Service mode: inference serves the
         bases as extra policies (the job's stack, ``stack.stack_policies``, or registered on a running
-        one). Local mode: loaded in process, sampled with an RNG of its own seeded like the learners', so
+        one; a stack that lacks them is asked to load them first, ``stack.serve_missing``). Local mode: loaded in process, sampled with an RNG of its own seeded like the learners', so
         measuring the base changes nothing else the run samples, and draws exactly what a run without the
         warm start draws at its update-0 evaluation. Failed episodes count as losses."""
         from wolfpack_trainer import evaluate as ev
@@ -383,6 +383,16 @@ class Trainer:
             task.split = "eval"
         owners = ev.bind_base(served, ev.base_policy_ids(self.cfg))
         if self.driver is not None:
+            if self.publisher.inference_addr:  # a job's stack serves them already; a hand-built one may not
+                from wolfpack.settings import load_settings
+                from wolfpack_trainer.stack import serve_missing
+
+                settings = self.publisher.settings or load_settings()
+                bases = ev.base_models(self.cfg, self.cache_dir)
+                for pid in await serve_missing(settings, self.publisher.inference_addr, bases):
+                    log.info(
+                        "serving a base model for its evaluation", extra={"policy": pid, "model": bases[pid]}
+                    )
             played = await ev.play_served(self.driver, served, self.cfg.eval.temperature)
         else:
             played = await _off_loop(self._play_base_locally, served, self.cfg.eval.temperature)
