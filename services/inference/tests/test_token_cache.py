@@ -194,3 +194,59 @@ def test_parts_and_suffix_windows_match_whole_tokenization(tiny_dir: Path) -> No
         assert cache.encode(head, remember=False) == ids(head), step
     assert seeded > 250  # most parts were cached from their render (last message or not), not tokenized
     assert cache.stats.reused_tokens > 0
+
+
+def test_common_suffixes_match_whole_tokenization(tiny_dir: Path) -> None:
+    """Texts that share their end with a cached text (the same instruction after a new log, a cut
+    render ending with its message's tail) reuse the cached ids after a restart point of that end: every
+    ``encode`` still equals the tokenizer's own ids, over random heads, middles and ends with awkward
+    seams, with and without a common prefix; and the ids after the reused end are right too (a text
+    that grows from a suffix hit is encoded again from its restart points)."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    cache = PrefixTokenCache(tok, max_entries=128, max_tokens=500_000)
+    rng = random.Random(23)
+
+    def ids(text: str) -> list[int]:
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    heads = ["Rules.\n" + _random_text(rng, 60) + "\n" for _ in range(3)] + [""]
+    ends = ["\nNow.\n" + _random_text(rng, rng.randrange(30, 90)) + "\nAnswer.\n" for _ in range(4)]
+    suffix_hits_before = 0
+    for step in range(500):
+        text = rng.choice(heads) + _random_text(rng, rng.randrange(1, 40)) + rng.choice(ends)
+        if rng.random() < 0.3:
+            text += _random_text(rng, rng.randrange(1, 6))  # an end that is not quite a cached one
+        assert cache.encode(text, remember=rng.random() < 0.8) == ids(text), step
+        if step % 50 == 49:  # grown from a text whose ids came partly from a suffix hit
+            grown = text + "\nMore.\n" + _random_text(rng, 20)
+            assert cache.encode(grown) == ids(grown), step
+            assert cache.stats.suffix_hits > suffix_hits_before
+            suffix_hits_before = cache.stats.suffix_hits
+    assert cache.stats.suffix_hits > 100
+    assert cache.stats.suffix_mismatches == 0  # only restart points inside the common end are tried
+    # every cached restart point is right: the text before it tokenizes to the ids before it
+    for entry in cache._entries.values():
+        for p, j in entry.lines[:: max(1, len(entry.lines) // 4)]:
+            assert ids(entry.text[:p]) == entry.ids[:j].tolist()
+    # eviction leaves no suffix index entry pointing at an evicted text
+    live = {id(e) for e in cache._entries.values()}
+    assert all(id(e) in live for e in cache._rindex.values())
+
+
+def test_cut_render_reuses_the_message_tail(tiny_dir: Path) -> None:
+    """A compressed Werewolf prompt: the cut chat's render ends with the message's tail, so its ids
+    after the marker come from the whole render's (a suffix hit), and equal the uncached ids."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    prompts = _game_prompts("6p", "en", 1)
+    cached, plain = _policy(tok, 512, 1_000_000), _policy(tok, 512, 0)
+    sampling = Sampling(max_tokens=32)
+    for text in prompts:
+        msgs = [{"role": "system", "content": "Play well."}, {"role": "user", "content": text}]
+        assert cached.prepare(sampling, messages=msgs).request.prompt_ids == (
+            plain.prepare(sampling, messages=msgs).request.prompt_ids
+        )
+    state = cached._token_cache
+    assert state is not None and state[1] is not None
+    assert state[1].stats.suffix_hits >= len(prompts)  # at least the cut render of each long prompt
+    assert state[1].stats.suffix_mismatches == 0
+    assert cached._counts  # the marker chat's count was remembered (the same ids either way, above)

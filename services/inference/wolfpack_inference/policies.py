@@ -80,6 +80,14 @@ SEED_PART_CHARS = 512
 at least this long (``token_cache.PrefixTokenCache.remember_part``); a shorter one costs little to
 tokenize whole."""
 
+COUNT_MEMO_CHARS = 4096
+"""Token counts of chats of at most this many characters (all contents) are remembered per policy
+tokenizer (``COUNT_MEMO_ENTRIES`` of them, with the prompt token cache on; 0 turns it off). A token cut
+renders its chat with the cut message reduced to the marker on every turn (``prompts._token_cut``): for
+a game's prompts that is the same short chat (system message, marker) each time, ~0.1 ms of template
+and tokenizing for a count that cannot change."""
+COUNT_MEMO_ENTRIES = 256
+
 INLINE_COMPRESS_CHARS = 16_384
 """Most characters an inline preparation (``prepare(inline=True)``, on the event loop) may render and
 tokenize while compressing, about as much work as ``server.INLINE_COST`` allows a prompt that fits.
@@ -104,6 +112,9 @@ class Policy:
         """Why this policy serves the tiny fallback model instead of its own (empty: it does not)."""
         self._token_cache: tuple[Any, token_cache.PrefixTokenCache | None] | None = None
         """(the tokenizer it belongs to, the cache or ``None`` when that tokenizer does not qualify)."""
+        self._counts: dict[tuple[Any, ...], int] = {}
+        """Token counts of short chats (``COUNT_MEMO_CHARS``) under the cache's tokenizer: emptied with
+        the cache when the tokenizer changes."""
 
     @property
     def policy_id(self) -> str:
@@ -210,12 +221,25 @@ class Policy:
             if inline and spent > INLINE_COMPRESS_CHARS:
                 raise CompressionNeeded
 
+        counts = self._counts if cache is not None and COUNT_MEMO_CHARS else None
+
         def count(m: Sequence[dict[str, str]]) -> int:
             nonlocal last
             if list(m) == last[0]:
                 return len(last[1])
-            spend(sum(len(x.get("content") or "") for x in m))
+            chars = sum(len(x.get("content") or "") for x in m)
+            key = None
+            if counts is not None and chars <= COUNT_MEMO_CHARS:
+                key = (add_gen, *(tuple(x.items()) for x in m))
+                known = counts.get(key)
+                if known is not None:
+                    return known
+            spend(chars)
             last = (list(m), prompts.render_chat(tok, m, add_gen, encode))
+            if key is not None and counts is not None:
+                if len(counts) >= COUNT_MEMO_ENTRIES:
+                    counts.clear()
+                counts[key] = len(last[1])
             return len(last[1])
 
         codec = prompts.TextCodec.of(tok, encode, cache.encode_suffix if cache is not None else None)
@@ -260,6 +284,7 @@ class Policy:
                     tok, max_entries=self.cfg.prompt_cache_entries, max_tokens=self.cfg.prompt_cache_tokens
                 )
             state = self._token_cache = (tok, cache)
+            self._counts = {}
         return state[1]
 
 

@@ -20,6 +20,12 @@ How (``PrefixTokenCache.encode``):
      ``p1`` to equal the cached ones, with a token starting exactly at ``p1``: a check on real text that
      the restart is clean. On any doubt (no restart point, an overlap that differs, truncation or
      padding set on the tokenizer) the whole text is tokenized, as before.
+  4. Common ends: cached texts are also indexed by their ``CHUNK``-character suffixes. When a cached
+     text ends as the new one does (the same instruction after a longer log; a compressed chat's cut
+     render, which ends with its message's tail), the new text is tokenized only up to the second
+     restart point ``q2`` inside that common end, the tokens between the first one ``q1`` and ``q2``
+     must equal the cached text's (with a token starting exactly at ``q1``), and the ids after ``q1``
+     are the cached text's: by the same argument as step 2, read from the other side.
 Tokenizers outside that shape (``unsupported_reason``) get no cache at all.
 
 Parts of a rendered chat (``remember_part``, ``encode_suffix``): a prompt compressed under the budget
@@ -50,6 +56,12 @@ from typing import Any
 CHUNK = 64
 """Characters per indexed prefix step: a hit finds the common prefix to within one chunk, and the last
 partial chunk is compared character by character."""
+REUSE_SUFFIXES = True
+"""Step 4 of the module docstring (common ends) on; ``bench/rollout/bench_rollout.py --baseline`` turns it
+off in its process to measure the code without it side by side (texts then get no suffix keys at all)."""
+MIN_SUFFIX_CHARS = 32
+"""A common suffix is reused only when its ids after the second restart point cover at least this many
+characters (below that, tokenizing them costs less than the lookup)."""
 MAX_TEXT_CHARS = 262_144
 """Texts longer than this are tokenized whole and not cached (their index alone would be large)."""
 DEFAULT_MAX_ENTRIES = 4096
@@ -115,6 +127,8 @@ class _Entry:
     """Restart points ``(character, token index)`` in order: a token starts at the character, the previous
     one ends there, the character before is a newline and the one at it is not whitespace."""
     keys: list[int] = field(default_factory=list)
+    rkeys: list[int] = field(default_factory=list)
+    """Chained hashes of its ``CHUNK``-character suffixes (``_suffix_keys``), for suffix lookups."""
 
 
 @dataclass
@@ -126,6 +140,9 @@ class CacheStats:
     overlap_mismatches: int = 0
     reused_tokens: int = 0
     encoded_chars: int = 0
+    suffix_hits: int = 0
+    """Encodes that also took the ids after a restart point from a cached text ending the same way."""
+    suffix_mismatches: int = 0
 
 
 class PrefixTokenCache:
@@ -141,6 +158,8 @@ class PrefixTokenCache:
         self.max_tokens = max_tokens
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._index: dict[int, _Entry] = {}
+        self._rindex: dict[int, _Entry] = {}
+        """Suffix keys (``_suffix_keys``) -> the latest entry ending with that suffix."""
         self._tokens = 0
         self._lock = threading.Lock()
         self.stats = CacheStats()
@@ -165,13 +184,14 @@ class PrefixTokenCache:
             or self._backend.padding is not None
         ):
             return list(self._backend.encode(text, add_special_tokens=False).ids)
-        keys = _chunk_keys(text)
+        keys, rkeys = _chunk_keys(text), _suffix_keys(text) if REUSE_SUFFIXES else []
         with self._lock:
             base = self._longest(text, keys)
-        ids, lines = self._encode_from(text, base)
+            tail = self._longest_suffix(text, rkeys) if rkeys else None
+        ids, lines = self._encode_from(text, base, tail)
         if remember:
             with self._lock:
-                self._add(_Entry(text, ids, lines, keys))
+                self._add(_Entry(text, ids, lines, keys, rkeys))
         return ids.tolist()
 
     def remember_part(self, text: str, start: int, end: int) -> bool:
@@ -219,8 +239,9 @@ class PrefixTokenCache:
         ):
             return False  # the part does not start cleanly: keep to tokenizing
         part = text[start:end]
+        rkeys = _suffix_keys(part) if REUSE_SUFFIXES else []
         with self._lock:
-            self._add(_Entry(part, ids[j0:j1], inner, _chunk_keys(part)))
+            self._add(_Entry(part, ids[j0:j1], inner, _chunk_keys(part), rkeys))
         return True
 
     def encode_suffix(self, text: str, start: int) -> list[int]:
@@ -274,34 +295,119 @@ class PrefixTokenCache:
             return entry, n
         return None
 
+    def _longest_suffix(self, text: str, rkeys: list[int]) -> tuple[_Entry, int] | None:
+        """The cached entry sharing the longest suffix with ``text`` (at least one chunk), and that
+        suffix's length."""
+        for k in range(len(rkeys), 0, -1):
+            entry = self._rindex.get(rkeys[k - 1])
+            if entry is None:
+                continue
+            n = k * CHUNK
+            if entry.text[len(entry.text) - n :] != text[len(text) - n :]:
+                continue  # a hash collision: look for a shorter suffix
+            self._entries.move_to_end(id(entry))
+            end = min(len(text), len(entry.text), n + CHUNK)
+            while n < end and text[-n - 1] == entry.text[-n - 1]:
+                n += 1
+            return entry, n
+        return None
+
     def _encode_from(
-        self, text: str, base: tuple[_Entry, int] | None
+        self, text: str, base: tuple[_Entry, int] | None, tail: tuple[_Entry, int] | None = None
     ) -> tuple[array[int], list[tuple[int, int]]]:
+        """The ids and restart points of ``text``: the ids before a restart point ``p0`` inside the common
+        prefix with ``base`` are the cached entry's, and with ``tail`` (an entry ending as ``text`` does)
+        so are the ids after a restart point ``q1`` inside the common suffix; only ``text[p0:q2]`` is
+        tokenized (``q2`` the next restart point after ``q1``). Its tokens between ``p0`` and the next
+        restart point ``p1``, and between ``q1`` and ``q2``, must equal the cached ones, with tokens
+        starting exactly at ``p1`` and ``q1`` (see the module docstring)."""
+        head: tuple[_Entry, int, int, int, int, int] | None = None  # entry, k, p0, j0, p1, j1
         if base is not None:
             entry, common = base
             k = bisect.bisect_left(entry.lines, (common, -1)) - 1  # the last restart point below common
             if k >= 1:
                 (p0, j0), (p1, j1) = entry.lines[k - 1], entry.lines[k]
-                enc = self._backend.encode(text[p0:], add_special_tokens=False)
-                fresh = enc.ids
-                span = j1 - j0
-                if (
-                    len(fresh) > span
-                    and fresh[:span] == entry.ids[j0:j1].tolist()
-                    and enc.token_to_chars(span)[0] == p1 - p0
-                    and enc.token_to_chars(span - 1)[1] <= p1 - p0
-                ):
-                    self.stats.hits += 1
-                    self.stats.reused_tokens += j0
-                    self.stats.encoded_chars += len(text) - p0
-                    ids = entry.ids[:j0]
-                    ids.extend(fresh)
-                    return ids, entry.lines[:k] + _line_starts(text, enc, p0, j0)
+                head = (entry, k, p0, j0, p1, j1)
+        suffix = self._suffix_points(text, head[4] if head is not None else 0, tail)
+        if head is None and suffix is None:
+            return self._encode_whole(text)
+        p0, j0 = (head[2], head[3]) if head is not None else (0, 0)
+        enc = self._backend.encode(
+            text[p0 : suffix[0] if suffix is not None else len(text)], add_special_tokens=False
+        )
+        fresh = enc.ids
+        span = 0
+        if head is not None:
+            entry, k, _, _, p1, j1 = head
+            span = j1 - j0
+            if not (
+                len(fresh) > span
+                and fresh[:span] == entry.ids[j0:j1].tolist()
+                and enc.token_to_chars(span)[0] == p1 - p0
+                and enc.token_to_chars(span - 1)[1] <= p1 - p0
+            ):
                 self.stats.overlap_mismatches += 1
+                return self._encode_whole(text)
+        if suffix is not None:
+            _, q1, tail_entry, t1, t2 = suffix
+            m = _token_at(enc, q1 - p0)
+            if m > span and fresh[m:] == tail_entry.ids[t1:t2].tolist():
+                self.stats.suffix_hits += 1
+                tail_ids = tail_entry.ids[t1:]
+                self.stats.reused_tokens += j0 + len(tail_ids)
+                self.stats.encoded_chars += suffix[0] - p0
+                ids = head[0].ids[:j0] if head is not None else array("i")
+                ids.extend(fresh[:m])
+                ids.extend(tail_ids)
+                shift_p, shift_j = len(text) - len(tail_entry.text), j0 + m - t1
+                lines = (head[0].lines[: head[1]] if head is not None else []) + _line_starts(
+                    text, enc, p0, j0, q1
+                )
+                lines += [(p + shift_p, j + shift_j) for p, j in tail_entry.lines if p + shift_p >= q1]
+                if head is not None:
+                    self.stats.hits += 1
+                else:
+                    self.stats.misses += 1
+                return ids, lines
+            self.stats.suffix_mismatches += 1
+            if head is None:
+                return self._encode_whole(text)
+            enc = self._backend.encode(text[p0:], add_special_tokens=False)  # the prefix alone, then
+            fresh = enc.ids
+        assert head is not None
+        self.stats.hits += 1
+        self.stats.reused_tokens += j0
+        self.stats.encoded_chars += len(text) - p0
+        ids = head[0].ids[:j0]
+        ids.extend(fresh)
+        return ids, head[0].lines[: head[1]] + _line_starts(text, enc, p0, j0)
+
+    def _encode_whole(self, text: str) -> tuple[array[int], list[tuple[int, int]]]:
         self.stats.misses += 1
         self.stats.encoded_chars += len(text)
         enc = self._backend.encode(text, add_special_tokens=False)
         return array("i", enc.ids), _line_starts(text, enc, 0, 0)
+
+    def _suffix_points(
+        self, text: str, after: int, tail: tuple[_Entry, int] | None
+    ) -> tuple[int, int, _Entry, int, int] | None:
+        """``(q2, q1, entry, t1, t2)``: two consecutive restart points ``q1 < q2`` of ``text`` inside its
+        common suffix with ``tail`` (the newline before ``q1`` included), ``q1`` past ``after``, and the
+        entry's token indices at them; ``None`` when there are none or the suffix saves too little
+        (``MIN_SUFFIX_CHARS``)."""
+        if tail is None:
+            return None
+        entry, n = tail
+        shift = len(text) - len(entry.text)
+        lo = len(entry.text) - n + 1  # a restart point's newline must lie inside the common suffix
+        lo = max(lo, after - shift + 1)
+        i = bisect.bisect_left(entry.lines, (lo, -1))
+        if i + 1 >= len(entry.lines):
+            return None
+        (c1, t1), (c2, t2) = entry.lines[i], entry.lines[i + 1]
+        if len(entry.text) - c2 < MIN_SUFFIX_CHARS:
+            return None
+        return c2 + shift, c1 + shift, entry, t1, t2
 
     def _add(self, entry: _Entry) -> None:
         old = self._entries.pop(id(entry), None)
@@ -311,12 +417,17 @@ class PrefixTokenCache:
         self._tokens += len(entry.ids)
         for key in entry.keys:
             self._index[key] = entry
+        for key in entry.rkeys:
+            self._rindex[key] = entry
         while self._entries and (len(self._entries) > self.max_entries or self._tokens > self.max_tokens):
             _, gone = self._entries.popitem(last=False)
             self._tokens -= len(gone.ids)
             for key in gone.keys:
                 if self._index.get(key) is gone:
                     del self._index[key]
+            for key in gone.rkeys:
+                if self._rindex.get(key) is gone:
+                    del self._rindex[key]
 
 
 def _chunk_keys(text: str) -> list[int]:
@@ -331,18 +442,42 @@ def _chunk_keys(text: str) -> list[int]:
     return keys
 
 
-def _line_starts(text: str, enc: Any, p0: int, j0: int) -> list[tuple[int, int]]:
-    """The restart points of ``text[p0:]``, tokenized as ``enc`` (its token ``j`` is token ``j0 + j`` of
-    the whole), shifted to the whole text: one lookup per line, not per token."""
+def _suffix_keys(text: str) -> list[int]:
+    """``_chunk_keys`` of the text read from its end: ``r_k`` for each whole ``CHUNK``-character suffix
+    ``k``, so two texts share ``r_k`` (barring collisions) iff they end with the same ``k`` chunks."""
+    keys = []
+    h = 1  # another chain than the prefix keys' (kept in another index anyway)
+    n = len(text)
+    for k in range(1, n // CHUNK + 1):
+        h = hash((h, text[n - k * CHUNK : n - (k - 1) * CHUNK]))
+        keys.append(h)
+    return keys
+
+
+def _token_at(enc: Any, pos: int) -> int:
+    """The index of the token of ``enc`` that starts exactly at character ``pos`` with the previous one
+    ending at or before it (-1 when none does)."""
+    j = enc.char_to_token(pos)
+    if j is None or j <= 0:
+        return -1
+    if enc.token_to_chars(j)[0] != pos or enc.token_to_chars(j - 1)[1] > pos:
+        return -1
+    return int(j)
+
+
+def _line_starts(text: str, enc: Any, p0: int, j0: int, end: int | None = None) -> list[tuple[int, int]]:
+    """The restart points of ``text[p0:end]``, tokenized as ``enc`` (its token ``j`` is token ``j0 + j``
+    of the whole), shifted to the whole text: one lookup per line, not per token."""
     out = []
-    i = text.find("\n", p0)
+    stop = len(text) if end is None else end
+    i = text.find("\n", p0, stop)
     while i >= 0:
         p = i + 1
-        if p < len(text) and not text[p].isspace():
+        if p < stop and not text[p].isspace():
             j = enc.char_to_token(p - p0)
             if j is not None and j > 0:
                 start = enc.token_to_chars(j)[0]
                 if start == p - p0 and enc.token_to_chars(j - 1)[1] <= start:
                     out.append((p, j + j0))
-        i = text.find("\n", p)
+        i = text.find("\n", p, stop)
     return out
