@@ -2,7 +2,7 @@
 per prompt of ``Policy.prepare`` (chat template, tokenizing, compression under the budget) over the
 prompts of seeded Werewolf games, as concurrent episodes send them, in one run.
 
-    python bench/rollout/bench_prompt_cache.py [--rounds 5] [--games 8] [--variants 6p,9p,12p]
+    python bench/rollout/bench_prompt_cache.py [--rounds 5] [--games 8] [--variants 6p,9p,12p] [--old]
 
 Each round prepares every prompt once with a fresh cache ("on") and once without ("off"), the order
 alternating round by round; both must give the same ids (checked on every prompt). Prompts: every acting
@@ -11,6 +11,9 @@ of every game before turn ``i + 1``), as a system message and the observation, e
 driver sends in ``full`` mode. Tokenizer: the tiny model's (a real fast byte-level BPE with Qwen2's
 pre-tokenizer). Budgets: 512 (the tiny model's positions, so every long prompt is compressed, as in the
 CPU rollout bench) and none (whole prompts, as on GPU with a large context).
+
+``--old`` compares the cache with and without the latest change instead of with and without the cache:
+"off" is then the cache with ``bench_rollout.use_baseline(True)`` (no common-end reuse, no count memo).
 """
 
 from __future__ import annotations
@@ -70,6 +73,13 @@ def game_prompts(variant: str, games: int, language: str) -> list[str]:
     return [g[i] for i in range(max(map(len, per_game))) for g in per_game if i < len(g)]
 
 
+def switch_old(old: bool) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_rollout import use_baseline
+
+    use_baseline(old)
+
+
 def prepare_all(policy: Policy, texts: list[str]) -> tuple[float, list[list[int]]]:
     """CPU seconds to prepare every prompt, and the ids."""
     sampling = Sampling(max_tokens=32)
@@ -87,7 +97,10 @@ def main() -> None:
     ap.add_argument("--games", type=int, default=8)
     ap.add_argument("--variants", default="6p,9p,12p")
     ap.add_argument("--language", default="en", choices=["en", "zh"])
+    ap.add_argument("--old", action="store_true", help="off = the cache before the latest change")
     args = ap.parse_args()
+    if args.old:
+        switch_old(False)
     tok = AutoTokenizer.from_pretrained(tiny_model(Path(tempfile.gettempdir()) / "wolfpack-bench-models"))
     print(f"{args.rounds} rounds, {args.games} games per variant, language {args.language}, tiny tokenizer")
     print(
@@ -103,8 +116,10 @@ def main() -> None:
             for r in range(args.rounds):
                 results = {}
                 for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                    if args.old:
+                        switch_old(mode == "off")
                     cfg = PolicyConfig(policy_id="bench", model="tiny", context_budget=budget,
-                                       prompt_cache_tokens=4_000_000 if mode == "on" else 0)  # fmt: skip
+                                       prompt_cache_tokens=4_000_000 if mode == "on" or args.old else 0)  # fmt: skip
                     policy = Policy(cfg, PromptOnlyBackend(tok, 512 if budget else 0))  # type: ignore[arg-type]
                     cpu, ids = prepare_all(policy, texts)
                     times[mode].append(cpu / len(texts))

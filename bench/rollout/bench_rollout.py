@@ -122,13 +122,6 @@ async def report_progress(driver: RolloutDriver, concurrency: int, every_s: floa
         )  # fmt: skip
 
 
-def cpu_now() -> float:
-    """CPU seconds of this process and of its waited-for children (the ``--driver-process`` child)."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
 async def reset_prefix_cache(backend: Any) -> None:
     """Empty the engine's prefix cache before the raw replay.
 
@@ -186,9 +179,10 @@ async def play_row(
 
 async def play_in_child(
     args: argparse.Namespace, addr: dict[str, str], c: int, r: int
-) -> tuple[list[Any], float, int]:
+) -> tuple[list[Any], float, int, float]:
     """The same row with the rollout driver in its own process, as the rollout service runs beside the
-    inference service; this process keeps serving inference (and holds the engine for the raw row)."""
+    inference service; this process keeps serving inference (and holds the engine for the raw row).
+    Also returns the CPU seconds the child spent playing the row (its start-up and imports excluded)."""
     import tempfile
 
     from wolfpack.v1 import trajectory_pb2
@@ -214,7 +208,7 @@ async def play_in_child(
             size = int.from_bytes(data[pos : pos + 4], "little")
             played.append(trajectory_pb2.Trajectory.FromString(data[pos + 4 : pos + 4 + size]))
             pos += 4 + size
-        return played, float(meta["elapsed"]), int(meta["failed"])
+        return played, float(meta["elapsed"]), int(meta["failed"]), float(meta["cpu"])
 
 
 async def driver_only(args: argparse.Namespace) -> None:
@@ -225,15 +219,81 @@ async def driver_only(args: argparse.Namespace) -> None:
         rpc.channel(args.inference, settings) as inference,
         rpc.channel(args.reward, settings) as reward,
     ):
+        cpu0 = own_cpu()
         played, elapsed, failed = await play_row(
             args, env, inference, reward, args.concurrency[0], args.repeat_index
         )
+        cpu = own_cpu() - cpu0
     out = Path(args.driver_only)
     with (out / "trajectories.bin").open("wb") as f:
         for traj in played:
             blob = traj.SerializeToString()
             f.write(len(blob).to_bytes(4, "little") + blob)
-    (out / "row.json").write_text(json.dumps({"elapsed": elapsed, "failed": failed}))
+    (out / "row.json").write_text(json.dumps({"elapsed": elapsed, "failed": failed, "cpu": cpu}))
+
+
+def own_cpu() -> float:
+    """CPU seconds of this process alone (all its threads), children not included."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
+
+class ServiceProcess:
+    """One service (environment or reward) in a process of its own, as the product runs it: this file
+    again with ``--serve-only``, which starts the service's server on a free port, prints it and serves
+    until its stdin closes. ``cpu()`` reads the process's CPU seconds so far (``/proc``, via psutil)."""
+
+    def __init__(self, service: str) -> None:
+        self.service = service
+        self.proc: Any = None
+        self.address = ""
+
+    async def start(self) -> None:
+        import psutil
+
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(Path(__file__).resolve()), "--serve-only", self.service,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = (await self.proc.stdout.readline()).decode().strip()
+        if not line.startswith("port "):
+            raise RuntimeError(f"the {self.service} process did not start: {line!r}")
+        self.address = f"127.0.0.1:{line.split()[1]}"
+        self._ps = psutil.Process(self.proc.pid)
+
+    def cpu(self) -> float:
+        t = self._ps.cpu_times()
+        return float(t.user + t.system)
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 10)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+
+
+async def serve_only(service: str) -> None:
+    """Child side of ``ServiceProcess``: serve ``service`` on a free port until stdin closes."""
+    settings = load_settings(rpc_timeout_s=3600)
+    if service == "environment":
+        from wolfpack_environment.server import EnvironmentServicer
+        from wolfpack_environment.server import register as reg_env
+
+        server = await rpc.start_server(
+            "environment", lambda s: reg_env(s, EnvironmentServicer()), settings, "127.0.0.1:0"
+        )
+    else:
+        from wolfpack_reward.server import register as reg_rew
+
+        server = await rpc.start_server("reward", reg_rew, settings, "127.0.0.1:0")
+    print(f"port {server.port}", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # returns when stdin closes
+    await server.stop(0)
 
 
 async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -301,28 +361,56 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
         await warm.play(tasks(args.game, args.variant, 2, policy_id, args.seat, 10_000))
         await warm.close()
         if args.baseline:
-            modes = ["new", "old"]
+            codes = ["new", "old"]
         else:
-            modes = ["on", "off"] if args.prompt_cache == "both" else [args.prompt_cache]
+            codes = ["on", "off"] if args.prompt_cache == "both" else [args.prompt_cache]
+        # "one": the services and the driver in this process (the bench's first method); "split": the
+        # environment and reward services and the driver each in a process of its own, as the product
+        # runs them, CPU summed over all four processes
+        modes = [f"{p}/{code}" if len(args.processes) > 1 else code for p in args.processes for code in codes]
+        split_addr = dict(addr)
+        services: list[ServiceProcess] = []
+        if "split" in args.processes:
+            services = [ServiceProcess("environment"), ServiceProcess("reward")]
+            for sp in services:
+                await sp.start()
+            split_addr["environment"], split_addr["reward"] = services[0].address, services[1].address
+            async with (  # the same warm-up through the services' own processes
+                EnvironmentClient(split_addr["environment"], settings) as env2,
+                rpc.channel(split_addr["reward"], settings) as reward2,
+            ):
+                warm = RolloutDriver(
+                    warm_cfg, environment=env2, inference_channel=inference, reward_channel=reward2
+                )
+                await warm.play(tasks(args.game, args.variant, 2, policy_id, args.seat, 10_000))
+                await warm.close()
         counters = EngineCounters(backend) if backend is not None else None
         for c in args.concurrency:
             by_mode: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
             for r in range(args.repeats):
                 for mode in modes if r % 2 == 0 else modes[::-1]:  # alternate which mode goes first
                     samples = by_mode[mode]
+                    how, _, code = mode.rpartition("/")
+                    split = how == "split"
                     if served is not None:
                         set_prompt_cache(
-                            served, mode == "on" or (mode in ("new", "old") and args.prompt_cache != "off")
+                            served, code == "on" or (code in ("new", "old") and args.prompt_cache != "off")
                         )
                     if args.baseline:
-                        use_baseline(mode == "old")
-                    cpu0 = cpu_now()
+                        use_baseline(code == "old")
+                    cpu0 = own_cpu()
+                    svc0 = [sp.cpu() for sp in services] if split else []
                     snap = counters.snapshot() if counters is not None else None
-                    if args.driver_process:
-                        played, elapsed, failed = await play_in_child(args, addr, c, r)
+                    child_cpu = 0.0
+                    if split or args.driver_process:
+                        played, elapsed, failed, child_cpu = await play_in_child(
+                            args, split_addr if split else addr, c, r
+                        )
                     else:
                         played, elapsed, failed = await play_row(args, env, inference, reward, c, r)
-                    rollout_cpu = cpu_now() - cpu0
+                    self_cpu = own_cpu() - cpu0
+                    svc_cpu = [sp.cpu() - x for sp, x in zip(services, svc0, strict=True)] if split else []
+                    rollout_cpu = self_cpu + child_cpu + sum(svc_cpu)
                     tokens = sum(len(t.response_token_ids) for tr in played for t in tr.turns)
                     turns = sum(1 for tr in played for t in tr.turns if t.response_token_ids)
                     sample = {"episodes_per_min": 60 * len(played) / elapsed, "rollout_tok_s": tokens / elapsed,
@@ -338,11 +426,11 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                             await reset_prefix_cache(backend)
                         occupancy = counters.since(snap) if counters is not None and snap is not None else {}
                         snap = counters.snapshot() if counters is not None else None
-                        cpu1 = cpu_now()
+                        cpu1 = own_cpu()
                         raw_s, raw_tokens = await raw_engine(
                             backend, prompts, c, args.max_tokens, args.temperature
                         )
-                        raw_cpu = cpu_now() - cpu1
+                        raw_cpu = own_cpu() - cpu1
                         raw_occupancy = (
                             counters.since(snap) if counters is not None and snap is not None else {}
                         )
@@ -365,6 +453,15 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                             sample["raw_other_ms"] = (
                                 1e3 * (raw_cpu - sample["raw_engine_cpu"]) / max(turns, 1)
                             )
+                            # the rest by process: the inference process (this one, less the engine
+                            # thread; in "one" rows also the environment, reward and driver), the
+                            # driver's, the environment's and the reward's
+                            sample["inference_ms"] = (
+                                1e3 * (self_cpu - sample["rollout_engine_cpu"]) / max(turns, 1)
+                            )
+                            sample["driver_ms"] = 1e3 * child_cpu / max(turns, 1)
+                            sample["environment_ms"] = 1e3 * (svc_cpu[0] if svc_cpu else 0.0) / max(turns, 1)
+                            sample["reward_ms"] = 1e3 * (svc_cpu[1] if svc_cpu else 0.0) / max(turns, 1)
                         print(
                             f"  round {r + 1}/{args.repeats} c={c} {mode}: ratio {sample['ratio']:.3f} by wall, "
                             f"{sample['cpu_ratio']:.3f} by CPU"
@@ -374,7 +471,9 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                                 f"{sample['rollout_jobs_per_prefill']:.2f} / {sample['raw_jobs_per_prefill']:.2f}; "
                                 f"CPU ms per turn: engine {sample['rollout_engine_ms']:.2f} rollout / "
                                 f"{sample['raw_engine_ms']:.2f} raw, rest {sample['services_ms']:.2f} rollout / "
-                                f"{sample['raw_other_ms']:.2f} raw ({turns} turns)"
+                                f"{sample['raw_other_ms']:.2f} raw ({turns} turns); rest by process: inference "
+                                f"{sample['inference_ms']:.2f}, driver {sample['driver_ms']:.2f}, environment "
+                                f"{sample['environment_ms']:.2f}, reward {sample['reward_ms']:.2f}"
                                 if "raw_rows_per_step" in sample and "services_ms" in sample
                                 else ""
                             ),
@@ -393,6 +492,8 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                         row[f"{key}_max"] = max(s[key] for s in samples)
                 rows.append(row)
                 print_row(row)
+        for sp in services:
+            await sp.stop()
     for server in servers:
         await server.stop(0)
     return rows
@@ -457,38 +558,25 @@ class EngineCounters:
 
 
 def use_baseline(old: bool) -> None:
-    """``--baseline``: switch this change's code paths off (``old``) or on, in this process, so the code
-    before and after it play side by side in one run (the environment and everything else unchanged).
+    """``--baseline``: switch this change's code paths off (``old``) or on, in the inference service of
+    this process, so the code before and after it play side by side in one run (the environment and
+    everything else unchanged; in ``split`` rows too, since inference stays in this process).
 
-    Off means, in the inference service's preparation: no compression on the event loop
-    (``policies.INLINE_COMPRESS_CHARS = 0``: an over-budget chat is rendered inline, found too long and
-    prepared again in a worker thread); no message cached from the render before a cut
-    (``policies.SEED_PART_CHARS``), the end window tokenized whole (no ``encode_from``) and decoded
-    through the transformers wrapper."""
-    from wolfpack_inference import policies, prompts, server
+    This change (2026-11-27, second session): the prompt token cache reuses the ids of a cached text's
+    common end (``token_cache.REUSE_SUFFIXES``: off, no suffix keys at all) and a policy remembers the
+    token counts of the short chats a compression renders every turn (``policies.COUNT_MEMO_CHARS``:
+    off at 0). The first session's switches (inline compression, the cached cut message) are part of
+    "old" now."""
+    from wolfpack_inference import policies, token_cache
 
     if not _NEW:
         _NEW.update(
-            INLINE_COMPRESS_CHARS=policies.INLINE_COMPRESS_CHARS, COMPRESSION_PASSES=server.COMPRESSION_PASSES,
-            SEED_PART_CHARS=policies.SEED_PART_CHARS, of=prompts.TextCodec.of,
-        )  # fmt: skip
-    policies.INLINE_COMPRESS_CHARS = 0 if old else _NEW["INLINE_COMPRESS_CHARS"]
-    server.COMPRESSION_PASSES = 1 if old else _NEW["COMPRESSION_PASSES"]
-    policies.SEED_PART_CHARS = 1 << 62 if old else _NEW["SEED_PART_CHARS"]
-    prompts.TextCodec.of = _old_codec if old else _NEW["of"]  # type: ignore[method-assign]
-
-
-def _old_codec(tokenizer: Any, encode: Any = None, encode_from: Any = None) -> Any:
-    """The codec before this change: cached encodes, whole end windows, the wrapper's decode."""
-    from wolfpack_inference import prompts
-
-    if encode is None:
-        return _NEW["of"](tokenizer)
-    return prompts.TextCodec(
-        encode=lambda text: encode(text),
-        decode=lambda ids: str(tokenizer.decode(ids, skip_special_tokens=False)),
-        encode_tail=lambda text: encode(text, remember=False),
-    )
+            REUSE_SUFFIXES=token_cache.REUSE_SUFFIXES,
+            COUNT_MEMO_CHARS=getattr(policies, "COUNT_MEMO_CHARS", 0),
+        )
+    token_cache.REUSE_SUFFIXES = False if old else _NEW["REUSE_SUFFIXES"]
+    if hasattr(policies, "COUNT_MEMO_CHARS"):
+        policies.COUNT_MEMO_CHARS = 0 if old else _NEW["COUNT_MEMO_CHARS"]
 
 
 _NEW: dict[str, Any] = {}
@@ -512,10 +600,11 @@ def print_row(row: dict[str, Any]) -> None:
     split = (
         f"  {row['rollout_rows_per_step']:>5.2f} / {row['raw_rows_per_step']:<5.2f}  "
         f"{row['rollout_engine_ms']:>5.2f} / {row['raw_engine_ms']:<5.2f}  {row['services_ms']:>11.2f}"
+        f"  {row['inference_ms']:>5.2f} / {row['driver_ms']:.2f} / {row['environment_ms']:.2f} / {row['reward_ms']:.2f}"
         if "services_ms" in row
         else ""
     )
-    print(f"{row['concurrency']:>11}  {row.get('prompt_cache', '-'):>5}  {row['episodes']:>8}  {row['episodes_per_min']:>10,.1f}  {row['turns_per_s']:>8,.1f}"
+    print(f"{row['concurrency']:>11}  {row.get('prompt_cache', '-'):>9}  {row['episodes']:>8}  {row['episodes_per_min']:>10,.1f}  {row['turns_per_s']:>8,.1f}"
           f"  {row['rollout_tok_s']:>11,.0f}  {raw}  {int(row['failed']):>6}{split}", flush=True)  # fmt: skip
 
 
@@ -570,21 +659,29 @@ def main() -> None:
         "--driver-process", action="store_true",
         help="run the rollout driver in its own process (as the rollout service is), not beside inference",
     )  # fmt: skip
+    ap.add_argument(
+        "--processes", type=lambda v: v.split(","), default=["one"],
+        help="one: services and driver in this process; split: environment, reward and driver each in a "
+             "process of its own (inference and the engine stay here), CPU summed over all; one,split: both, "
+             "interleaved",
+    )  # fmt: skip
+    ap.add_argument("--serve-only", default="", help=argparse.SUPPRESS)  # a ServiceProcess child
     ap.add_argument("--driver-only", default="", help=argparse.SUPPRESS)  # the child of --driver-process
     ap.add_argument("--repeat-index", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve_only:
+        asyncio.run(serve_only(args.serve_only))
+        return
     if args.driver_only:
         asyncio.run(driver_only(args))
         return
     print(f"rollout bench: backend={args.backend} model={args.model} game={args.game}/{args.variant} "
           f"max_tokens={args.max_tokens} ignore_eos={args.ignore_eos} prompt_mode={args.prompt_mode}")  # fmt: skip
-    print(f"{'concurrency':>11}  {'mode':>5}  {'episodes':>8}  {'episodes/min':>10}  {'turns/s':>8}  {'rollout tok/s':>11}  "
-          f"{'raw tok/s':>10}  {'ratio min/med/max':>21}  {'CPU ratio min/med/max':>21}  {'failed':>6}  {'rows/step r/raw':>13}  {'engine ms/turn r/raw':>13}  {'rest ms/turn':>11}")  # fmt: skip
+    print(f"{'concurrency':>11}  {'mode':>9}  {'episodes':>8}  {'episodes/min':>10}  {'turns/s':>8}  {'rollout tok/s':>11}  "
+          f"{'raw tok/s':>10}  {'ratio min/med/max':>21}  {'CPU ratio min/med/max':>21}  {'failed':>6}  {'rows/step r/raw':>13}  {'engine ms/turn r/raw':>13}  {'rest ms/turn':>11}  rest by process: inference / driver / environment / reward (ms/turn)")  # fmt: skip
     if args.baseline:
-        if args.prompt_cache == "both" or args.driver_process:
-            ap.error(
-                "--baseline compares two variants itself: not with --prompt-cache both or --driver-process"
-            )
+        if args.prompt_cache == "both":
+            ap.error("--baseline compares two variants itself: not with --prompt-cache both")
         use_baseline(False)  # records the new code paths before any round switches them
     rows = asyncio.run(bench(args))
     if args.json:
