@@ -110,6 +110,8 @@ def test_eval_base_is_on_with_a_warm_start_and_refused_without(tmp_path: Path) -
     warm = TrainConfig.model_validate(_config(tiny, "s", "local"))
     assert warm.eval_base and "loaded in process" in base_plan(warm)
     assert not TrainConfig.model_validate({**_config(tiny, "s", "local"), "eval": {"base": False}}).eval_base
+    served = TrainConfig.model_validate(_config(tiny, "s", "service"))
+    assert "served by the stack's inference as base-responder" in base_plan(served)
     cold = TrainConfig.model_validate(_config(tiny, "s", "local", warm=False))
     assert not cold.eval_base and base_plan(cold) == ""
     path = tmp_path / "cold.yaml"

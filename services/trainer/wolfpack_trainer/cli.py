@@ -189,6 +189,11 @@ def base_plan(cfg: Any) -> str:
         how = "served by the stack's inference as " + ", ".join(
             f"{bid} ({group[0].model}, for {', '.join(p.id for p in group)})" for bid, group in groups.items()
         )
+        if cfg.inference.backend in ("auto", "vllm"):  # as stack_policies counts the engines
+            engines = len(cfg.policies) + len(groups)
+            engines += sum(1 for o in cfg.opponent_policies if o.backend in ("auto", "vllm"))
+            share = cfg.inference.gpu_memory_utilization
+            how += f" (on vLLM {engines} engines share gpu_memory_utilization {share}: {share / engines:.3g} each)"
     else:
         how = "loaded in process: " + ", ".join(
             f"{group[0].model} for {', '.join(p.id for p in group)}" for group in groups.values()
