@@ -264,9 +264,9 @@ async def serve_missing(settings: Settings, target: str, models: dict[str, str])
 
 def stack_policies(cfg: TrainConfig, models: dict[str, str]) -> list[dict[str, object]]:
     """Inference's policies file for the job's own stack: every trained policy (id -> checkpoint) and every
-    served opponent (and, with ``eval.base``, the base models: ``cli._ensure_stack`` adds them to ``models``,
-    where they are counted like the others). Each gets its own engine, so on vLLM they split ``inference.gpu_memory_utilization``
-    evenly: the setting stays the job's whole vLLM share of the card, whatever the number of policies (as
+    served opponent (and, with ``eval.base``, the base models: ``cli._ensure_stack`` adds them to
+    ``models``, where they count like the others). Each gets its own engine, so on vLLM they split
+    ``inference.gpu_memory_utilization`` evenly: the setting stays the job's whole vLLM share of the card, whatever the number of policies (as
     the config documents: the learner gets the rest). Seen on an H100: IPPO's two engines at 0.35 each
     would have left its learners 24 of 80 GB."""
     ranks = {p.id: p.lora_rank for p in cfg.policies}

@@ -371,9 +371,10 @@ class Trainer:
         prompts, ``eval.temperature``) with every trained seat bound to its policy's base
         (``evaluate.base_policy_ids``), scored as that policy's seats. Service mode: inference serves the
         bases as extra policies (the job's stack, ``stack.stack_policies``, or registered on a running
-        one; a stack that lacks them is asked to load them first, ``stack.serve_missing``). Local mode: loaded in process, sampled with an RNG of its own seeded like the learners', so
-        measuring the base changes nothing else the run samples, and draws exactly what a run without the
-        warm start draws at its update-0 evaluation. Failed episodes count as losses."""
+        one; a stack that lacks them is asked to load them first, ``stack.serve_missing``). Local mode:
+        loaded in process, sampled with an RNG of its own seeded like the learners', so measuring the base
+        changes nothing else the run samples, and draws exactly what a run without the warm start draws at
+        its update-0 evaluation. Failed episodes count as losses."""
         from wolfpack_trainer import evaluate as ev
 
         seeds = ev.eval_seeds(self.cfg)
