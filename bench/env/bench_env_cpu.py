@@ -25,13 +25,22 @@ Cells, alternating for several rounds (the order flips each round), fresh episod
 a before/after row of a server change under the same machine noise. ``--twice`` adds a row of this
 tree's server with the client asking for the prompt twice (``Observation.text`` and ``messages``, as
 every client did before ``PlaySeatsRequest.omit_messages``); a server from before that field ignores it
-and always sends both.
+and always sends both. ``--delta`` adds a row with the client asking for each prompt as a delta to the
+seat's previous one (``play_stream(prompt_delta=True)``; a server from before that field sends whole
+prompts).
+
+``--transports NAME ...`` adds a row per named set of HTTP/2 transport options (``TRANSPORTS``): this
+tree's server in a process of its own with those options in place of ``wolfpack.rpc.HTTP2_OPTIONS``
+(``serve_transport.py``), and the client's channel with the same options, measured in the same rounds:
+how ``rpc.py``'s transport options were chosen. The column "service CPU vs this tree" is each row's
+service CPU over the first row's in the same round (paired, so machine load moves both).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import statistics
@@ -53,6 +62,28 @@ from wolfpack_games.base import Action
 from wolfpack_games.werewolf import WerewolfEnv, random_bot
 
 GOAL = 0.35
+
+MIB = 1024 * 1024
+TRANSPORTS: dict[str, list[tuple[str, int]]] = {
+    "grpc defaults": [],
+    "frames 4M": [("grpc.http2.max_frame_size", 4 * MIB)],
+    "window 4M": [("grpc.http2.lookahead_bytes", 4 * MIB)],
+    "frames+window 4M": [("grpc.http2.max_frame_size", 4 * MIB), ("grpc.http2.lookahead_bytes", 4 * MIB)],
+    "frames+window 4M, no bdp": [
+        ("grpc.http2.max_frame_size", 4 * MIB),
+        ("grpc.http2.lookahead_bytes", 4 * MIB),
+        ("grpc.http2.bdp_probe", 0),
+    ],
+    "no bdp": [("grpc.http2.bdp_probe", 0)],
+    "frames 1M": [("grpc.http2.max_frame_size", MIB)],
+    "read chunk 256K": [("grpc.experimental.tcp_read_chunk_size", 256 * 1024)],
+    "frames 4M, read chunk 256K": [
+        ("grpc.http2.max_frame_size", 4 * MIB),
+        ("grpc.experimental.tcp_read_chunk_size", 256 * 1024),
+    ],
+}
+"""HTTP/2 transport option sets ``--transports`` can compare (``wolfpack.rpc.HTTP2_OPTIONS`` replaced on
+both ends)."""
 
 
 def as_text(kind: str, target: int | None, text: str) -> str:
@@ -91,10 +122,13 @@ async def over_service(
     seconds: float,
     seed: int,
     prompt_once: bool = True,
+    transport: list[tuple[str, int]] | None = None,
+    prompt_delta: bool = False,
 ) -> tuple[int, float, float, int]:
     """(actions, wall s, client CPU s, prompt characters) of ``play_episodes`` with text for ``seconds``;
     ``prompt_once=False`` asks for ``Observation.messages`` on the wire too (the PlaySeats wire before
-    ``omit_messages``)."""
+    ``omit_messages``); ``transport``: HTTP/2 options for the client's channel instead of this tree's;
+    ``prompt_delta``: each prompt as a delta to the seat's previous one (``PlaySeatsRequest.prompt_delta``)."""
     counts = {"actions": 0, "chars": 0}
     rng = random.Random(seed)
 
@@ -114,7 +148,14 @@ async def over_service(
             yield episode_request("werewolf_v1", f"{players}p", seed=s, external_seats=tuple(range(players)))
             s += 1
 
-    async with EnvironmentClient(target, load_settings(rpc_timeout_s=60)) as client:
+    own = list(rpc.HTTP2_OPTIONS)
+    if transport is not None:
+        rpc.HTTP2_OPTIONS[:] = transport  # read when the channel is built, just below
+    try:
+        client = EnvironmentClient(target, load_settings(rpc_timeout_s=60))
+    finally:
+        rpc.HTTP2_OPTIONS[:] = own
+    async with client:
 
         async def one(k: int) -> None:
             async for _done in client.play_episodes(
@@ -123,6 +164,7 @@ async def over_service(
                 concurrency=max(1, episodes // streams),
                 include_text=True,
                 prompt_once=prompt_once,
+                prompt_delta=prompt_delta,
             ):
                 pass
 
@@ -138,23 +180,34 @@ def server_cpu(pid: int) -> float:
     return seconds
 
 
-def serve(port: int, profile: str, pythonpath: str = "") -> subprocess.Popen[bytes]:
+def serve(
+    port: int, profile: str, pythonpath: str = "", transport: list[tuple[str, int]] | None = None
+) -> subprocess.Popen[bytes]:
     env = {**os.environ, "WOLFPACK_LOG_LEVEL": "WARNING"}
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH", "")) if p)
     cmd = [sys.executable]
     if profile:
         cmd += ["-m", "cProfile", "-o", profile]
-    cmd += ["-m", "wolfpack.cli.main", "serve", "environment", "--address", f"127.0.0.1:{port}"]
+    if transport is None:
+        cmd += ["-m", "wolfpack.cli.main"]
+    else:
+        cmd += [str(Path(__file__).with_name("serve_transport.py")), json.dumps(transport)]
+    cmd += ["serve", "environment", "--address", f"127.0.0.1:{port}"]
     return subprocess.Popen(cmd, env=env)
 
 
 def label(side: str) -> str:
-    """A table row's server: this tree (prompt once or twice on the wire) or a ``--compare`` revision."""
+    """A table row's server: this tree (prompt once or twice, as a delta or whole on the wire), with other
+    transport options, or a ``--compare`` revision."""
     if side == "service":
         return "this tree"
     if side == "service twice":
         return "this tree, prompt twice"
+    if side == "service delta":
+        return "this tree, prompt once, as a delta"
+    if side.startswith("transport "):
+        return f"this tree, {side.removeprefix('transport ')}"
     return side.removeprefix("service ")
 
 
@@ -172,6 +225,13 @@ def main() -> None:
     ap.add_argument("--profile-server", default="", help="write the server's cProfile stats here")
     ap.add_argument("--compare", metavar="REV", default="", help="also serve git revision REV, same rounds")
     ap.add_argument("--twice", action="store_true", help="also a row with the prompt sent twice (old wire)")
+    ap.add_argument(
+        "--delta", action="store_true", help="also a row with each prompt sent as a delta (prompt_delta)"
+    )
+    ap.add_argument(
+        "--transports", nargs="+", default=[], choices=list(TRANSPORTS), metavar="NAME",
+        help=f"also rows with these HTTP/2 option sets on both ends: {', '.join(map(repr, TRANSPORTS))}",
+    )  # fmt: skip
     args = ap.parse_args()
 
     scratch = tempfile.TemporaryDirectory()
@@ -179,14 +239,29 @@ def main() -> None:
     servers = {"service": serve(port, args.profile_server)}
     targets = {"service": f"127.0.0.1:{port}"}
     once = {"service": True}
+    delta = {"service": False}
     if args.twice:
         targets["service twice"] = targets["service"]
         once["service twice"] = False
+        delta["service twice"] = False
+    if args.delta:
+        targets["service delta"] = targets["service"]
+        once["service delta"] = True
+        delta["service delta"] = True
     if args.compare:
         other = free_port()
         servers[f"service {args.compare}"] = serve(other, "", checkout(args.compare, Path(scratch.name)))
         targets[f"service {args.compare}"] = f"127.0.0.1:{other}"
         once[f"service {args.compare}"] = True  # ignored by a server that predates omit_messages
+        delta[f"service {args.compare}"] = False
+    transports: dict[str, list[tuple[str, int]] | None] = dict.fromkeys(targets)
+    for name in args.transports:
+        side, other = f"transport {name}", free_port()
+        servers[side] = serve(other, "", transport=TRANSPORTS[name])
+        targets[side] = f"127.0.0.1:{other}"
+        once[side] = True
+        delta[side] = False
+        transports[side] = TRANSPORTS[name]
     sides = ["local", *targets]
     rows = []
     try:
@@ -197,7 +272,8 @@ def main() -> None:
                     if await rpc.check_health(target, timeout_s=0.5) == "SERVING":
                         break
                     await asyncio.sleep(0.1)
-                await over_service(target, 6, args.episodes, args.streams, 0.5, 0)  # warm both sides
+            for side, target in targets.items():  # warm both sides
+                await over_service(target, 6, args.episodes, args.streams, 0.5, 0, transport=transports[side])
             for players in args.players:
                 cells: dict[str, list[float]] = {}
 
@@ -213,7 +289,9 @@ def main() -> None:
                             got[side] = (n / wall, cpu / n * 1e6, 0.0)
                             add("local chars", chars / n)
                         else:
-                            pid = servers["service" if side == "service twice" else side].pid
+                            pid = servers[
+                                "service" if side in ("service twice", "service delta") else side
+                            ].pid
                             s0 = server_cpu(pid)
                             n, wall, ccpu, chars = await over_service(
                                 targets[side],
@@ -223,6 +301,8 @@ def main() -> None:
                                 args.seconds,
                                 1000 * r,
                                 once[side],
+                                transports[side],
+                                delta[side],
                             )
                             scpu = server_cpu(pid) - s0
                             got[side] = (n / wall, (scpu + ccpu) / n * 1e6, scpu / n * 1e6)
@@ -234,6 +314,7 @@ def main() -> None:
                         add(f"{side} server us", got[side][2])
                         add(f"{side} ratio cpu", got["local"][1] / got[side][1])
                         add(f"{side} ratio wall", got[side][0] / got["local"][0])
+                        add(f"{side} vs first", got[side][1] / got["service"][1])
                 rows.append((players, cells))
                 print(f"{players} players done", file=sys.stderr, flush=True)
 
@@ -251,9 +332,9 @@ def main() -> None:
     print(
         "| players | server | in-process CPU µs/action | service CPU µs/action (server + client) | server "
         "| client | in-process / service by CPU (min / median / max) | service / in-process by wall "
-        "| chars per prompt (local / service) |"
+        "| chars per prompt (local / service) | service CPU vs this tree, same round (min / median / max) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for players, c in rows:
         med = statistics.median
         for side in targets:
@@ -261,7 +342,8 @@ def main() -> None:
                 f"| {players} | {label(side)} "
                 f"| {med(c['local us']):.1f} | {med(c[f'{side} us']):.1f} | {med(c[f'{side} server us']):.1f} "
                 f"| {med(c[f'{side} client us']):.1f} | {spread(c[f'{side} ratio cpu'])} "
-                f"| {spread(c[f'{side} ratio wall'])} | {med(c['local chars']):,.0f} / {med(c[f'{side} chars']):,.0f} |"
+                f"| {spread(c[f'{side} ratio wall'])} | {med(c['local chars']):,.0f} / {med(c[f'{side} chars']):,.0f} "
+                f"| {spread(c[f'{side} vs first'])} |"
             )
     print(f"goal: in-process / service by CPU >= {GOAL}x at 6-12 players")
 

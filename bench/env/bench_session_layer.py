@@ -14,7 +14,10 @@ host must spend, so ``server - engine`` is the session layer's own cost.
 
 An older revision's session layer: put its ``libs`` and ``services/environment`` first on ``PYTHONPATH``
 (``bench_env_grpc.checkout``); before ``PlaySeatsRequest.omit_messages`` existed only the prompt-twice
-column is measured ("n/a" in the other).
+column is measured ("n/a" in the others), before ``prompt_delta`` no delta column.
+
+Modes: *twice* (``text`` and ``messages``), *once* (``omit_messages``), *delta* (``omit_messages`` and
+``prompt_delta``: what ``EnvironmentClient.play_stream`` asks for; the client part rebuilds the prompts).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ the decisions that became due (``PlayStream.decisions``, prompts rendered); seri
 
 HAS_ONCE = "omit_messages" in pb.PlaySeatsRequest.DESCRIPTOR.fields_by_name
 """Whether this tree's protos have the prompt-once flag (an older revision on PYTHONPATH may not)."""
+HAS_DELTA = "prompt_delta" in pb.PlaySeatsRequest.DESCRIPTOR.fields_by_name
+"""Whether they have ``prompt_delta``."""
+MODES = ("twice", *(("once",) if HAS_ONCE else ()), *(("delta",) if HAS_DELTA else ()))
 
 
 def answer(obs: pb.Observation, rng: random.Random) -> str:
@@ -52,7 +58,7 @@ def answer(obs: pb.Observation, rng: random.Random) -> str:
 
 
 async def session_layer(
-    players: int, episodes: int, seconds: float, seed: int, omit_messages: bool, prof: cProfile.Profile | None
+    players: int, episodes: int, seconds: float, seed: int, mode: str, prof: cProfile.Profile | None
 ) -> tuple[int, float, float, dict[str, float]]:
     """(actions, server CPU s, client CPU s, server CPU µs/action by section): ``episodes`` in flight on
     one PlayStream for ``seconds``."""
@@ -81,9 +87,18 @@ async def session_layer(
         create=creates(episodes), include_text=True, close_finished=True, rejected_results_only=True
     )
     restore: Callable[[Any], None] | None = None
-    if omit_messages:
+    if mode == "once":
         first.omit_messages = True
         from wolfpack_environment.client import restore_messages as restore
+    elif mode == "delta":
+        first.omit_messages = first.prompt_delta = True
+        from wolfpack_environment.client import restore_prompts
+
+        prompts: dict[tuple[str, int], str] = {}
+
+        def restore(decisions: Any) -> None:
+            restore_prompts(decisions, prompts, True)
+
     wire = first.SerializeToString()
     while True:
         # server: parse the client's message, apply it, send the decisions that became due
@@ -169,11 +184,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--episodes", type=int, default=32, help="episodes in flight on the stream")
-    ap.add_argument("--profile", default="", help="cProfile the server part (prompt once) into this file")
+    ap.add_argument("--profile", default="", help="cProfile the server part (last mode) into this file")
     args = ap.parse_args()
     prof = cProfile.Profile() if args.profile else None
-    print("| players | engine µs/action | server µs/action, prompt twice / once | server - engine, twice / once "
-          "| client µs/action, twice / once |")  # fmt: skip
+    names = " / ".join(MODES)
+    print(f"| players | engine µs/action | server µs/action, prompt {names} | server - engine, {names} "
+          f"| client µs/action, {names} |")  # fmt: skip
     print("| --- | --- | --- | --- | --- |")
 
     def f(x: float) -> str:
@@ -185,29 +201,29 @@ def main() -> None:
         for r in range(args.rounds):
             n, cpu = engine_only(players, args.seconds, 1000 * r)
             cells.setdefault("engine", []).append(cpu / n * 1e6)
-            for once in ((False, True) if r % 2 == 0 else (True, False)) if HAS_ONCE else (False,):
+            for mode in MODES if r % 2 == 0 else MODES[::-1]:
                 n, s, c, parts = asyncio.run(
-                    session_layer(players, args.episodes, args.seconds, 1000 * r, once, None)
+                    session_layer(players, args.episodes, args.seconds, 1000 * r, mode, None)
                 )
                 for name, value in parts.items():
-                    cells.setdefault(f"{name} {once}", []).append(value)
-                cells.setdefault(f"server {once}", []).append(s / n * 1e6)
-                cells.setdefault(f"client {once}", []).append(c / n * 1e6)
+                    cells.setdefault(f"{name} {mode}", []).append(value)
+                cells.setdefault(f"server {mode}", []).append(s / n * 1e6)
+                cells.setdefault(f"client {mode}", []).append(c / n * 1e6)
         med = {k: statistics.median(v) for k, v in cells.items()}
-        med.setdefault("server True", float("nan"))
-        med.setdefault("client True", float("nan"))
-        e, s2, s1 = med["engine"], med["server False"], med["server True"]
-        print(f"| {players} | {f(e)} | {f(s2)} / {f(s1)} | {f(s2 - e)} / {f(s1 - e)} "
-              f"| {f(med['client False'])} / {f(med['client True'])} |")  # fmt: skip
+        e = med["engine"]
+        server = " / ".join(f(med[f"server {m}"]) for m in MODES)
+        layer = " / ".join(f(med[f"server {m}"] - e) for m in MODES)
+        client = " / ".join(f(med[f"client {m}"]) for m in MODES)
+        print(f"| {players} | {f(e)} | {server} | {layer} | {client} |")
         by_section[players] = med
-    col = "True" if HAS_ONCE else "False"
-    print(f"\nserver µs/action by section (prompt {'once' if HAS_ONCE else 'twice'}; medians)\n")
+    print(f"\nserver µs/action by section, medians ({' / '.join(MODES)})\n")
     print("| players | " + " | ".join(SECTIONS) + " |")
     print("| --- |" + " --- |" * len(SECTIONS))
     for players, med in by_section.items():
-        print(f"| {players} | " + " | ".join(f(med[f"{name} {col}"]) for name in SECTIONS) + " |")
+        row = [" / ".join(f(med[f"{name} {m}"]) for m in MODES) for name in SECTIONS]
+        print(f"| {players} | " + " | ".join(row) + " |")
     if prof is not None:  # a run of its own: the profiler's overhead stays out of the table
-        asyncio.run(session_layer(args.players[0], args.episodes, args.seconds, 0, HAS_ONCE, prof))
+        asyncio.run(session_layer(args.players[0], args.episodes, args.seconds, 0, MODES[-1], prof))
         prof.dump_stats(args.profile)
 
 

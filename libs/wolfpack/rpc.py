@@ -41,9 +41,20 @@ Registrar = Callable[[grpc.aio.Server], Awaitable[Sequence[str]] | Sequence[str]
 """Adds servicers to the server and returns their full service names (for health and reflection)."""
 
 
-def _size_options(settings: Settings) -> list[tuple[str, int]]:
+HTTP2_OPTIONS: list[tuple[str, int]] = []
+"""HTTP/2 transport options every server and every channel of ``channel()`` get (both ends alike). Empty:
+gRPC's defaults. Larger frames and stream windows (``grpc.http2.max_frame_size`` /
+``grpc.http2.lookahead_bytes`` 4 MiB), ``grpc.http2.bdp_probe`` 0 and a 256 KiB
+``grpc.experimental.tcp_read_chunk_size`` were measured on the environment's PlaySeats path (server +
+client CPU per action, interleaved rounds next to an identical defaults row): none moved it beyond the
+defaults-vs-defaults spread, so none is set (``bench/results/2026-11-27-env-service-cpu-2.md``;
+``bench/env/bench_env_cpu.py --transports`` replaces this list to compare others)."""
+
+
+def _transport_options(settings: Settings) -> list[tuple[str, int]]:
+    """Message size limits and ``HTTP2_OPTIONS``: the options servers and channels share."""
     size = settings.grpc_max_message_mb * 1024 * 1024
-    return [("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size)]
+    return [("grpc.max_send_message_length", size), ("grpc.max_receive_message_length", size), *HTTP2_OPTIONS]
 
 
 HANDSHAKE_TIMEOUT_MS = 10_000
@@ -310,7 +321,7 @@ async def start_server(
         ],
         # No SO_REUSEPORT: with it (grpc's default on Linux) a second server on a taken port binds anyway
         # and the kernel splits connections between two unrelated processes; without it the bind fails.
-        options=[*_size_options(settings), ("grpc.so_reuseport", 0), *connection_options()],
+        options=[*_transport_options(settings), ("grpc.so_reuseport", 0), *connection_options()],
     )
     result = registrar(server)
     names = list(await result if asyncio.iscoroutine(result) else result)  # type: ignore[arg-type]
@@ -467,7 +478,7 @@ IDEMPOTENT_METHODS: dict[str, list[str]] = idempotent_methods()
 def channel(target: str, settings: Settings, *, traced: bool = True) -> grpc.aio.Channel:
     """An asyncio channel to ``target`` with deadlines, retries, size limits and trace propagation."""
     options: list[tuple[str, Any]] = [
-        *_size_options(settings),
+        *_transport_options(settings),
         ("grpc.enable_retries", 1),
         ("grpc.service_config", service_config(IDEMPOTENT_METHODS)),
     ]

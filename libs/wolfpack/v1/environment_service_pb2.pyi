@@ -359,6 +359,7 @@ class Observation(_message.Message):
     FEEDBACK_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
     OUTCOME_FIELD_NUMBER: _builtins.int
+    TEXT_SHARED_PREFIX_BYTES_FIELD_NUMBER: _builtins.int
     episode_id: _builtins.str
     """Episode id. Required."""
     seat: _builtins.int
@@ -381,6 +382,15 @@ class Observation(_message.Message):
     """The seat's role name as known to the seat."""
     outcome: _common_pb2.OutcomeKind.ValueType
     """Outcome for this seat once done."""
+    text_shared_prefix_bytes: _builtins.int
+    """Only on a PlaySeats stream with prompt_delta set: how many leading bytes of this decision's prompt
+    (its full text, UTF-8 encoded) equal the leading bytes of the previous prompt this stream sent for the
+    same episode_id and seat; text then carries only the prompt's bytes after them. The prompt is the
+    previous prompt's first text_shared_prefix_bytes bytes followed by text. 0 (always without
+    prompt_delta, and for a seat's first decision on the stream): text is the whole prompt. The count
+    always ends on a character boundary; it is a shared prefix, not necessarily the longest one. See
+    PlaySeatsRequest.prompt_delta.
+    """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatMessage]:
         """The same content as chat messages: exactly one message, role "user", content equal to
@@ -408,10 +418,11 @@ class Observation(_message.Message):
         feedback: _builtins.str = ...,
         role: _builtins.str = ...,
         outcome: _common_pb2.OutcomeKind.ValueType = ...,
+        text_shared_prefix_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "episode_id", b"episode_id", "feedback", b"feedback", "legal_actions", b"legal_actions", "messages", b"messages", "outcome", b"outcome", "phase", b"phase", "role", b"role", "round", b"round", "seat", b"seat", "text", b"text", "turn_id", b"turn_id", "your_turn", b"your_turn"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "episode_id", b"episode_id", "feedback", b"feedback", "legal_actions", b"legal_actions", "messages", b"messages", "outcome", b"outcome", "phase", b"phase", "role", b"role", "round", b"round", "seat", b"seat", "text", b"text", "text_shared_prefix_bytes", b"text_shared_prefix_bytes", "turn_id", b"turn_id", "your_turn", b"your_turn"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -966,6 +977,7 @@ class PlaySeatsRequest(_message.Message):
     CLOSE_FINISHED_FIELD_NUMBER: _builtins.int
     REJECTED_RESULTS_ONLY_FIELD_NUMBER: _builtins.int
     OMIT_MESSAGES_FIELD_NUMBER: _builtins.int
+    PROMPT_DELTA_FIELD_NUMBER: _builtins.int
     include_text: _builtins.bool
     """Render observation text in decisions (set on the first message; default false sends structure only)."""
     close_finished: _builtins.bool
@@ -985,6 +997,19 @@ class PlaySeatsRequest(_message.Message):
     text}] itself; the Python client (EnvironmentClient.play_stream) sets this and does so. Saves the
     prompt's bytes a second time on both sides of every decision. Default false: messages filled, as
     for every client written before this field; a server that predates it ignores it and fills them.
+    """
+    prompt_delta: _builtins.bool
+    """Send each decision's prompt as what is new since the seat's previous prompt on this stream (set on the
+    first message; only matters with include_text). A seat's prompts mostly grow by appending (new events
+    are added to its visible history, the closing instruction changes), so a decision carries
+    Observation.text_shared_prefix_bytes and, in text, the prompt's bytes after that prefix. The client
+    keeps, per (episode_id, seat), the full prompt of the last decision this stream sent for it (every
+    decision with text counts: turns, re-prompts and the final observation; a seat's final observation is
+    its last) and rebuilds each prompt as prev_prompt_utf8[:text_shared_prefix_bytes] + text_utf8.
+    Observation.messages, when sent (omit_messages unset), still carries the whole prompt. Default false:
+    text is always the whole prompt; a server that predates this field ignores it and sends
+    text_shared_prefix_bytes 0, which reads the same way. The Python client sets it with
+    EnvironmentClient.play_stream(prompt_delta=True) and rebuilds text before returning a message.
     """
     @_builtins.property
     def join(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatRef]:
@@ -1010,10 +1035,11 @@ class PlaySeatsRequest(_message.Message):
         close_finished: _builtins.bool = ...,
         rejected_results_only: _builtins.bool = ...,
         omit_messages: _builtins.bool = ...,
+        prompt_delta: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acts", b"acts", "close_finished", b"close_finished", "create", b"create", "include_text", b"include_text", "join", b"join", "omit_messages", b"omit_messages", "rejected_results_only", b"rejected_results_only"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acts", b"acts", "close_finished", b"close_finished", "create", b"create", "include_text", b"include_text", "join", b"join", "omit_messages", b"omit_messages", "prompt_delta", b"prompt_delta", "rejected_results_only", b"rejected_results_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -138,16 +138,19 @@ class EnvironmentClient:
         close_finished: bool = False,
         rejected_results_only: bool = False,
         prompt_once: bool = True,
+        prompt_delta: bool = False,
     ) -> PlayStream:
         """A new ``PlaySeats`` call at the message level (``PlayStream``: create/join/act, ``read``); close
         it with ``await stream.close()``. Streams get no default deadline: one lasts as long as its games.
-        ``prompt_once`` (see ``PlayStream``) changes the bytes on the wire, not what ``read`` returns."""
+        ``prompt_once`` and ``prompt_delta`` (see ``PlayStream``) change the bytes on the wire, not what
+        ``read`` returns."""
         return PlayStream(
             self.stub,
             include_text=include_text,
             close_finished=close_finished,
             rejected_results_only=rejected_results_only,
             prompt_once=prompt_once,
+            prompt_delta=prompt_delta,
         )
 
     async def play_seats(
@@ -180,15 +183,19 @@ class EnvironmentClient:
         include_text: bool = False,
         close_finished: bool = True,
         prompt_once: bool = True,
+        prompt_delta: bool = False,
     ) -> AsyncIterator[FinishedEpisode]:
         """Create and play episodes over one ``PlaySeats`` stream, ``concurrency`` at a time, and yield
         each as it ends. Every non-scripted seat is played with ``decide``; a new episode is created as
         soon as one ends, so the server always has ``concurrency`` games to step. This is the rollout
         worker's loop (``requests`` may be an endless generator). With ``close_finished`` the server
         releases each episode once its end was sent (read its log with ``include_text`` observations, not
-        GetEpisode). ``prompt_once``: see ``PlayStream`` (what ``decide`` sees is the same either way)."""
+        GetEpisode). ``prompt_once``, ``prompt_delta``: see ``PlayStream`` (what ``decide`` sees is the same
+        either way)."""
         source = iter(requests)
-        async with _PlayCall(self.stub, decide, include_text, close_finished, prompt_once) as play:
+        async with _PlayCall(
+            self.stub, decide, include_text, close_finished, prompt_once, prompt_delta
+        ) as play:
             live = 0
             for req in itertools.islice(source, concurrency):
                 play.create(req)
@@ -245,6 +252,51 @@ def restore_messages(decisions: Iterable[pb.Observation]) -> None:
     for obs in decisions:
         if not obs.messages:
             obs.messages.add(role="user", content=obs.text)
+
+
+class PromptDeltaError(ValueError):
+    """A decision's ``text_shared_prefix_bytes`` does not fit the seat's previous prompt (a server bug or
+    a stream read by two consumers): the prompt cannot be rebuilt."""
+
+
+def restore_prompts(
+    decisions: Iterable[pb.Observation], prompts: dict[tuple[str, int], str], messages: bool
+) -> None:
+    """Rebuild each decision's whole prompt in ``Observation.text`` from a stream with
+    ``PlaySeatsRequest.prompt_delta``: the previous prompt of the same episode and seat (kept in
+    ``prompts``, updated here; a seat's entry is dropped at its final observation) cut to
+    ``text_shared_prefix_bytes`` UTF-8 bytes, followed by ``text``. The field is cleared, so the decision
+    reads exactly as one sent whole. With ``messages`` (``omit_messages`` was asked for) also fills
+    ``Observation.messages`` as ``restore_messages`` does, from the rebuilt text."""
+    for obs in decisions:
+        key = (obs.episode_id, obs.seat)
+        shared = obs.text_shared_prefix_bytes
+        if shared:
+            prev = prompts.get(key)
+            if prev is None:
+                raise PromptDeltaError(f"{key}: {shared} shared bytes, but no previous prompt on this stream")
+            if prev.isascii():
+                if shared > len(prev):
+                    raise PromptDeltaError(f"{key}: {shared} shared bytes of a {len(prev)}-byte prompt")
+                text = prev[:shared] + obs.text
+            else:
+                raw = prev.encode("utf-8")
+                if shared > len(raw):
+                    raise PromptDeltaError(f"{key}: {shared} shared bytes of a {len(raw)}-byte prompt")
+                try:
+                    text = raw[:shared].decode("utf-8") + obs.text
+                except UnicodeDecodeError:
+                    raise PromptDeltaError(f"{key}: {shared} bytes is not a character boundary") from None
+            obs.text = text
+            obs.ClearField("text_shared_prefix_bytes")
+        else:
+            text = obs.text
+        if obs.done:
+            prompts.pop(key, None)
+        else:
+            prompts[key] = text
+        if messages and not obs.messages:
+            obs.messages.add(role="user", content=text)
 
 
 def wire_text(text: str) -> str:
@@ -321,7 +373,15 @@ class PlayStream:
     (``PlaySeatsRequest.omit_messages``), and ``read`` rebuilds ``Observation.messages`` from it
     (``restore_messages``), so callers that pass ``obs.messages`` on to GenerateBatch see the same
     observations as without it, while a 2.5k-character prompt is no longer serialised, sent and parsed
-    twice per decision."""
+    twice per decision.
+
+    ``prompt_delta`` (with ``include_text``; off by default): the server sends each prompt as what is new
+    since the seat's previous prompt on this stream (``PlaySeatsRequest.prompt_delta``) and ``read``
+    rebuilds the whole text (``restore_prompts``): a seat's prompts grow by appending, so most of each one
+    is already here. It takes the decisions' bytes to 0.10-0.24 of a plain stream's, for links where bytes
+    cost; over loopback it costs more CPU than it saves (finding and rebuilding the shared part in Python:
+    ``bench/results/2026-11-27-env-service-cpu-2.md``), hence off. ``read`` must see every message of the
+    stream, in order (it keeps each live seat's last prompt)."""
 
     def __init__(
         self,
@@ -331,14 +391,19 @@ class PlayStream:
         close_finished: bool = False,
         rejected_results_only: bool = False,
         prompt_once: bool = True,
+        prompt_delta: bool = False,
     ) -> None:
         self.call = stub.PlaySeats()
         self.restore = include_text and prompt_once
+        self.delta = include_text and prompt_delta
+        self.prompts: dict[tuple[str, int], str] = {}
+        """With ``prompt_delta``: each live seat's last prompt (``restore_prompts``)."""
         self.outbox = pb.PlaySeatsRequest(
             include_text=include_text,
             close_finished=close_finished,
             rejected_results_only=rejected_results_only,
             omit_messages=self.restore,
+            prompt_delta=self.delta,
         )
         self.mail = asyncio.Event()
         self.mail.set()  # the first message goes out even when empty (it carries the stream options)
@@ -377,7 +442,9 @@ class PlayStream:
         if message is grpc.aio.EOF:
             raise ConnectionError("the PlaySeats stream ended")
         assert isinstance(message, pb.PlaySeatsResponse)
-        if self.restore:
+        if self.delta:
+            restore_prompts(message.decisions, self.prompts, self.restore)
+        elif self.restore:
             restore_messages(message.decisions)
         return message
 
@@ -412,12 +479,13 @@ class _PlayCall:
     (``next_finished``) and answers synchronous decisions at once; async decisions run as tasks."""
 
     def __init__(self, stub: pb_grpc.EnvironmentServiceAsyncStub, decide: Decider, include_text: bool,
-                 close_finished: bool, prompt_once: bool = True) -> None:  # fmt: skip
+                 close_finished: bool, prompt_once: bool = True, prompt_delta: bool = False) -> None:  # fmt: skip
         self.stub = stub
         self.options = {
             "include_text": include_text,
             "close_finished": close_finished,
             "prompt_once": prompt_once,
+            "prompt_delta": prompt_delta,
         }
         self.decide = decide
         self.tokens: dict[tuple[str, int], str] = {}

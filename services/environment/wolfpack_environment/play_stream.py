@@ -47,11 +47,49 @@ HANDLE_SLICE_S = 0.005
 
 @dataclass(slots=True)
 class _Joined:
-    """An episode as one PlaySeats stream sees it: the seats it plays and the turn id last sent to each."""
+    """An episode as one PlaySeats stream sees it: the seats it plays, the turn id last sent to each and,
+    with ``prompt_delta``, the prompt last sent to each (with its UTF-8 length; -1 when it is ASCII)."""
 
     ep: Episode
     seats: set[int] = field(default_factory=set)
     sent: dict[int, int] = field(default_factory=dict)
+    prompts: dict[int, tuple[str, int]] = field(default_factory=dict)
+
+
+ANCHORS = 3
+"""Blank lines ``shared_prefix`` tries as the end of the shared part before searching character by
+character: a prompt's closing instruction mostly follows a blank line, and what precedes it (rules, role,
+history) is what a seat's next prompt starts with."""
+
+
+def shared_prefix(prev: str, text: str) -> int:
+    """A number of leading characters ``text`` shares with ``prev``: all of them in the usual case, never
+    more (the wire only needs a shared prefix, not the longest). Fast path: the part before one of the last
+    blank lines of ``prev`` (``ANCHORS``), checked with one C-speed ``startswith``, then extended by a short
+    search; otherwise a binary search over slice comparisons, each step comparing only the part not yet
+    known to match."""
+    n = min(len(prev), len(text))
+    if text.startswith(prev) if len(prev) <= len(text) else prev.startswith(text):
+        return n
+    lo, hi = 0, n  # prev[:lo] == text[:lo] and prev[:hi] != text[:hi]
+    end = len(prev)
+    for _ in range(ANCHORS):
+        cut = prev.rfind("\n\n", 0, end) + 1
+        if cut <= 0:
+            break
+        if text.startswith(prev[:cut]):
+            lo = cut
+            if prev[cut] != text[cut]:  # cut < n: prev[:n] differs from text[:n]
+                return cut
+            break
+        hi = end = cut  # the shared part ends before this blank line: try the one before
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if text.startswith(prev[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class PlayStream:
@@ -69,6 +107,7 @@ class PlayStream:
         self.close_finished = False
         self.rejected_results_only = False
         self.omit_messages = False
+        self.prompt_delta = False
         self.busy = False  # applying a batch (see ``on_change``)
 
     async def play(self, requests: AsyncIterator[pb.PlaySeatsRequest]) -> AsyncIterator[pb.PlaySeatsResponse]:
@@ -122,6 +161,7 @@ class PlayStream:
         self.close_finished = self.close_finished or req.close_finished
         self.rejected_results_only = self.rejected_results_only or req.rejected_results_only
         self.omit_messages = self.omit_messages or req.omit_messages
+        self.prompt_delta = self.prompt_delta or req.prompt_delta
         clock = time.perf_counter
         yield_at = clock() + HANDLE_SLICE_S
         too_many = (
@@ -219,6 +259,7 @@ class PlayStream:
         observation = self.observations.observation
         include_text = self.include_text
         messages = not self.omit_messages
+        delta = include_text and self.prompt_delta
         joined_by_id = self.joined
         for episode_id in self.dirty:
             joined = joined_by_id.get(episode_id)
@@ -227,15 +268,49 @@ class PlayStream:
             ep = joined.ep
             if ep.closed or ep.env.done:  # ``ep.done`` without the property call
                 for seat in sorted(joined.seats):
-                    observation(ep, seat, None, include_text, out, messages)
+                    if delta:
+                        self._delta_observation(joined, seat, out, messages)
+                    else:
+                        observation(ep, seat, None, include_text, out, messages)
                 self._forget(joined)
                 continue
             sent, seats = joined.sent, joined.seats
             for seat, turn_id in ep.open_turns.items():
                 if sent.get(seat) != turn_id and seat in seats:
                     sent[seat] = turn_id
-                    observation(ep, seat, None, include_text, out, messages)
+                    if delta:
+                        self._delta_observation(joined, seat, out, messages)
+                    else:
+                        observation(ep, seat, None, include_text, out, messages)
         self.dirty.clear()
+
+    def _delta_observation(self, joined: _Joined, seat: int, out: Any, messages: bool) -> None:
+        """The seat's observation appended to ``out`` with its prompt as the part after what it shares
+        with the seat's previous prompt on this stream (``PlaySeatsRequest.prompt_delta``): text = the
+        rest, ``text_shared_prefix_bytes`` = the shared part's UTF-8 length."""
+        ep = joined.ep
+        o = ep.env.observe(seat)
+        msg = self.observations.observation(ep, seat, o, False, out, False)
+        text = o.text
+        if messages:
+            msg.messages.add(role="user", content=text)
+        ascii_text = text.isascii()
+        last = joined.prompts.get(seat)
+        if last is None:
+            msg.text = text
+            joined.prompts[seat] = (text, -1 if ascii_text else len(text.encode("utf-8")))
+            return
+        prev, prev_bytes = last
+        k = shared_prefix(prev, text)
+        if ascii_text:
+            shared, total = k, -1
+        else:  # UTF-8 lengths from the short differing parts only: the prefix is the previous prompt's
+            shared = k if prev_bytes < 0 else prev_bytes - len(prev[k:].encode("utf-8"))
+            total = shared + len(text[k:].encode("utf-8"))
+        msg.text = text[k:] if k else text
+        if shared:
+            msg.text_shared_prefix_bytes = shared
+        joined.prompts[seat] = (text, total)
 
     def _forget(self, joined: _Joined) -> None:
         ep = joined.ep
