@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from wolfpack_inference.models import tiny_model
 from wolfpack_inference.policies import PolicyRegistry
 from wolfpack_inference.server import InferenceServicer, register
 from wolfpack_trainer.learners import LearnerConfig, get_learner
-from wolfpack_trainer.publish import Publisher
+from wolfpack_trainer.publish import Publisher, WeightSync, is_local_address
 
 
 @pytest.fixture(scope="module")
@@ -51,19 +52,28 @@ async def _generate(addr: str, policy: str) -> inf_pb.GenerateResponse:
         return await inf_grpc.InferenceServiceStub(ch).Generate(req)
 
 
-@pytest.mark.parametrize("lora_rank", [4, 0])
-async def test_published_versions_serve(
-    inference: str, tiny_dir: Path, tmp_path: Path, lora_rank: int
-) -> None:
-    policy = "lora" if lora_rank else "full"
+def _changed_learner(tiny_dir: Path, lora_rank: int) -> Any:
     learner = get_learner("cpu")(LearnerConfig(model=str(tiny_dir), lora_rank=lora_rank))
     with torch.no_grad():  # a visible change of the policy (LoRA B starts at zero)
         for name, p in learner.model.named_parameters():
             if p.requires_grad and ("lora_B" in name or (not lora_rank and "mlp" in name)):
                 p.add_(torch.randn_like(p) * 0.5)
-    publisher = Publisher(tmp_path / "policies", inference_addr=inference)
+    return learner
+
+
+@pytest.mark.parametrize("sync", ["push", "path"])
+@pytest.mark.parametrize("lora_rank", [4, 0])
+async def test_published_versions_serve(
+    inference: str, tiny_dir: Path, tmp_path: Path, lora_rank: int, sync: WeightSync
+) -> None:
+    """Both ways to inference (PushWeights, LoadPolicy of the version directory) serve the learner's
+    weights: the served logprobs are the learner's."""
+    policy = "lora" if lora_rank else "full"
+    learner = _changed_learner(tiny_dir, lora_rank)
+    publisher = Publisher(tmp_path / "policies", inference_addr=inference, weight_sync=sync)
     done = await publisher.publish(policy, 1, learner)
-    assert done.pushed and Path(done.path, "adapter_config.json" if lora_rank else "config.json").exists()
+    assert done.pushed and done.sync == sync
+    assert Path(done.path, "adapter_config.json" if lora_rank else "config.json").exists()
     resp = await _generate(inference, policy)
     assert resp.policy.version == 1
     # The served version computes the learner's logprobs for the same tokens.
@@ -114,3 +124,60 @@ async def test_frozen_snapshot_joins_the_league(redis_url: str, tiny_dir: Path, 
     finally:
         await server.stop(0)
         await client.aclose()
+
+
+def test_auto_weight_sync_takes_the_path_only_for_a_local_inference(tmp_path: Path) -> None:
+    def mode(addr: str, save_dirs: bool = True) -> str:
+        return Publisher(tmp_path, inference_addr=addr, save_dirs=save_dirs, weight_sync="auto").sync_mode
+
+    assert mode("127.0.0.1:50051") == mode("localhost:7") == mode("[::1]:7") == mode("unix:/tmp/s") == "path"
+    assert mode("inference.wolfpack.svc:50051") == mode("10.1.2.3:50051") == "push"
+    assert mode("127.0.0.1:50051", save_dirs=False) == "push"  # no directory to name
+    assert not is_local_address("127.0.0.1.example.com:1")
+    with pytest.raises(ValueError, match="save_dirs"):
+        Publisher(tmp_path, inference_addr="127.0.0.1:1", save_dirs=False, weight_sync="path")
+
+
+class _UnreadableDirs:
+    """The real learner, whose version directories inference cannot load (as when inference runs in
+    another container that does not see this host's files): the config is there, the weights are not."""
+
+    def __init__(self, learner: Any) -> None:
+        self._learner = learner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._learner, name)
+
+    def save_pretrained(self, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "config.json").write_text("{}")
+        return directory
+
+
+async def test_auto_weight_sync_falls_back_to_push_when_inference_cannot_load_the_directory(
+    inference: str, tiny_dir: Path, tmp_path: Path
+) -> None:
+    import grpc
+
+    learner = _changed_learner(tiny_dir, 0)
+    unreadable: Any = _UnreadableDirs(learner)
+    strict = Publisher(tmp_path / "strict", inference_addr=inference, weight_sync="path")
+    with pytest.raises(grpc.aio.AioRpcError) as err:  # an explicit path: the error, no silent push
+        await strict.publish("full", 1, unreadable)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    publisher = Publisher(tmp_path / "policies", inference_addr=inference, weight_sync="auto")
+    done = await publisher.publish("full", 1, unreadable)
+    assert done.sync == "push" and "cannot load" in publisher.fallback
+    assert publisher.sync_mode == "push"  # for the rest of the run
+    resp = await _generate(inference, "full")
+    assert resp.policy.version == 1
+    from wolfpack_trainer.batch import Sample, collate
+
+    c = resp.completions[0]
+    sample = Sample(
+        prompt=list(resp.prompt_token_ids), response=list(c.token_ids), response_mask=[1] * len(c.token_ids),
+        logprobs=list(c.logprobs), rewards=[0.0] * len(c.token_ids), uid="u", trajectory_id="t", episode_uid="e",
+        policy_id="full", role="r", seat=0, policy_version=1, turn_index=0,
+    )  # fmt: skip
+    ours = learner.compute_log_probs(collate([sample]))[0]
+    assert torch.allclose(ours, torch.tensor(list(c.logprobs)), atol=1e-4)  # the pushed weights serve

@@ -288,7 +288,7 @@ def _service_parts(cfg: Any, settings: Any, out: Path, redis_url: str) -> tuple[
     rollout = rollout_config(cfg, concurrency=min(cfg.rollout.episodes_per_update, 64))  # as local mode's
     publisher = Publisher(
         out / "policies", settings, inference_addr=a.inference, curriculum_addr=a.curriculum,
-        save_dirs=cfg.train.save_versions,
+        save_dirs=cfg.train.save_versions, weight_sync=cfg.train.weight_sync,
     )  # fmt: skip
     return (lambda: connect(settings, rollout, addresses, stream=False)), publisher
 

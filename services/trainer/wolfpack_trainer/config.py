@@ -159,6 +159,12 @@ class TrainSection(_Strict):
     """Register a frozen snapshot in the curriculum's league every k updates (0: never)."""
     save_versions: bool = True
     """Write each published version as a loadable directory (HF or peft) under <run>/policies/."""
+    weight_sync: Literal["auto", "push", "path"] = "auto"
+    """How a new version reaches the inference service (service mode): ``push`` streams the weights over
+    gRPC (``PushWeights``, no shared filesystem needed), ``path`` has inference load the version directory
+    this host just wrote (``LoadPolicy``: the same-host fast path; needs ``save_versions``), ``auto`` takes
+    ``path`` for an inference service on a loopback address, else ``push``, and falls back to ``push`` if
+    inference cannot read the directory (``wolfpack_trainer.publish``)."""
     share_policy: bool = False
     """True: one learner for all policies (role in the prompt); False: IPPO, one learner per policy."""
     tracking: list[str] = Field(default_factory=list)
@@ -168,6 +174,12 @@ class TrainSection(_Strict):
     reads its own environment (``WANDB_MODE=offline``, ``MLFLOW_TRACKING_URI``, ``VERL_FILE_LOGGER_PATH``)."""
     tracking_project: str = "wolfpack"
     """The trackers' project name; the run is named after the config's ``name``."""
+
+    @model_validator(mode="after")
+    def _check_weight_sync(self) -> TrainSection:
+        if self.weight_sync == "path" and not self.save_versions:
+            raise ValueError("train.weight_sync path loads the version directories: it needs save_versions")
+        return self
 
     @model_validator(mode="after")
     def _check_tracking(self) -> TrainSection:

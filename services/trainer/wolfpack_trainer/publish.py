@@ -1,21 +1,56 @@
-"""New policy versions leave the trainer here: a versioned directory on disk, the weights pushed to the
-inference service (``PushWeights``: a LoRA adapter or a full state dict, streamed in chunks), and every
-``freeze_every`` versions a frozen snapshot registered as an opponent in the curriculum's league.
+"""New policy versions leave the trainer here: a versioned directory on disk, the weights sent to the
+inference service, and every ``freeze_every`` versions a frozen snapshot registered as an opponent in the
+curriculum's league.
 
-Why both disk and push: the push makes the new version serve within one call and no shared filesystem;
-the directory is what a later ``LoadPolicy(model_path=…)`` or a league opponent loads from, and the record
-of which weights a version number meant.
+Two ways to the inference service (``train.weight_sync``):
+
+* ``push``: ``PushWeights``, a LoRA adapter or a full state dict streamed in chunks over gRPC. Portable: it
+  needs no shared filesystem (a trainer pod and an inference pod on different nodes).
+* ``path``: the same-host fast path. The version's directory is written anyway (``save_versions``), so the
+  trainer only names it: ``LoadPolicy(model_path=dir)`` (``adapter_path`` for LoRA), and inference reads the
+  safetensors file the learner just wrote. Nothing is serialised into protobuf chunks, copied through two
+  gRPC stacks and written to disk a second time on the inference side.
+
+``auto`` (the default) takes ``path`` when the inference service is on this host (a loopback address, as
+the job's own stack and ``wolfpack up`` use) and the version directories are written, else ``push``; if
+inference cannot load the named directory (another container, another mount namespace), it falls back to
+``push`` for the rest of the run and says so once.
+
+Why disk at all: the directory is what a later ``LoadPolicy(model_path=…)`` or a league opponent loads
+from, and the record of which weights a version number meant.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack_trainer.learners.base import Learner
+
+log = logging.getLogger(__name__)
+
+WeightSync = Literal["auto", "push", "path"]
+
+
+def is_local_address(address: str) -> bool:
+    """A loopback TCP address (``127.0.0.1:p``, ``[::1]:p``, ``localhost:p``) or a unix socket: a service
+    on this host, which sees this host's files."""
+    if address.startswith("unix:"):
+        return True
+    host = address.rsplit(":", 1)[0] if ":" in address else address
+    host = host.removeprefix("ipv4:").removeprefix("ipv6:").strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -28,7 +63,10 @@ class Published:
     save_s: float = 0.0
     """Seconds writing the version's directory."""
     push_s: float = 0.0
-    """Seconds from gathering the weights to inference confirming the new version (PushWeights)."""
+    """Seconds from gathering the weights to inference confirming the new version."""
+    sync: str = ""
+    """How the version reached inference: ``push`` (PushWeights), ``path`` (LoadPolicy of the directory),
+    empty when it was not sent."""
 
 
 class Publisher:
@@ -42,12 +80,26 @@ class Publisher:
         inference_addr: str | None = None,
         curriculum_addr: str | None = None,
         save_dirs: bool = True,
+        weight_sync: WeightSync = "push",
     ) -> None:
         self.root = root
         self.settings = settings
         self.inference_addr = inference_addr
         self.curriculum_addr = curriculum_addr
         self.save_dirs = save_dirs
+        if weight_sync == "path" and not save_dirs:
+            raise ValueError("weight_sync path loads the version directories: it needs save_dirs")
+        self.weight_sync = weight_sync
+        self.fallback = ""
+        """Why ``auto`` went back to ``push`` (the first directory inference could not load); empty if not."""
+
+    @property
+    def sync_mode(self) -> str:
+        """``push`` or ``path``: what the next publish uses."""
+        if self.weight_sync == "auto":
+            local = bool(self.inference_addr) and is_local_address(self.inference_addr or "")
+            return "path" if self.save_dirs and local and not self.fallback else "push"
+        return self.weight_sync
 
     async def publish(
         self, policy_id: str, version: int, learner: Learner, *, freeze: bool = False
@@ -57,16 +109,54 @@ class Publisher:
         if self.save_dirs:
             path = str(learner.save_pretrained(self.root / policy_id / f"v{version:06d}"))
         t1 = time.monotonic()
-        pushed = False
+        pushed, sync = False, ""
         if self.inference_addr:
-            await self._push(policy_id, version, learner)
+            sync = self.sync_mode
+            if sync == "path":
+                sync = await self._load_path(policy_id, version, Path(path), learner)
+            else:
+                await self._push(policy_id, version, learner)
             pushed = True
         t2 = time.monotonic()
         frozen = False
         if freeze and self.curriculum_addr:
             await self._freeze(policy_id, version)
             frozen = True
-        return Published(policy_id, version, path, pushed, frozen, save_s=t1 - t0, push_s=t2 - t1)
+        return Published(policy_id, version, path, pushed, frozen, save_s=t1 - t0, push_s=t2 - t1, sync=sync)
+
+    async def _load_path(self, policy_id: str, version: int, directory: Path, learner: Learner) -> str:
+        """``LoadPolicy`` of the version's directory; under ``auto`` a directory inference cannot load
+        (INVALID_ARGUMENT: it does not see this host's files) falls back to ``push`` for good. Returns the
+        way the version went."""
+        import grpc
+
+        from wolfpack import rpc
+        from wolfpack.settings import load_settings
+        from wolfpack.v1 import inference_service_pb2 as inf_pb
+        from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
+
+        assert self.inference_addr is not None
+        directory = directory.resolve()  # inference runs in another working directory
+        adapter = (directory / "adapter_config.json").exists()
+        req = inf_pb.LoadPolicyRequest(
+            policy_id=policy_id,
+            version=version,
+            model_path="" if adapter else str(directory),
+            adapter_path=str(directory) if adapter else "",
+        )
+        try:
+            async with rpc.channel(self.inference_addr, self.settings or load_settings()) as ch:
+                resp = await inf_grpc.InferenceServiceStub(ch).LoadPolicy(req)
+        except grpc.aio.AioRpcError as exc:
+            if self.weight_sync != "auto" or exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                raise
+            self.fallback = f"inference at {self.inference_addr} cannot load {directory}: {exc.details()}"
+            log.warning("weight sync: %s; pushing the weights over gRPC from now on", self.fallback)
+            await self._push(policy_id, version, learner)
+            return "push"
+        if resp.policy.policy.version != version:
+            raise RuntimeError(f"inference serves {policy_id}@{resp.policy.policy.version}, loaded {version}")
+        return "path"
 
     async def _push(self, policy_id: str, version: int, learner: Learner) -> None:
         from wolfpack import rpc

@@ -455,6 +455,9 @@ class Trainer:
                     recent = self.state.published[-len(self.learners) :]
                     metrics["perf/save_s"] = sum(float(p.get("save_s", 0.0)) for p in recent)
                     metrics["perf/push_s"] = sum(float(p.get("push_s", 0.0)) for p in recent)
+                    if any(p.get("sync") for p in recent):  # 1: every version loaded by path (same host)
+                        by_path = sum(p.get("sync") == "path" for p in recent)
+                        metrics["perf/weight_sync_path"] = by_path / len(recent)
                 t_published = time.monotonic()
                 self._pending_ack = [*self._pending_ack, *deliveries]
                 if step % cfg.train.checkpoint_every == 0 or step == total or self.stop_requested:
