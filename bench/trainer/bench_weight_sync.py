@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +87,9 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="", help="a model directory (default: a random Qwen2 from --hidden/--layers)")
+    ap.add_argument(
+        "--model", default="", help="a model directory (default: a random Qwen2 from --hidden/--layers)"
+    )
     ap.add_argument("--hidden", type=int, default=576)
     ap.add_argument("--layers", type=int, default=30)
     ap.add_argument("--backend", default="transformers", choices=["transformers", "vllm"])
