@@ -1,6 +1,6 @@
 """Ctrl-C on ``wolfpack train`` (the real CLI in a subprocess, real Redis, the tiny model): one SIGINT stops
 after the current update with a checkpoint and says ``checkpointed at update N — rerun to resume``; a
-second quits at once; the rerun resumes from that checkpoint. A crash point given in the environment
+second quits at once; SIGUSR1 finishes after the update with the final evaluation; the rerun resumes from that checkpoint. A crash point given in the environment
 ends the CLI between checkpoint and ack (``os._exit``), and the rerun skips the redelivered entries."""
 
 from __future__ import annotations
@@ -96,6 +96,30 @@ def test_one_ctrl_c_stops_after_the_update_with_a_checkpoint(
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"resumed from the checkpoint of update {n}" in again.stdout
     assert _latest_step(run) == n + 1
+
+
+@pytest.mark.slow
+def test_sigusr1_finishes_after_the_update_with_the_final_evaluation(redis_url: str, tmp_path: Path) -> None:
+    """SIGUSR1 ends the run as a spent ``train.max_minutes`` does: the update running is the last, then the
+    final evaluation, the learning line and exit 0 (a polite stop prints no learning line)."""
+    updates = 40
+    cmd, env, run = _job(tmp_path, redis_url, updates)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        at = _wait_for_step(proc, run, 1, 240)
+        proc.send_signal(signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert "SIGUSR1: finishing after the current update" in out
+    assert "learning:" in out, out[-3000:]
+    n = _latest_step(run)
+    assert at <= n <= at + 2 < updates
+    root = run / "checkpoints"
+    state = json.loads((root / (root / "LATEST").read_text() / "state.json").read_text())
+    assert [e["step"] for e in state["evals"]] == [0, n]  # the final evaluation is of the last update
 
 
 @pytest.mark.slow

@@ -8,7 +8,9 @@
 #
 # Each argument is CONFIG[:MINUTES] (MINUTES: train.max_minutes, default the config's own); every recipe runs
 # through gpu_train.sh (its log, metrics and curves are copied to $OUT as they finish) and the queue goes on
-# after a failure. /tmp/queue.done lists each recipe's exit status.
+# after a failure. /tmp/queue.done lists each recipe's exit status. To end a recipe early and still get its
+# final evaluation and learning line (e.g. to free the card): pkill -USR1 -f "wolfpack[.]cli[.]main train -c CONFIG"
+# (SIGTERM is a polite stop: a checkpoint, no evaluation).
 # Why the polling matters: a lent machine is given back 30 s after a call ends, and everything started on it
 # (this queue too) goes with it; so keep one call running (`sleep` + `tail`) until the queue is done.
 #

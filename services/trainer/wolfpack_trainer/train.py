@@ -143,6 +143,10 @@ class Trainer:
         """Called at ``checkpointed``, ``ack`` and ``acked`` with the update: a test's way to crash there."""
         self.stop_requested = False
         """Set by the first Ctrl-C or SIGTERM (``stop_on_sigint``): the loop stops after the current update."""
+        self.finish_requested = False
+        """Set by SIGUSR1 (``stop_on_sigint``): the update running now is the run's last, followed by the final
+        evaluation and the learning line, as when ``train.max_minutes`` runs out (a rerun resumes towards
+        ``train.updates``)."""
         self.stop_signal = signal.SIGINT
         """The signal that asked for the stop (the CLI exits 128 + its number: 130, or 143 for SIGTERM)."""
         self.stopped = False
@@ -448,8 +452,8 @@ class Trainer:
                 metrics = await _off_loop(self._train_update, [d.message for d in deliveries])
                 t_trained = time.monotonic()
                 step = self.state.step
-                if 0 < cfg.train.max_minutes * 60 < time.monotonic() - t_train:
-                    total = step  # the time budget ends the run here: commit, final evaluation, learning line
+                if self.finish_requested or 0 < cfg.train.max_minutes * 60 < time.monotonic() - t_train:
+                    total = step  # the time budget or SIGUSR1 ends the run here: commit, final eval, learning line
                 if step % cfg.train.push_every == 0:
                     await self._publish()
                     recent = self.state.published[-len(self.learners) :]
@@ -1012,11 +1016,24 @@ def stop_on_sigint(trainer: Trainer, notice: Callable[[str], None]) -> Iterator[
     # the process mid-update with no checkpoint and no clean-up of the stack's children.
     previous = signal.signal(signal.SIGINT, handler)
     previous_term = signal.signal(signal.SIGTERM, handler)
+    # SIGUSR1 (POSIX): "finish now": the update running is the last, then the final evaluation and the
+    # learning line, as a spent train.max_minutes ends a run; for a run that must give its card back early
+    # and still say what it learned (a polite stop skips the evaluation, which may take minutes).
+    usr1 = getattr(signal, "SIGUSR1", None)
+
+    def finish(signum: int, frame: object) -> None:
+        if not trainer.finish_requested:
+            trainer.finish_requested = True
+            notice("SIGUSR1: finishing after the current update, with the final evaluation and learning line")
+
+    previous_usr1 = signal.signal(usr1, finish) if usr1 is not None else None
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
         signal.signal(signal.SIGTERM, previous_term)
+        if usr1 is not None:
+            signal.signal(usr1, previous_usr1)
 
 
 def run_training(
