@@ -127,7 +127,8 @@ def test_lora_adapters_are_pushed_onto_the_warm_started_base(redis_url: str, tmp
     served = {
         p["policy_id"]: p["model"] for p in yaml.safe_load((run / "stack" / "policies.yaml").read_text())
     }
-    assert served == {"responder": str(clone)}
+    # ... and the base model as configured, for the base evaluation (eval.base, on with a warm start)
+    assert served == {"responder": str(clone), "base-responder": str(tiny)}
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     update = next(r for r in rows if "actor/pg_loss" in r)
     assert update["mismatch/abs_logprob_diff"] < 1e-3  # inference sampled with the learner's weights
