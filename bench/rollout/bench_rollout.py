@@ -156,6 +156,11 @@ async def raw_engine(
     return time.perf_counter() - start, tokens
 
 
+GENERATED: list[int] = []
+"""Tokens each row's driver generated (``stats.generated_tokens``): the bench checks that its trajectories
+hold them all, so the rollout row is credited with every token it paid for and no more."""
+
+
 async def play_row(
     args: argparse.Namespace, env: Any, inference: Any, reward: Any, c: int, r: int
 ) -> tuple[list[Any], float, int]:
@@ -174,6 +179,7 @@ async def play_row(
     elapsed = time.perf_counter() - start
     reporter.cancel()
     await driver.close()
+    GENERATED.append(driver.stats.generated_tokens)
     return played, elapsed, driver.stats.episodes_failed
 
 
@@ -208,6 +214,7 @@ async def play_in_child(
             size = int.from_bytes(data[pos : pos + 4], "little")
             played.append(trajectory_pb2.Trajectory.FromString(data[pos + 4 : pos + 4 + size]))
             pos += 4 + size
+        GENERATED.append(int(meta["generated"]))
         return played, float(meta["elapsed"]), int(meta["failed"]), float(meta["cpu"])
 
 
@@ -229,7 +236,9 @@ async def driver_only(args: argparse.Namespace) -> None:
         for traj in played:
             blob = traj.SerializeToString()
             f.write(len(blob).to_bytes(4, "little") + blob)
-    (out / "row.json").write_text(json.dumps({"elapsed": elapsed, "failed": failed, "cpu": cpu}))
+    (out / "row.json").write_text(
+        json.dumps({"elapsed": elapsed, "failed": failed, "cpu": cpu, "generated": GENERATED[-1]})
+    )
 
 
 def own_cpu() -> float:
@@ -413,6 +422,9 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                     rollout_cpu = self_cpu + child_cpu + sum(svc_cpu)
                     tokens = sum(len(t.response_token_ids) for tr in played for t in tr.turns)
                     turns = sum(1 for tr in played for t in tr.turns if t.response_token_ids)
+                    if GENERATED[-1] != tokens:  # generations the trajectories do not hold (closed episodes)
+                        print(f"  note: the driver generated {GENERATED[-1]} tokens, its trajectories hold "
+                              f"{tokens}", file=sys.stderr, flush=True)  # fmt: skip
                     sample = {"episodes_per_min": 60 * len(played) / elapsed, "rollout_tok_s": tokens / elapsed,
                           "turns_per_s": turns / elapsed, "failed": float(failed)}  # fmt: skip
                     if backend is not None:
