@@ -24,6 +24,12 @@ Before/after: ``--baseline`` plays, in every round, a row with the current code 
 with them switched off in this process ("old", see ``use_baseline``), order alternating, each followed
 by its own raw replay; the environment and everything else are the same objects for both.
 
+Processes: ``--processes one`` (default) hosts the environment, reward and inference services and the
+driver in this process; ``split`` runs the environment and reward services and the driver each in a
+process of its own, as the product does (inference and the engine stay here, for the raw row), and sums
+the CPU of all four (the driver's start-up excluded); ``one,split`` plays both in every round. Each row
+also checks that its trajectories hold every token the driver generated.
+
 Prompt cache: ``--prompt-cache both`` plays a row with the inference policy's prompt token cache and one
 without in every round (order alternating), each followed by its own raw replay. Each round also prints
 the engine's occupancy in both rows (live rows per decode step, jobs per prefill): on CPU a tiny model's
