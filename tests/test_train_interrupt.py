@@ -60,6 +60,25 @@ def _wait_for_step(proc: subprocess.Popen[str], run: Path, step: int, timeout_s:
     return now
 
 
+def _signalled(
+    cmd: list[str], env: dict[str, str], run: Path, *signals: signal.Signals, timeout_s: float = 180
+) -> tuple[int, str, int]:
+    """Start the job, send ``signals`` (0.5 s apart) once update 1 is checkpointed; (the step checkpointed
+    then, the output, the exit code)."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        at = _wait_for_step(proc, run, 1, 240)
+        for i, sig in enumerate(signals):
+            if i:
+                time.sleep(0.5)
+            proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return at, out, proc.returncode
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_one_ctrl_c_stops_after_the_update_with_a_checkpoint(
@@ -68,15 +87,8 @@ def test_one_ctrl_c_stops_after_the_update_with_a_checkpoint(
     """SIGTERM (a pod deleted, a scheduler's stop) is the same polite stop as Ctrl-C, exit 128 + 15."""
     updates = 40
     cmd, env, run = _job(tmp_path, redis_url, updates)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        at = _wait_for_step(proc, run, 1, 240)
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + sig, out[-3000:]
+    at, out, code = _signalled(cmd, env, run, sig)
+    assert code == 128 + sig, out[-3000:]
     stopped = re.search(r"checkpointed at update (\d+) — rerun to resume", out)
     assert stopped, out[-3000:]
     n = int(stopped.group(1))
@@ -104,15 +116,8 @@ def test_sigusr1_finishes_after_the_update_with_the_final_evaluation(redis_url: 
     final evaluation, the learning line and exit 0 (a polite stop prints no learning line)."""
     updates = 40
     cmd, env, run = _job(tmp_path, redis_url, updates)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        at = _wait_for_step(proc, run, 1, 240)
-        proc.send_signal(signal.SIGUSR1)
-        out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, out[-3000:]
+    at, out, code = _signalled(cmd, env, run, signal.SIGUSR1)
+    assert code == 0, out[-3000:]
     assert "SIGUSR1: finishing after the current update" in out
     assert "learning:" in out, out[-3000:]
     n = _latest_step(run)
@@ -125,17 +130,8 @@ def test_sigusr1_finishes_after_the_update_with_the_final_evaluation(redis_url: 
 @pytest.mark.slow
 def test_a_second_ctrl_c_quits_at_once(redis_url: str, tmp_path: Path) -> None:
     cmd, env, run = _job(tmp_path, redis_url, 40)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        _wait_for_step(proc, run, 1, 240)
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, out[-3000:]
+    _, out, code = _signalled(cmd, env, run, signal.SIGINT, signal.SIGINT, timeout_s=60)
+    assert code == 130, out[-3000:]
     assert "second Ctrl-C: quitting now" in out
     assert re.search(r"interrupted — rerun to resume from the checkpoint update_\d+", out), out[-3000:]
     assert 1 <= _latest_step(run) < 40

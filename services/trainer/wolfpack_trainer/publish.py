@@ -22,13 +22,13 @@ from, and the record of which weights a version number meant.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from wolfpack.auth import is_loopback
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack_trainer.learners.base import Learner
@@ -43,14 +43,7 @@ def is_local_address(address: str) -> bool:
     on this host, which sees this host's files."""
     if address.startswith("unix:"):
         return True
-    host = address.rsplit(":", 1)[0] if ":" in address else address
-    host = host.removeprefix("ipv4:").removeprefix("ipv6:").strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(address.removeprefix("ipv4:").removeprefix("ipv6:"))
 
 
 @dataclass(frozen=True)
