@@ -29,6 +29,11 @@ and always sends both. ``--delta`` adds a row with the client asking for each pr
 seat's previous one (``play_stream(prompt_delta=True)``; a server from before that field sends whole
 prompts).
 
+``--compare-client`` (with ``--compare``): the compare row's client is REV's too (``play_episodes`` of
+REV's ``EnvironmentClient``, run by this bench in a subprocess with REV first on ``PYTHONPATH``, its CPU
+measured inside that process as for the others): a before/after row of a server and client change
+together, the row's server + client CPU both REV's.
+
 ``--transports NAME ...`` adds a row per named set of HTTP/2 transport options (``TRANSPORTS``): this
 tree's server in a process of its own with those options in place of ``wolfpack.rpc.HTTP2_OPTIONS``
 (``serve_transport.py``), and the client's channel with the same options, measured in the same rounds:
@@ -62,6 +67,7 @@ from wolfpack_games.base import Action
 from wolfpack_games.werewolf import WerewolfEnv, random_bot
 
 GOAL = 0.35
+COMPARE_CLIENT = False  # the --compare row's client is REV's too (its label says so)
 
 MIB = 1024 * 1024
 TRANSPORTS: dict[str, list[tuple[str, int]]] = {
@@ -172,6 +178,32 @@ async def over_service(
     return counts["actions"], time.perf_counter() - wall0, time.process_time() - cpu0, counts["chars"]
 
 
+def client_cell(
+    target: str,
+    players: int,
+    episodes: int,
+    streams: int,
+    seconds: float,
+    seed: int,
+    pythonpath: str,
+    pid: int,
+) -> tuple[int, float, float, int, float]:
+    """``over_service`` (prompt once, this tree's transport options) with the client code of the tree on
+    ``pythonpath``: this file run in a subprocess with ``--client-cell``. (actions, wall s, client CPU s,
+    prompt characters, server CPU s), the server's (``pid``) read by the subprocess right around its cell,
+    so its start-up is counted on neither side."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, os.environ.get("PYTHONPATH", "")) if p),
+    }
+    cell = json.dumps([target, players, episodes, streams, seconds, seed, pid])
+    out = subprocess.run(
+        [sys.executable, __file__, "--client-cell", cell], env=env, check=True, capture_output=True, text=True
+    ).stdout
+    actions, wall, cpu, chars, scpu = json.loads(out.strip().splitlines()[-1])
+    return int(actions), float(wall), float(cpu), int(chars), float(scpu)
+
+
 def server_cpu(pid: int) -> float:
     """The server's CPU seconds so far (``bench_env_grpc.cpu_seconds``); this bench needs ``/proc``."""
     seconds = cpu_seconds(pid)
@@ -208,7 +240,7 @@ def label(side: str) -> str:
         return "this tree, prompt once, as a delta"
     if side.startswith("transport "):
         return f"this tree, {side.removeprefix('transport ')}"
-    return side.removeprefix("service ")
+    return side.removeprefix("service ") + (" (server and client)" if COMPARE_CLIENT else "")
 
 
 def spread(xs: list[float], fmt: str = "{:.2f}") -> str:
@@ -232,7 +264,17 @@ def main() -> None:
         "--transports", nargs="+", default=[], choices=list(TRANSPORTS), metavar="NAME",
         help=f"also rows with these HTTP/2 option sets on both ends: {', '.join(map(repr, TRANSPORTS))}",
     )  # fmt: skip
+    ap.add_argument(
+        "--compare-client", action="store_true", help="with --compare: that row's client is REV's too"
+    )
+    ap.add_argument("--client-cell", default="", help=argparse.SUPPRESS)  # see ``client_cell``
     args = ap.parse_args()
+    if args.client_cell:
+        target, players, episodes, streams, seconds, seed, pid = json.loads(args.client_cell)
+        s0 = server_cpu(pid)
+        cell = asyncio.run(over_service(target, players, episodes, streams, seconds, seed))
+        print(json.dumps([*cell, server_cpu(pid) - s0]))
+        return
 
     scratch = tempfile.TemporaryDirectory()
     port = free_port()
@@ -248,9 +290,15 @@ def main() -> None:
         targets["service delta"] = targets["service"]
         once["service delta"] = True
         delta["service delta"] = True
+    global COMPARE_CLIENT
+    COMPARE_CLIENT = bool(args.compare and args.compare_client)
+    client_path: dict[str, str] = {}  # rows whose client runs from another tree (``--compare-client``)
     if args.compare:
         other = free_port()
-        servers[f"service {args.compare}"] = serve(other, "", checkout(args.compare, Path(scratch.name)))
+        tree = checkout(args.compare, Path(scratch.name))
+        servers[f"service {args.compare}"] = serve(other, "", tree)
+        if args.compare_client:
+            client_path[f"service {args.compare}"] = tree
         targets[f"service {args.compare}"] = f"127.0.0.1:{other}"
         once[f"service {args.compare}"] = True  # ignored by a server that predates omit_messages
         delta[f"service {args.compare}"] = False
@@ -292,6 +340,15 @@ def main() -> None:
                             pid = servers[
                                 "service" if side in ("service twice", "service delta") else side
                             ].pid
+                            if side in client_path:  # REV's client, in a subprocess
+                                n, wall, ccpu, chars, scpu = await asyncio.to_thread(
+                                    client_cell, targets[side], players, args.episodes, args.streams,
+                                    args.seconds, 1000 * r, client_path[side], pid,
+                                )  # fmt: skip
+                                got[side] = (n / wall, (scpu + ccpu) / n * 1e6, scpu / n * 1e6)
+                                add(f"{side} client us", ccpu / n * 1e6)
+                                add(f"{side} chars", chars / n)
+                                continue
                             s0 = server_cpu(pid)
                             n, wall, ccpu, chars = await over_service(
                                 targets[side],

@@ -250,8 +250,12 @@ def restore_messages(decisions: Iterable[pb.Observation]) -> None:
     A decision that has messages is left alone: a server that predates ``omit_messages`` ignores it and
     sends them, and they must not be doubled."""
     for obs in decisions:
-        if not obs.messages:
-            obs.messages.add(role="user", content=obs.text)
+        messages = obs.messages
+        if not messages:
+            # ``add()`` then the fields: upb's keyword constructor path costs ~3x as much per decision
+            message = messages.add()
+            message.role = "user"
+            message.content = obs.text
 
 
 class PromptDeltaError(ValueError):
@@ -296,7 +300,9 @@ def restore_prompts(
         else:
             prompts[key] = text
         if messages and not obs.messages:
-            obs.messages.add(role="user", content=text)
+            message = obs.messages.add()
+            message.role = "user"
+            message.content = text
 
 
 def wire_text(text: str) -> str:
@@ -420,7 +426,10 @@ class PlayStream:
         self.mail.set()
 
     def act(self, episode_id: str, token: str, turn_id: int, decision: Decision) -> None:
-        act = self.outbox.acts.add(episode_id=episode_id, token=token, turn_id=turn_id)
+        act = self.outbox.acts.add()  # then the fields: cheaper than upb's keyword constructor
+        act.episode_id = episode_id
+        act.token = token
+        act.turn_id = turn_id
         if isinstance(decision, str):
             act.raw_text = wire_text(decision)
         else:
@@ -549,21 +558,26 @@ class _PlayCall:
                     self.tokens[(episode.episode_id, seat)] = token
                 if not episode.seat_tokens:  # every seat scripted: it ended inside CreateEpisode
                     ended.append((self.episodes.pop(episode.episode_id).created, {}))
+            # per decision: each proto field read once (every read of a string field builds a new str)
+            episodes, tokens, decide, act = self.episodes, self.tokens, self.decide, self.stream.act
             for obs in message.decisions:
-                state = self.episodes.get(obs.episode_id)
+                episode_id = obs.episode_id
+                state = episodes.get(episode_id)
                 if state is None:
                     continue
                 if obs.done:
                     state.finals[obs.seat] = obs
                     if len(state.finals) == len(state.created.seat_tokens):
-                        del self.episodes[obs.episode_id]
+                        del episodes[episode_id]
                         for seat in state.finals:
-                            self.tokens.pop((obs.episode_id, seat), None)
+                            tokens.pop((episode_id, seat), None)
                         ended.append((state.created, state.finals))
-                elif obs.your_turn and obs.turn_id:
-                    decision = self.decide(obs)
+                    continue
+                turn_id = obs.turn_id
+                if turn_id and obs.your_turn:
+                    decision = decide(obs)
                     if isinstance(decision, _DECISION_TYPES):  # the common, synchronous case: no ABC check
-                        self._answer(obs, decision)
+                        act(episode_id, tokens[(episode_id, obs.seat)], turn_id, decision)
                     elif inspect.isawaitable(decision):
                         task = asyncio.ensure_future(self._answer_later(obs, decision))
                         self.tasks.add(task)
