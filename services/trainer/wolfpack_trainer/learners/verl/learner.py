@@ -17,13 +17,27 @@ lets CI exercise this exact code path.
 ``config.extra`` keys: ``strategy`` ("fsdp2" default, or "fsdp" = FSDP1), ``param_offload``,
 ``optimizer_offload``, ``gradient_checkpointing``, ``infer_micro_batch_size``, ``total_training_steps``
 (LR schedule length), ``warmup_steps``, ``critic_lr`` (default 10 x ``lr``), ``mixed_precision``;
-``ray_gpus`` (or ``ray: true`` = every visible GPU) runs the workers as verl Ray worker groups with FSDP
-over that many GPUs, ``ray_address`` joining an existing Ray cluster (``workers.py``).
+``sort_by_length`` (default true: micro-batches of rows of like length, see below), ``short_padding_rows``
+(default true: padding rows two tokens long); ``ray_gpus`` (or ``ray: true`` = every visible GPU) runs the
+workers as verl Ray worker groups with FSDP over that many GPUs, ``ray_address`` joining an existing Ray
+cluster (``workers.py``).
 
 LoRA (``lora_rank`` > 0) goes through verl's own FSDP + peft path; its KL reference is the base with the
 adapter disabled, and versions leave as peft adapters. ``value_head`` (PPO with GAE) adds verl's critic (a
 value model on the same base, verl's value loss, its own optimiser). Batches of any size are padded with
 rows that train on nothing to the even splits verl's dispatch and micro-batches need.
+
+Padding. Without padding removal verl's engine pads each micro-batch to its own longest row
+(``prepare_model_inputs``: nested rows → ``to_padded_tensor`` at the micro-batch's max length) and computes
+the model, the full-vocabulary logits and their log-softmax/entropy over every padded position. Micro-batches
+are cut in order from each mini-batch verl's shuffle draws, so a micro-batch of 8 random Werewolf turns
+(300-700 prompt tokens) is padded to nearly the longest turn of the update. With ``sort_by_length`` the
+learner hands verl the very mini-batches its shuffle would draw (``train_order``), each ordered longest
+first, so micro-batches hold rows of like length; the loss is normalised over the whole mini-batch before
+the split (``batch_num_tokens``, ``global_batch_size``) and the gradient is the sum over micro-batches, so
+the step is the same up to float rounding. Forward-only passes (log-probs, values) take the whole batch
+longest first (``infer_order``) and map the results back to the batch's order. Per update the metrics report
+``perf/learner_{infer,train}_pad_frac``: the share of computed tokens that were padding.
 """
 
 from __future__ import annotations
@@ -226,6 +240,59 @@ def _means(metrics: Mapping[str, Any], name: Callable[[str], str]) -> dict[str, 
     return out
 
 
+def longest_first(rows: list[int], lengths: list[int]) -> list[int]:
+    """``rows`` ordered by ``lengths[row]``, longest first; ties keep their order (deterministic)."""
+    return sorted(rows, key=lambda row: -lengths[row])
+
+
+def infer_order(lengths: list[int], world: int) -> list[int]:
+    """The row order a forward-only pass gets: all rows longest first, dealt round-robin to the ``world``
+    ranks (verl's dispatch hands rank r the r-th contiguous slice), so every micro-batch holds neighbours
+    in length and every rank a like share of the work. The caller maps the results back."""
+    ranked = longest_first(list(range(len(lengths))), lengths)
+    return [row for rank in range(world) for row in ranked[rank::world]]
+
+
+def train_order(
+    lengths: list[int], world: int, mini: int, epochs: int, seed: int, sort: bool = True
+) -> list[int]:
+    """The rows of ``epochs`` epochs, in the order verl's ``train_mini_batch`` would visit them, each
+    mini-batch longest first; one block per rank (the rank's slice of the batch, as dispatched).
+
+    The mini-batches are verl's own: the same shuffle (``tensordict_utils.make_iterator`` with the seed
+    ``seed + rank`` it is given there) run here on row indices. Only the order inside a mini-batch changes,
+    which decides how it is cut into micro-batches; the mini-batch's loss is normalised over the whole
+    mini-batch (``batch_num_tokens`` / ``global_batch_size``, set before the split), and the gradient is
+    the sum over its micro-batches, so the step is the same up to float rounding. Fed to verl as one epoch
+    without shuffling. ``sort=False``: verl's own order (what it visits when it shuffles itself)."""
+    from tensordict import TensorDict  # type: ignore[import-untyped]
+    from verl.utils import tensordict_utils as tu
+
+    n = len(lengths)
+    local, local_mini = n // world, mini // world
+    out: list[int] = []
+    for rank in range(world):
+        rows = TensorDict({"row": torch.arange(local)}, batch_size=[local])
+        batches = tu.make_iterator(rows, mini_batch_size=local_mini, epochs=epochs, seed=seed + rank,
+                                   dataloader_kwargs={"shuffle": True})  # fmt: skip
+        for part in batches:
+            picked = [rank * local + int(i) for i in part["row"].tolist()]
+            out += longest_first(picked, lengths) if sort else picked
+    return out
+
+
+def padded_tokens(lengths: list[int], order: list[int], micro: int, real: int) -> tuple[int, int]:
+    """(tokens the real rows hold, tokens computed) when the rows ``order`` lists are cut into micro-batches
+    of ``micro`` rows, each padded to its longest row (verl's layout without padding removal). Rows
+    numbered ``real`` and up are padding rows: what they hold counts as padding."""
+    held = sum(lengths[row] for row in order if row < real)
+    computed = sum(
+        len(part) * max(lengths[row] for row in part)
+        for part in (order[i : i + micro] for i in range(0, len(order), micro))
+    )
+    return held, computed
+
+
 @register_learner("verl_fsdp")
 class VerlFsdpLearner(Learner):
     """``Learner`` on verl's FSDP ``TrainingWorker`` (see the module docstring)."""
@@ -243,6 +310,11 @@ class VerlFsdpLearner(Learner):
         self._timing = dict.fromkeys(
             ("perf/learner_prep_s", "perf/learner_infer_s", "perf/learner_train_s"), 0.0
         )
+        # tokens held by real rows / tokens computed (micro-batch rows x longest row), per kind of pass
+        self._tokens = {"infer": [0, 0], "train": [0, 0]}
+        # micro-batches of rows of like length (the same mini-batches, the same gradient; see train_order)
+        self.sort_by_length = bool(extra.get("sort_by_length", True))
+        self.short_padding_rows = bool(extra.get("short_padding_rows", True))
         self.use_cuda = self.device.startswith("cuda")
         # ``ray_gpus`` > 0 (or ``ray: true`` = every visible GPU): the workers run as verl Ray worker groups,
         # FSDP over that many GPUs; ``ray_address`` joins an existing cluster. Else one in-process worker.
@@ -385,18 +457,30 @@ class VerlFsdpLearner(Learner):
         return self.workers.engine("actor")
 
     def _padded(self, batch: TrainBatch, multiple: int) -> TrainBatch:
-        """``batch`` grown to a multiple of ``multiple`` rows with copies of row 0 that train on nothing
-        (response mask, advantages and rewards 0): verl's data-parallel dispatch, mini- and micro-batches
-        need even splits, while an update's sample count is whatever the episodes produced."""
+        """``batch`` grown to a multiple of ``multiple`` rows that train on nothing (response mask,
+        advantages, rewards and log-probs 0): verl's data-parallel dispatch, mini- and micro-batches need
+        even splits, while an update's sample count is whatever the episodes produced.
+
+        With ``short_padding_rows`` (default) such a row is two tokens long (the last prompt token and
+        the first response token of row 0, attention on those two only), so a micro-batch of them costs
+        next to nothing; without, it is a full copy of row 0 (what every padding row cost before). Either
+        way its loss mask is 0, so it adds exactly nothing to any loss or gradient."""
         n = len(batch)
         short = -n % max(multiple, 1)
         if short == 0:
             return batch
         out = batch.select(list(range(n)) + [0] * short)
-        for key in ("response_mask", "advantages", "token_level_rewards", "returns", "values"):
+        for key in ("response_mask", "advantages", "token_level_rewards", "returns", "values", "old_log_probs",
+                    "ref_log_prob", "is_weights"):  # fmt: skip
             value = getattr(out, key)
             if value is not None:
                 value[n:] = 0
+        if self.short_padding_rows:
+            width = out.prompts.shape[1]
+            out.attention_mask[n:] = 0
+            out.attention_mask[n:, width - 1 : width + 1] = 1
+            out.position_ids[n:] = 0
+            out.position_ids[n:, width] = 1
         return out
 
     def _dataproto(self, batch: TrainBatch, with_training: bool) -> Any:
@@ -441,16 +525,22 @@ class VerlFsdpLearner(Learner):
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
-        n = len(batch)
+        n, world = len(batch), self.workers.world_size
         t0 = time.perf_counter()
-        padded = self._padded(batch, self.workers.world_size * self._infer_micro)
+        padded = self._padded(batch, world * self._infer_micro)
+        lengths = padded.attention_mask.sum(-1).tolist()
+        order = infer_order(lengths, world) if self.sort_by_length else list(range(len(padded)))
+        self._count("infer", lengths, order, self._infer_micro, n)
         if key == "log_probs":  # a language model's forward; the critic's has no entropy to skip
             flags.setdefault("calculate_entropy", False)
-        td = self._tensordict(padded, False, compute_loss=False, **flags)
+        td = self._tensordict(padded.select(order), False, compute_loss=False, **flags)
         t1 = time.perf_counter()
         out = self.workers.data(worker, "infer_batch", td)
         t2 = time.perf_counter()
-        got = no_padding_2_padding(tu.get(out, key), td).float().cpu()[:n]
+        arranged = no_padding_2_padding(tu.get(out, key), td).float().cpu()
+        got = torch.empty_like(arranged)
+        got[torch.as_tensor(order)] = arranged  # row order[i] of the batch came back as row i
+        got = got[:n]
         self._timing["perf/learner_prep_s"] += t1 - t0 + time.perf_counter() - t2
         self._timing["perf/learner_infer_s"] += t2 - t1
         return got * (batch.response_mask > 0).float()
@@ -481,11 +571,23 @@ class VerlFsdpLearner(Learner):
         unit = world * self._micro  # every rank gets whole micro-batches of every mini-batch
         mini = -(-want // unit) * unit
         padded = self._padded(batch, mini)
+        epochs, seed = self.config.ppo_epochs, self.config.seed + self.step
+        lengths = padded.attention_mask.sum(-1).tolist()
+        # the rows as each rank visits them, mini-batch by mini-batch: longest first, or verl's shuffled order
+        order = train_order(lengths, world, mini, epochs, seed, sort=self.sort_by_length)
+        for _ in range(2 if "critic" in self.workers else 1):  # the critic trains on the same micro-batches
+            self._count("train", lengths, order, self._micro, n)
+        if self.sort_by_length:  # verl's mini-batches, each longest first, all epochs spelled out
+            arranged = padded.select(order)
+            visits: dict[str, Any] = {"epochs": 1, "seed": seed, "dataloader_kwargs": {"shuffle": False}}
+        else:  # verl shuffles and splits into mini-batches itself
+            arranged = padded
+            visits = {"epochs": epochs, "seed": seed, "dataloader_kwargs": {"shuffle": True}}
 
         def td() -> Any:  # one per worker: train_mini_batch consumes its non-tensor keys
             return self._tensordict(
-                padded, True, calculate_entropy=True, compute_loss=True, global_batch_size=mini, mini_batch_size=mini,
-                epochs=self.config.ppo_epochs, seed=self.config.seed + self.step, dataloader_kwargs={"shuffle": True},
+                arranged, True, calculate_entropy=True, compute_loss=True, global_batch_size=mini, mini_batch_size=mini,
+                **visits,
             )  # fmt: skip
 
         t0 = time.perf_counter()
@@ -513,7 +615,18 @@ class VerlFsdpLearner(Learner):
         # values), the training passes, and building verl's tensordicts on the CPU around them
         out.update(self._timing)
         self._timing = dict.fromkeys(self._timing, 0.0)
+        # the share of the tokens the passes computed that were padding (to the micro-batch's longest row,
+        # and padding rows): what ordering by length saves, in a number that does not depend on the device
+        for kind, (held, computed) in self._tokens.items():
+            if computed:
+                out[f"perf/learner_{kind}_pad_frac"] = 1.0 - held / computed
+        self._tokens = {kind: [0, 0] for kind in self._tokens}
         return out
+
+    def _count(self, kind: str, lengths: list[int], order: list[int], micro: int, real: int) -> None:
+        held, computed = padded_tokens(lengths, order, micro, real)
+        self._tokens[kind][0] += held
+        self._tokens[kind][1] += computed
 
     # --- state ---------------------------------------------------------------------------------------
 

@@ -63,6 +63,17 @@ def use_chunked_logprobs() -> None:
 use_chunked_logprobs()
 
 
+def _cloned(value: Any) -> Any:
+    """``value`` with every tensor in it (nested dicts and lists) copied."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _cloned(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_cloned(v) for v in value)
+    return value
+
+
 def _one_to_all(fn: F) -> F:
     """verl's ``ONE_TO_ALL`` dispatch: every rank runs the call with the same arguments."""
     out: F = _register(dispatch_mode=getattr(Dispatch, "ONE_TO_ALL"))(fn)  # noqa: B009 (untyped enum)
@@ -90,7 +101,11 @@ class StateWorker(TrainingWorker):  # type: ignore[misc]
         }
         out: dict[str, Any] = {"model": model}
         if with_optimizer and getattr(engine, "optimizer", None) is not None:
-            out["optimizer"] = get_optimizer_state_dict(engine.module, engine.optimizer, options=opts)
+            # cloned too: on a CPU engine the moments alias the live ones, and Adam's step counts are CPU
+            # tensors on any device, so without a copy a kept state moves on with later updates
+            out["optimizer"] = _cloned(
+                get_optimizer_state_dict(engine.module, engine.optimizer, options=opts)
+            )
             scheduler = getattr(engine, "lr_scheduler", None)
             out["lr_scheduler"] = scheduler.state_dict() if scheduler is not None else None
         return out if self.rank == 0 else {}
@@ -107,7 +122,10 @@ class StateWorker(TrainingWorker):  # type: ignore[misc]
         engine: Any = self.engine
         set_model_state_dict(engine.module, dict(state["model"]), options=opts)
         if state.get("optimizer") is not None:
-            set_optimizer_state_dict(engine.module, engine.optimizer, dict(state["optimizer"]), options=opts)
+            # a copy: torch's optimizer keeps the step tensors it is given and counts on in them
+            set_optimizer_state_dict(
+                engine.module, engine.optimizer, _cloned(dict(state["optimizer"])), options=opts
+            )
         scheduler = getattr(engine, "lr_scheduler", None)
         if scheduler is not None and state.get("lr_scheduler") is not None:
             scheduler.load_state_dict(state["lr_scheduler"])
