@@ -106,6 +106,32 @@ def one_round(learner: Any, batch: TrainBatch, on: bool, device: str) -> dict[st
     }  # fmt: skip
 
 
+def token_shares(
+    batch: TrainBatch, mini: int, micro: int, epochs: int, seed: int
+) -> dict[bool, tuple[float, float]]:
+    """Without a model: the padded share of the forward-only and training passes' tokens, per variant, from
+    the orders the learner would hand verl (one rank; its own functions)."""
+    from wolfpack_trainer.learners.verl.learner import infer_order, padded_tokens, train_order
+
+    n = len(batch)
+    real = batch.attention_mask.sum(-1).tolist()
+    out = {}
+    for on in (False, True):
+
+        def lengths(multiple: int, on: bool = on) -> list[int]:
+            return real + [2 if on else real[0]] * (-n % multiple)
+
+        inf = lengths(micro)
+        inf_order = infer_order(inf, 1) if on else list(range(len(inf)))
+        tr = lengths(-(-min(mini, n) // micro) * micro)
+        held_i, comp_i = padded_tokens(inf, inf_order, micro, n)
+        held_t, comp_t = padded_tokens(
+            tr, train_order(tr, 1, -(-min(mini, n) // micro) * micro, epochs, seed, sort=on), micro, n
+        )
+        out[on] = (1 - held_i / comp_i, 1 - held_t / comp_t)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cuda = torch.cuda.is_available()
@@ -125,7 +151,22 @@ def main() -> None:
         default=not cuda,
         help="compute in float32 (default on CPU, where bf16 autocast is slow); else verl's bf16",
     )
+    ap.add_argument(
+        "--tokens-only",
+        action="store_true",
+        help="no model: only the padded-token shares of this shape (seconds, any machine)",
+    )
     args = ap.parse_args()
+    if args.tokens_only:
+        probe = werewolf_batch(args.samples, args.scale, 64, seed=1)
+        print(
+            f"{args.samples} turns, lengths x {args.scale}, mini {args.mini}, micro {args.micro}, {args.epochs} epochs"
+        )
+        print("| variant | padded share, forward-only | padded share, training |\n| --- | --- | --- |")
+        shares = token_shares(probe, args.mini, args.micro, args.epochs, seed=0)
+        for name, on in VARIANTS.items():
+            print(f"| {name} | {shares[on][0]:.1%} | {shares[on][1]:.1%} |")
+        return
 
     device_name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu"
     with tempfile.TemporaryDirectory() as tmp:
