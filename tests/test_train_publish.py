@@ -74,6 +74,12 @@ async def test_published_versions_serve(
     done = await publisher.publish(policy, 1, learner)
     assert done.pushed and done.sync == sync
     assert Path(done.path, "adapter_config.json" if lora_rank else "config.json").exists()
+    async with rpc.channel(inference, load_settings(rpc_timeout_s=60)) as ch:
+        listed = await inf_grpc.InferenceServiceStub(ch).ListPolicies(inf_pb.ListPoliciesRequest())
+    info = next(p for p in listed.policies if p.policy.policy_id == policy)
+    loaded = info.adapter if lora_rank else info.base_model
+    # path: inference serves the version directory itself; push: a copy it wrote (or, full weights, its model)
+    assert (Path(loaded).resolve() == Path(done.path).resolve()) == (sync == "path"), (loaded, done.path)
     resp = await _generate(inference, policy)
     assert resp.policy.version == 1
     # The served version computes the learner's logprobs for the same tokens.
