@@ -23,6 +23,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : > /tmp/queue.done
 out=${OUT:-/tmp}
+mkdir -p "$out"  # else the sampler and every recipe's tee fail (and pipefail turns a finished run into exit 1)
 ( echo "time,gpu_util_pct,mem_used_mib,load1"
   while true; do
     g=$(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')

