@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from wolfpack.v1 import trajectory_pb2
-from wolfpack_trainer.metrics import MetricsWriter, transcript, update_line
+from wolfpack_trainer.metrics import TRAIN_MINUTES, MetricsWriter, transcript, update_line, wall_clock_evals
 
 
 def test_update_line_names_every_number_and_marks_missing_ones() -> None:
@@ -63,6 +63,10 @@ def _rows(writer: MetricsWriter) -> None:
                 "actor/ppo_kl": 0.01 * step,
                 "actor/entropy": 2.0 - step / 10,
                 "charts/invalid_rate": 0.5 / step,
+                "perf/collect_s": 2.0,
+                "perf/train_s": 10.0 + step,
+                "perf/publish_s": 1.0,
+                TRAIN_MINUTES: 0.25 * step,
             },
         )
     for step in (0, 4):
@@ -105,7 +109,31 @@ def test_plot_draws_eval_cis_and_loss_kl_entropy_panels(tmp_path: Path) -> None:
     assert min(lo_hi) == pytest.approx(-0.1) and max(lo_hi) == pytest.approx(0.6)
     assert [ln.get_label() for ln in titles["KL"].lines] == ["actor/ppo_kl"]
     assert list(titles["entropy"].lines[0].get_ydata()) == pytest.approx([1.9, 1.8, 1.7, 1.6])
+    # against the training clock: the evaluations at the minutes their updates ended, and the time split
+    clock = titles["held-out win rate vs training time"]
+    (points,) = clock.lines
+    assert list(points.get_xdata()) == [0.0, 1.0] and list(points.get_ydata()) == [0.0, 0.5]
+    assert clock.get_xlabel() == "training minutes"
+    split = titles["seconds per update"]
+    assert [ln.get_label() for ln in split.lines] == ["collect_s", "train_s", "publish_s"]
+    assert list(split.lines[1].get_ydata()) == [11.0, 12.0, 13.0, 14.0]
     close(fig)
+
+
+def test_wall_clock_evals_place_each_evaluation_at_its_update_s_minute() -> None:
+    rows = [
+        {"step": 0, "eval/win_rate": 0.1, "eval/win_rate_lo": 0.0, "eval/win_rate_hi": 0.2},
+        {"step": 1, TRAIN_MINUTES: 1.5},
+        {
+            "step": 2,
+            TRAIN_MINUTES: 3.0,
+            "eval/win_rate": 0.4,
+            "eval/win_rate_lo": 0.3,
+            "eval/win_rate_hi": 0.5,
+        },
+        {"step": 3, "eval/win_rate": 0.9},  # no clock (a run from before the clock existed): left out
+    ]
+    assert wall_clock_evals(rows, "win_rate") == [(0.0, 0.1, 0.0, 0.2), (3.0, 0.4, 0.3, 0.5)]
 
 
 def test_transcripts_go_to_tensorboard_text(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from wolfpack_inference.models import tiny_model
 from wolfpack_trainer.config import TrainConfig
+from wolfpack_trainer.metrics import TRAIN_MINUTES
 from wolfpack_trainer.train import run_training
 
 
@@ -42,3 +43,13 @@ def test_budget_stops_after_the_update_that_passes_it(tmp_path: Path, tiny: str,
     parts = [update[k] for k in ("perf/train_s", "perf/publish_s", "perf/commit_s")]
     assert all(p >= 0 for p in parts) and update["perf/collect_s"] > 0 and update["perf/train_s"] > 0
     assert abs(sum(parts) - update["perf/update_s"]) < 0.05
+    # the training clock: the minutes when the update ended, past its own collect + update time
+    assert update[TRAIN_MINUTES] * 60 >= update["perf/collect_s"] + update["perf/update_s"] - 0.05
+
+    # a rerun resumes, and its clock goes on from the first run's instead of starting at 0 again
+    trainer, _ = run_training(cfg, tmp_path / "run", redis_url, tmp_path / "models")
+    assert trainer.state.step == 2
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    clock = {r["step"]: r[TRAIN_MINUTES] for r in rows if TRAIN_MINUTES in r}
+    second = next(r for r in rows if r["step"] == 2 and "perf/update_s" in r)
+    assert clock[2] * 60 >= clock[1] * 60 + second["perf/collect_s"] + second["perf/update_s"] - 0.05

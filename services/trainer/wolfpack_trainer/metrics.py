@@ -236,14 +236,16 @@ class MetricsWriter:
     def plot(self) -> Path:
         """Six panels vs update: reward and win rate (training episodes as lines, held-out evaluations as
         points with their 95% CI shaded), policy loss (and value loss), KL (PPO KL and KL to the
-        reference), entropy, invalid-answer rate. Several policies: one line per policy."""
+        reference), entropy, invalid-answer rate. Several policies: one line per policy. Two more against
+        the training clock (``TRAIN_MINUTES``), because what a user pays for is minutes, not updates: the
+        held-out evaluations with their CIs, and the time split of each update (collect / train / publish)."""
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
         rows = self.rows()
-        fig, grid = plt.subplots(2, 3, figsize=(15, 8))
+        fig, grid = plt.subplots(2, 4, figsize=(20, 8))
         axes = list(grid.flat)
         for ax, key, title in ((axes[0], "reward_mean", "mean reward"), (axes[1], "win_rate", "win rate")):
             train = _series(rows, f"charts/{key}")
@@ -280,6 +282,7 @@ class MetricsWriter:
                     if series:
                         ax.plot(*zip(*series, strict=True), label=key, alpha=0.8)
             _finish(ax, title)
+        _plot_wall_clock(axes[6], axes[7], rows)
         fig.tight_layout()
         path = self.run_dir / "curves.png"
         fig.savefig(path, dpi=100)
@@ -297,6 +300,47 @@ class MetricsWriter:
 def _ci_key(key: str) -> str:
     """``eval/reward_mean``'s bounds are ``eval/reward_lo``/``_hi``; ``eval/win_rate``'s ``win_rate_lo``/``_hi``."""
     return key.removesuffix("_mean")
+
+
+TRAIN_MINUTES = "time/train_min"
+"""Minutes of the training loop when an update ended (the clock ``train.max_minutes`` reads: set-up and the
+first evaluation excluded, later evaluations included; a resumed run's clock goes on from its last row)."""
+
+
+def wall_clock_evals(
+    rows: Sequence[Mapping[str, float]], key: str
+) -> list[tuple[float, float, float | None, float | None]]:
+    """(training minutes, held-out ``eval/<key>``, its CI bounds) per evaluation: an evaluation after
+    update ``s`` is placed at the minute update ``s`` ended (its own row), the baseline at 0."""
+    out = []
+    for r in rows:
+        if f"eval/{key}" not in r:
+            continue
+        minutes = 0.0 if r["step"] == 0 else r.get(TRAIN_MINUTES)
+        if minutes is None:
+            continue
+        lo, hi = r.get(f"eval/{_ci_key(key)}_lo"), r.get(f"eval/{_ci_key(key)}_hi")
+        out.append((float(minutes), float(r[f"eval/{key}"]), lo, hi))
+    return out
+
+
+def _plot_wall_clock(ax_eval: Any, ax_split: Any, rows: Sequence[Mapping[str, float]]) -> None:
+    key = "win_rate" if any("eval/win_rate" in r for r in rows) else "reward_mean"
+    ev = wall_clock_evals(rows, key)
+    if ev:
+        ax_eval.plot([e[0] for e in ev], [e[1] for e in ev], "o-", label=f"held-out {key}")
+        bounds = [(m, lo, hi) for m, _, lo, hi in ev if lo is not None and hi is not None]
+        if bounds:
+            m, lo, hi = zip(*bounds, strict=True)
+            ax_eval.fill_between(m, lo, hi, alpha=0.25, label="eval 95% CI")
+    _finish(ax_eval, f"held-out {key.replace('_', ' ')} vs training time")
+    ax_eval.set_xlabel("training minutes")
+    for name in ("perf/collect_s", "perf/train_s", "perf/publish_s"):
+        series = [(r[TRAIN_MINUTES], r[name]) for r in rows if TRAIN_MINUTES in r and name in r]
+        if series:
+            ax_split.plot(*zip(*series, strict=True), ".-", label=name.removeprefix("perf/"), alpha=0.8)
+    _finish(ax_split, "seconds per update")
+    ax_split.set_xlabel("training minutes")
 
 
 def _series(rows: Sequence[Mapping[str, float]], key: str) -> list[tuple[float, float]]:

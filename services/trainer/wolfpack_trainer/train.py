@@ -66,6 +66,7 @@ from wolfpack_trainer.local_rollout import (
     sample,
 )
 from wolfpack_trainer.metrics import (
+    TRAIN_MINUTES,
     Estimate,
     MetricsWriter,
     episode_metrics,
@@ -445,6 +446,7 @@ class Trainer:
                 if self.state.step > 0:
                     await _off_loop(self.checkpoint)
             t_train = time.monotonic()
+            minutes_before = self._train_minutes_so_far()
             while self.state.step < total and not self.stop_requested:
                 t0 = time.monotonic()
                 deliveries = await self._gather(consumer, producer, self.state.step)
@@ -474,6 +476,7 @@ class Trainer:
                 metrics["perf/commit_s"] = time.monotonic() - t_published
                 metrics["perf/update_s"] = time.monotonic() - t0 - t_collect
                 metrics["stream/redelivered_skipped"] = float(self.state.redelivered_skipped)
+                metrics[TRAIN_MINUTES] = minutes_before + (time.monotonic() - t_train) / 60
                 self.metrics.log(step, metrics)
                 self.on_update(step, total, metrics)
                 self.progress("train", step, total)
@@ -491,6 +494,16 @@ class Trainer:
             self.metrics.plot()
             self.metrics.close()
         return evals
+
+    def _train_minutes_so_far(self) -> float:
+        """The training clock of the updates already done (a resumed run's curve against time goes on
+        where it stopped, not from 0): the last ``TRAIN_MINUTES`` logged at or before the current step."""
+        done = [
+            r[TRAIN_MINUTES]
+            for r in self.metrics.rows()
+            if TRAIN_MINUTES in r and r["step"] <= self.state.step
+        ]
+        return float(done[-1]) if done else 0.0
 
     async def _evaluate(self) -> EvalResult:
         """``evaluate`` off the event loop (a coroutine ``evaluate`` plays through services: awaited), its
