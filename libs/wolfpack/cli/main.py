@@ -6,7 +6,6 @@ message, not a traceback, when they are wrong.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -57,12 +56,16 @@ def up(
 
     overrides: dict[str, object] = {} if base_port is None else {"base_port": base_port}
     settings = settings_or_exit(**overrides)
+    import asyncio  # here: local commands (``play``) never need an event loop
+
     raise typer.Exit(asyncio.run(run_up(settings, check=check, timeout_s=timeout, console=console)))
 
 
 @app.command()
 def status() -> None:
     """Show the health of Redis and every service of a running stack."""
+    import asyncio
+
     from wolfpack.cli.launcher import run_status
 
     raise typer.Exit(asyncio.run(run_status(settings_or_exit(), console)))

@@ -5,14 +5,11 @@ another policy is refused)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
-
-from wolfpack.v1 import curriculum_service_pb2 as pb
 
 console = Console()
 
@@ -21,6 +18,7 @@ async def _league(addr: str, register: str, policy: str, version: int, bot: str)
     import grpc  # here, not at the top: every ``wolfpack`` command imports this module to mount it
 
     from wolfpack.settings import load_settings
+    from wolfpack.v1 import curriculum_service_pb2 as pb
     from wolfpack_curriculum.client import CurriculumClient
     from wolfpack_curriculum.league import Entry, LeagueConfig, pfsp_weights
 
@@ -74,6 +72,8 @@ def league(
     from wolfpack.cli.main import settings_or_exit
 
     addr = address or settings_or_exit().service_addr("curriculum")
+    import asyncio
+
     raise typer.Exit(asyncio.run(_league(addr, register, policy, version, bot)))
 
 

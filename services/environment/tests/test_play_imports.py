@@ -48,6 +48,10 @@ def test_wolfpack_play_loads_no_rpc_telemetry_redis_or_torch() -> None:
     assert "Summary: werewolf_v1/6p seed 3" in out  # the command really ran
     assert "wolfpack_games.werewolf" in modules
     assert heavy_in(modules) == []
+    # nor what only other commands use: the event loop, protobuf, the rollout's config and summary
+    # (every service's CLI module is imported to mount its commands; ~0.1 s of the command's ~0.5 s)
+    unused = ("asyncio", "google.protobuf", "wolfpack_rollout.config", "wolfpack_rollout.summary")
+    assert sorted(m for m in unused if m in modules) == []
 
 
 def test_the_probe_sees_heavy_modules_where_a_command_loads_them() -> None:

@@ -157,8 +157,6 @@ def play(
     game is played through that stack's environment service and the web view's URL of the episode is
     printed first; ``--local`` plays in this process. Either way the same seed gives the same transcript.
     """
-    import yaml
-
     game_id = resolve_game(game)
     if players is not None:
         if game_id != "werewolf_v1":
@@ -171,6 +169,8 @@ def play(
             f"unknown variant {variant!r} of {game_id}; variants: {', '.join(spec.variants)}"
         )
     options: dict[str, Any] = {}
+    if config is not None or option:
+        import yaml  # only for options: a plain game needs no YAML parser
     if config is not None:
         try:
             loaded = yaml.safe_load(config.read_text()) or {}

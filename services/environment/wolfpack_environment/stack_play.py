@@ -16,7 +16,6 @@ Loaded only when a stack runs (it imports gRPC): the in-process ``wolfpack play`
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import random
@@ -99,6 +98,8 @@ async def play_on_stack(
     """Play one game on ``stack``'s environment service with ``bots`` in every seat (see the module
     docstring); ``on_created(episode_id)`` runs once the episode exists, before the first move, and
     ``pace_ms`` waits after each move so a person can follow it live."""
+    import asyncio  # here: ``find_stack`` is all a local ``wolfpack play`` needs of this module
+
     import grpc
 
     from wolfpack_environment.client import EnvironmentClient

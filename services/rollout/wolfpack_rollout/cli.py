@@ -18,7 +18,6 @@ Behaviour a person at a terminal relies on:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -29,17 +28,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from wolfpack_rollout.config import CPU_PROFILE_MAX_CORES, RolloutConfig, SamplingConfig, cpu_profile
-from wolfpack_rollout.summary import EpisodeFailure, RolloutSummary, summarize
-
+# Every ``wolfpack`` command imports this module to mount it: what the commands need loads in them.
 if TYPE_CHECKING:
+    import asyncio
+
+    from wolfpack_rollout.config import RolloutConfig
     from wolfpack_rollout.driver import RolloutDriver
+    from wolfpack_rollout.summary import EpisodeFailure, RolloutSummary
 
 console = Console()
 REFRESH_S = 0.5
@@ -113,6 +113,8 @@ def status_line(driver: RolloutDriver) -> str:
 def partial_summary(driver: RolloutDriver, started: float) -> RolloutSummary:
     """What the driver delivered so far, as ``run`` would summarise it (the CLI's driver is fresh, so its
     counters are this run's); episodes started but neither delivered nor failed count as interrupted."""
+    from wolfpack_rollout.summary import summarize
+
     st = driver.stats
     s = summarize(
         driver.trajectories, st.failures, time.monotonic() - started, st,
@@ -134,6 +136,8 @@ async def play_with_progress(
     """Run ``driver.run(episodes, split)``, calling ``on_refresh`` every ``REFRESH_S`` and ``on_failure``
     once per failed episode as it fails. Setting ``stop`` stops at once: the run is cancelled (episodes
     in flight abandoned) and the partial summary is returned. Returns (summary, stopped)."""
+    import asyncio
+
     started = time.monotonic()
     shown = driver.stats.episodes_failed
 
@@ -173,6 +177,7 @@ async def play_with_progress(
 def _on_sigint(stop: asyncio.Event) -> Callable[[], None]:
     """First Ctrl-C: set ``stop`` and hand SIGINT back to Python, so a second one raises
     KeyboardInterrupt (quit without the summary) if stopping hangs."""
+    import asyncio
 
     def handler() -> None:
         stop.set()
@@ -184,6 +189,8 @@ def _on_sigint(stop: asyncio.Event) -> Callable[[], None]:
 
 
 async def _rollout(episodes: int, split: str, config: RolloutConfig, stream: bool) -> int:
+    import asyncio
+
     from wolfpack.cli.main import settings_or_exit
     from wolfpack_rollout.client import Addresses, connect
     from wolfpack_rollout.driver import EpisodeFailed
@@ -269,6 +276,8 @@ def build_config(
     """The flags' ``RolloutConfig``: what is given wins; what is not comes from ``cpu_profile`` on a
     machine of at most ``CPU_PROFILE_MAX_CORES`` cores (the policy is then generated on the same cores as
     the services), else from the dataclass defaults (a GPU policy)."""
+    from wolfpack_rollout.config import CPU_PROFILE_MAX_CORES, RolloutConfig, SamplingConfig, cpu_profile
+
     n = (os.cpu_count() or 1) if cpus is None else cpus
     profile = cpu_profile(n) if n <= CPU_PROFILE_MAX_CORES else {}
     base = RolloutConfig()
@@ -323,6 +332,12 @@ def rollout(
     ] = False,
 ) -> None:
     """Play episodes through the running services and append the trajectories to the stream."""
+    import asyncio
+
+    import yaml
+
+    from wolfpack_rollout.config import RolloutConfig
+
     if config is not None:
         raw: Any = yaml.safe_load(config.read_text()) or {}
         data: dict[str, Any] = dict(raw.get("rollout", raw))
