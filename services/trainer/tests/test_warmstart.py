@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +18,12 @@ from wolfpack_inference.models import tiny_model
 from wolfpack_trainer.config import TrainConfig, WarmStartSection
 from wolfpack_trainer.warmstart import (
     FORMAT_ONLY_SPEECH,
+    RECORD,
     WarmStartConfig,
     bot_pairs,
     bot_turns,
     cache_key,
+    clone_bot,
     warmstart_config,
 )
 
@@ -91,16 +94,16 @@ def test_cache_key_leaves_out_optional_fields_that_are_unset() -> None:
     """Unset optional fields are not in the key (a config that does not use them keys as without them);
     clones cached before the driver's prompt fields get new keys (``test_warmstart_answers``)."""
     cfg = WarmStartConfig(game_id="bargaining_v1", variant="medium", seats=(1,), episodes=200, steps=60)
-    optional = ("roles", "options", "format_only", "system_prompt")
+    optional = ("roles", "options", "format_only", "system_prompt", "precision")
     old_fields = {k: v for k, v in asdict(cfg).items() if k not in optional}
     old = hashlib.sha256(json.dumps(["/m", old_fields], sort_keys=True).encode()).hexdigest()[:12]
     assert cache_key("/m", cfg) == old
     keys = {
         cache_key("/m", c)
         for c in (cfg, replace(cfg, roles=("seer",)), replace(cfg, options={"language": "zh"}),
-                  replace(cfg, format_only=True), replace(cfg, steps=61))
+                  replace(cfg, format_only=True), replace(cfg, steps=61), replace(cfg, precision="bf16"))
     }  # fmt: skip
-    assert len(keys) == 5
+    assert len(keys) == 6
 
 
 def _train_config(**over: Any) -> TrainConfig:
@@ -161,3 +164,24 @@ def test_bot_turns_render_the_observation_at_the_decision() -> None:
         env.step(moves)
     assert [t.observation for t in turns[:2]] == seen
     assert turns[0].observation != env.observe(turns[0].seat).text
+
+
+def test_bf16_clone_trains_under_autocast(tmp_path: Any) -> None:
+    """``precision: bf16`` builds a clone through bfloat16 autocast (on this CPU as on a GPU): it learns
+    like the float32 clone (finite, falling loss) but is not the same model, and its record says so."""
+    model = str(tiny_model(tmp_path / "models"))
+    cfg = WarmStartConfig(game_id="ultimatum_v1", variant="easy", seats=(1,), episodes=8, steps=12,
+                          batch_size=4, lr=3e-3)  # fmt: skip
+    fp32 = clone_bot(model, cfg, tmp_path / "cache")
+    bf16 = clone_bot(model, replace(cfg, precision="bf16"), tmp_path / "cache")
+    assert fp32 != bf16
+    records = [json.loads((Path(d) / RECORD).read_text()) for d in (fp32, bf16)]
+    assert [r["precision"] for r in records] == ["fp32", "bf16"]
+    assert records[1]["last_loss"] < records[1]["first_loss"]
+    from transformers import AutoModelForCausalLM
+
+    a, b = (AutoModelForCausalLM.from_pretrained(d).state_dict() for d in (fp32, bf16))
+    gap = max(float((a[k] - b[k]).abs().max()) for k in a)
+    assert 0 < gap < 0.1  # autocast changed the arithmetic, not the training
+    with pytest.raises(ValueError, match="fp32 or bf16"):
+        clone_bot(model, replace(cfg, precision="fp16"), tmp_path / "cache")

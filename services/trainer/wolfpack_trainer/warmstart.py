@@ -76,6 +76,8 @@ class WarmStartConfig:
     """The driver's ``memory_steps`` (k of the ``memory`` mode)."""
     system_prompt: str = ""
     """The driver's ``system_prompt`` (none unless a run sets one)."""
+    precision: str = "fp32"
+    """``bf16``: forward passes under bfloat16 autocast (``WarmStartSection.precision``)."""
 
 
 FORMAT_ONLY_SPEECH = {"en": "I have nothing to add.", "zh": "我没有要补充的。"}
@@ -205,6 +207,7 @@ def warmstart_config(cfg: Any) -> WarmStartConfig | None:
         memory_steps=driver.memory_steps,
         system_prompt=driver.system_prompt,
         format_only=bool(getattr(ws, "format_only", False)),
+        precision=str(getattr(ws, "precision", "fp32")),
     )
 
 
@@ -212,11 +215,14 @@ def cache_key(model_dir: str, cfg: WarmStartConfig) -> str:
     """The clone's cache key. Fields added after the first clones were cached (roles, options,
     format_only, system_prompt) count only when set, so a config that does not use them keeps its cached
     clone; ``prompt_mode`` and ``memory_steps`` always count: clones cached before them were trained on
-    whole observations (and Werewolf ones on empty answers), which no run should load again."""
+    whole observations (and Werewolf ones on empty answers), which no run should load again. ``precision``
+    counts only when it is not the default ``fp32`` (the clones cached before it were float32)."""
     fields = asdict(cfg)
     for name in ("roles", "options", "format_only", "system_prompt"):
         if not fields[name]:
             del fields[name]
+    if fields["precision"] == "fp32":
+        del fields["precision"]
     return hashlib.sha256(json.dumps([model_dir, fields], sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -250,6 +256,8 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     rng = random.Random(0)
     pad = int(tok.pad_token_id or 0)
     losses = []
+    if cfg.precision not in ("fp32", "bf16"):
+        raise ValueError(f"warm start precision {cfg.precision!r}: fp32 or bf16")
     for _ in range(cfg.steps):
         chunk = rng.sample(pairs, min(cfg.batch_size, len(pairs)))
         width = max(len(p) + len(r) for p, r in chunk)
@@ -261,7 +269,14 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
             ids[i, : len(seq)] = torch.tensor(seq)
             att[i, : len(seq)] = 1
             labels[i, len(p) : len(seq)] = torch.tensor(r)
-        loss = model(input_ids=ids.to(device), attention_mask=att.to(device), labels=labels.to(device)).loss
+        with (
+            torch.autocast(device_type=device, dtype=torch.bfloat16)
+            if cfg.precision == "bf16"
+            else contextlib.nullcontext()
+        ):
+            loss = model(
+                input_ids=ids.to(device), attention_mask=att.to(device), labels=labels.to(device)
+            ).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -270,6 +285,7 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     record = {"model": model_dir, "config": asdict(cfg), "pairs": len(pairs), "device": device,
+              "precision": cfg.precision,
               "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
               "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
     (tmp / RECORD).write_text(json.dumps(record, indent=1, default=str))
