@@ -44,3 +44,25 @@ def test_loader_runs_once_on_first_use() -> None:
     reg: Registry[int] = Registry("lazy", loader=load)
     assert calls == []
     assert reg.get("x") == 1 and list(reg) == ["x"] and calls == [1]
+
+
+def test_key_loader_fills_one_key_and_the_loader_the_rest() -> None:
+    loaded: list[str] = []
+
+    def load_all() -> None:
+        loaded.append("all")
+        reg.add("a", 1)
+        reg.add("b", 2)
+
+    def load_a() -> None:
+        loaded.append("a")
+        reg.add("a", 1)
+
+    reg: Registry[int] = Registry("lazy", loader=load_all, key_loaders={"a": load_a})
+    assert reg.get("a") == 1 and loaded == ["a"]  # one key named: only its loader ran
+    assert reg.get("b") == 2 and loaded == ["a", "all"]  # another key: the full loader, once
+    assert sorted(reg) == ["a", "b"] and loaded == ["a", "all"]
+
+    fresh: Registry[int] = Registry("lazy", loader=load_all, key_loaders={"a": lambda: None})
+    reg = fresh  # a key loader that registers nothing falls back to the full loader
+    assert reg.get("a") == 1

@@ -216,7 +216,13 @@ def _load_builtin_games() -> None:
                 raise
 
 
-GAMES: Registry[GameSpec] = Registry("game", loader=_load_builtin_games)
+def _load_werewolf() -> None:
+    import wolfpack_games.werewolf  # noqa: F401  (registers werewolf_v1)
+
+
+GAMES: Registry[GameSpec] = Registry(
+    "game", loader=_load_builtin_games, key_loaders={"werewolf_v1": _load_werewolf}
+)
 """Versioned game id (``werewolf_v1``) -> how to build it; the shared ``wolfpack.registry`` shape."""
 
 

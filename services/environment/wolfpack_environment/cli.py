@@ -31,13 +31,15 @@ ALIASES = {"werewolf": "werewolf_v1"}
 
 
 def resolve_game(name: str) -> str:
-    """``werewolf`` → ``werewolf_v1``, ``bargaining`` → ``bargaining_v1``; full ids pass through."""
-    ids = [g.game_id for g in list_games()]
-    if name in ids:
-        return name
-    candidate = ALIASES.get(name, f"{name}_v1")
-    if candidate in ids:
+    """``werewolf`` → ``werewolf_v1``, ``bargaining`` → ``bargaining_v1``; full ids pass through. The
+    alias is tried first and by ``get_game``: naming one game loads only that game's package."""
+    for candidate in dict.fromkeys((ALIASES.get(name, name), name, f"{name}_v1")):
+        try:
+            get_game(candidate)
+        except KeyError:
+            continue
         return candidate
+    ids = [g.game_id for g in list_games()]
     raise typer.BadParameter(f"unknown game {name!r}; games: {', '.join(sorted(ids))}")
 
 
