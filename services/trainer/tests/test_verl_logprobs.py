@@ -48,3 +48,26 @@ def test_the_engines_entry_point_uses_it() -> None:
     assert verl_f.logprobs_from_logits_v2 is workers.chunked_logprobs
     logits, labels = torch.randn(64, 100), torch.randint(0, 100, (64,))
     torch.testing.assert_close(verl_f.logprobs_from_logits(logits, labels), reference(logits, labels))
+
+
+def test_backward_keeps_no_float32_copy_of_the_logits() -> None:
+    """What autograd keeps between the forward and the backward: the bf16 logits themselves (one copy of
+    ``rows x vocab`` at 2 bytes) and per-row scalars, no float32 block of the logits (4 bytes per entry:
+    the largest thing a micro-batch held for its log-probs before)."""
+    torch.manual_seed(0)
+    rows, vocab = 40, 300
+    logits = torch.randn(rows, vocab).to(torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, vocab, (rows,))
+    kept: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        kept.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        got = workers.chunked_logprobs(logits, labels)
+    vocab_sized = [t for t in kept if t.dim() and t.shape[-1] == vocab]
+    assert vocab_sized and all(t.dtype == torch.bfloat16 for t in vocab_sized), [t.dtype for t in vocab_sized]
+    assert sum(t.numel() for t in vocab_sized) == rows * vocab  # the logits, once
+    (grad,) = torch.autograd.grad(got.sum(), logits)  # and the backward still runs from what was kept
+    assert grad.dtype == torch.bfloat16 and grad.shape == logits.shape

@@ -15,7 +15,12 @@ learner still runs (FSDP2 on gloo) through a small CPU platform for verl, which 
 lets CI exercise this exact code path.
 
 ``config.extra`` keys: ``strategy`` ("fsdp2" default, or "fsdp" = FSDP1), ``param_offload``,
-``optimizer_offload``, ``gradient_checkpointing``, ``infer_micro_batch_size``, ``total_training_steps``
+``optimizer_offload``, ``gradient_checkpointing`` (the decoder layers' activations recomputed in the
+backward: ~27 KB per token per layer of SmolLM2 kept → ~1 KB, what lets a recipe run larger micro-batches),
+``reshard_after_forward`` (default true, verl's; false keeps each layer's gathered parameters from its forward
+to its backward and across forward-only micro-batches instead of gathering them again: one GPU, a bf16 copy of
+the model more memory, less fixed cost per micro-batch; see bench/results/2026-11-27-learner-microbatch-cpu.md),
+``infer_micro_batch_size``, ``total_training_steps``
 (LR schedule length), ``warmup_steps``, ``critic_lr`` (default 10 x ``lr``), ``mixed_precision``;
 ``sort_by_length`` (default true: micro-batches of rows of like length, see below), ``short_padding_rows``
 (default true: padding rows two tokens long); ``ray_gpus`` (or ``ray: true`` = every visible GPU) runs the
@@ -378,6 +383,7 @@ class VerlFsdpLearner(Learner):
                 micro_batch_size_per_gpu=micro, infer_micro_batch_size_per_gpu=infer_micro,
                 param_offload=bool(extra.get("param_offload", False)), mixed_precision=mixed,
                 optimizer_offload=bool(extra.get("optimizer_offload", False)), forward_only=forward_only,
+                reshard_after_forward=bool(extra.get("reshard_after_forward", True)),
             )  # fmt: skip
 
         self.actor_config = FSDPActorConfig(

@@ -31,6 +31,38 @@ _register: Any = register  # verl's decorators are untyped
 LOGPROB_CHUNK_ROWS = 4096
 
 
+class _BlockLogprobs(torch.autograd.Function):
+    """log p(label) over ``(rows, vocab)`` logits, block by block, keeping only the logits for the backward.
+
+    Why a Function: autograd on ``gather`` + per-block ``logsumexp(block.float())`` keeps every float32 block
+    for the backward, i.e. a float32 copy of the micro-batch's packed logits (4 bytes per token x vocab, on
+    top of the bf16 logits it also keeps). Here the backward recomputes ``softmax`` per block from the logits
+    and the saved log-sum-exp, so a micro-batch holds 4 bytes per token x vocab less until its backward."""
+
+    @staticmethod
+    def forward(ctx: Any, flat: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        picked = flat.gather(-1, labels.unsqueeze(-1)).squeeze(-1).float()
+        lse = torch.cat(
+            [torch.logsumexp(block.float(), dim=-1) for block in torch.split(flat, LOGPROB_CHUNK_ROWS)]
+        )
+        ctx.save_for_backward(flat, labels, lse)
+        return picked - lse
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        flat, labels, lse = ctx.saved_tensors
+        out = torch.empty_like(flat)
+        for start in range(0, flat.shape[0], LOGPROB_CHUNK_ROWS):
+            rows = slice(start, start + LOGPROB_CHUNK_ROWS)
+            g = grad[rows].unsqueeze(-1)
+            # d/dx (x[label] - logsumexp(x)) = onehot(label) - softmax(x), rounded as autograd rounds it
+            # (the softmax part in float32 cast to the logits' dtype, then the label's part added in it), so
+            # bf16 updates are the same as before this Function, not merely as close
+            out[rows] = (flat[rows].float() - lse[rows].unsqueeze(-1)).exp_().mul_(-g)
+            out[rows].scatter_add_(-1, labels[rows].unsqueeze(-1), g.to(out.dtype))
+        return out, None
+
+
 def chunked_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """log p(label) as ``logit[label] - logsumexp(logits)``, the log-sum-exp taken over blocks of rows.
 
@@ -38,15 +70,13 @@ def chunked_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
     flash-attn wheel exists for our GPU hosts) loops over the *first* dimension one row at a time; the engine
     hands it the packed ``(tokens, vocab)`` logits of a micro-batch, so it launched one kernel (and one
     autograd node) per token: 14 s of a 135M model's log-prob pass over 512 sequences on an H100 and most of
-    its 48 s update. Blocks of rows keep the peak memory bounded the same way at a few kernels per micro-batch.
+    its 48 s update. Blocks of rows keep the peak memory bounded the same way at a few kernels per micro-batch,
+    and the backward keeps no float32 copy of the logits (``_BlockLogprobs``).
     bf16 logits are reduced in float32 (more exact than verl's bf16 ``log_softmax``); the result is float32.
     """
     flat = logits.reshape(-1, logits.shape[-1])
-    picked = flat.gather(-1, labels.reshape(-1, 1)).squeeze(-1).float()
-    lse = torch.cat(
-        [torch.logsumexp(block.float(), dim=-1) for block in torch.split(flat, LOGPROB_CHUNK_ROWS)]
-    )
-    return (picked - lse).view(labels.shape)
+    out: torch.Tensor = _BlockLogprobs.apply(flat, labels.reshape(-1))  # type: ignore[no-untyped-call]
+    return out.view(labels.shape)
 
 
 def use_chunked_logprobs() -> None:
@@ -74,6 +104,18 @@ def _cloned(value: Any) -> Any:
     return value
 
 
+def _resharded(module: Any) -> None:
+    """Free every FSDP2 unit's gathered parameters. With ``reshard_after_forward`` off they stay gathered
+    after a forward (and a forward-only pass has no backward to free them), and then the module's parameters
+    are the gathered plain tensors, in the compute dtype: a state read would see those, a state load would
+    copy into them (and fail), and a later forward would not gather the loaded weights. No-op otherwise."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for unit in module.modules():
+        if isinstance(unit, FSDPModule):
+            unit.reshard()
+
+
 def _one_to_all(fn: F) -> F:
     """verl's ``ONE_TO_ALL`` dispatch: every rank runs the call with the same arguments."""
     out: F = _register(dispatch_mode=getattr(Dispatch, "ONE_TO_ALL"))(fn)  # noqa: B009 (untyped enum)
@@ -93,6 +135,7 @@ class StateWorker(TrainingWorker):  # type: ignore[misc]
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         engine: Any = self.engine
+        _resharded(engine.module)
         # clone: with cpu_offload on a CPU engine the returned tensors alias the live parameters
         model = {
             k: v.detach().clone()
@@ -120,6 +163,7 @@ class StateWorker(TrainingWorker):  # type: ignore[misc]
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         engine: Any = self.engine
+        _resharded(engine.module)
         set_model_state_dict(engine.module, dict(state["model"]), options=opts)
         if state.get("optimizer") is not None:
             # a copy: torch's optimizer keeps the step tensors it is given and counts on in them
