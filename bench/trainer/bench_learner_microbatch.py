@@ -41,6 +41,7 @@ for sub in ("libs", "services/trainer", "services/inference", "bench/trainer"):
 from verl_learner_bench import SHAPES, build_model  # noqa: E402
 
 from wolfpack_trainer.learners.base import LearnerConfig, LossConfig, TrainBatch, get_learner  # noqa: E402
+from wolfpack_trainer.learners.synthetic import random_batch  # noqa: E402
 
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 # SmolLM2-135M's depth and head layout at a width where compute is negligible on a CPU
@@ -52,18 +53,8 @@ def uniform_batch(n: int, prompt: int, response: int, vocab: int, seed: int = 1)
     """``n`` rows all ``prompt + response`` tokens long: no padding inside a micro-batch, so every micro-batch
     size computes exactly the same tokens and only the number of micro-batches changes."""
     g = torch.Generator().manual_seed(seed)
-    prompts = torch.randint(3, vocab, (n, prompt), generator=g)
-    responses = torch.randint(3, vocab, (n, response), generator=g)
-    attention = torch.ones(n, prompt + response, dtype=torch.long)
-    mask = torch.ones(n, response)
-    return TrainBatch(
-        prompts=prompts, responses=responses, input_ids=torch.cat([prompts, responses], dim=1),
-        attention_mask=attention, position_ids=(attention.cumsum(-1) - 1), response_mask=mask,
-        rollout_log_probs=torch.zeros(n, response), token_level_rewards=torch.zeros(n, response),
-        uids=[str(i) for i in range(n)], trajectory_ids=[str(i) for i in range(n)], policy_ids=["p"] * n,
-        roles=["r"] * n, policy_versions=[0] * n, turn_indices=[0] * n,
-        advantages=torch.randn(n, response, generator=g) * mask, returns=torch.randn(n, response, generator=g) * mask,
-    )  # fmt: skip
+    full = torch.full((n,), prompt), torch.full((n,), response)
+    return random_batch(*full, (prompt, response), vocab, g, turn=0, draw=("advantages", "returns"))
 
 
 def make_learner(model_dir: Path, micro: int, mini: int, entropy: float, extra: dict[str, Any]) -> Any:

@@ -37,6 +37,7 @@ for sub in ("libs", "services/trainer", "services/inference", "bench/trainer"):
 from verl_learner_bench import SHAPES, build_model  # noqa: E402
 
 from wolfpack_trainer.learners.base import LearnerConfig, LossConfig, TrainBatch, get_learner  # noqa: E402
+from wolfpack_trainer.learners.synthetic import random_batch  # noqa: E402
 
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 VARIANTS = {"before (verl order, full padding rows)": False, "after (sorted, short padding rows)": True}
@@ -54,20 +55,17 @@ def werewolf_batch(n: int, scale: float, vocab: int, seed: int) -> TrainBatch:
         speech, torch.randint(20, 65, (n,), generator=g), torch.randint(3, 13, (n,), generator=g)
     )
     rlen = (rlen.float() * scale).round().long().clamp(1, r_max)
-    pmask = (torch.arange(p_max)[None, :] >= (p_max - plen)[:, None]).long()
-    rmask = (torch.arange(r_max)[None, :] < rlen[:, None]).long()
-    prompts = torch.randint(3, vocab, (n, p_max), generator=g) * pmask
-    responses = torch.randint(3, vocab, (n, r_max), generator=g) * rmask
-    attention = torch.cat([pmask, rmask], dim=1)
-    mask = rmask.float()
-    return TrainBatch(
-        prompts=prompts, responses=responses, input_ids=torch.cat([prompts, responses], dim=1),
-        attention_mask=attention, position_ids=(attention.cumsum(-1) - 1).clamp(min=0) * attention,
-        response_mask=mask, rollout_log_probs=torch.zeros(n, r_max), token_level_rewards=torch.zeros(n, r_max),
-        uids=[str(i) for i in range(n)], trajectory_ids=[str(i) for i in range(n)], policy_ids=["village"] * n,
-        roles=["villager"] * n, policy_versions=[0] * n, turn_indices=[0] * n,
-        advantages=torch.randn(n, r_max, generator=g) * mask, returns=torch.randn(n, r_max, generator=g) * mask,
-    )  # fmt: skip
+    return random_batch(
+        plen,
+        rlen,
+        (p_max, r_max),
+        vocab,
+        g,
+        policy="village",
+        role="villager",
+        turn=0,
+        draw=("advantages", "returns"),
+    )
 
 
 def sync(device: str) -> None:

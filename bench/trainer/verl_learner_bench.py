@@ -29,6 +29,7 @@ for sub in ("libs", "services/trainer", "services/inference"):
         sys.path.insert(0, str(ROOT / sub))
 
 from wolfpack_trainer.learners.base import LearnerConfig, LossConfig, TrainBatch, get_learner  # noqa: E402
+from wolfpack_trainer.learners.synthetic import random_batch  # noqa: E402
 
 SHAPES: dict[str, dict[str, Any]] = {
     "tiny": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -58,18 +59,7 @@ def make_batch(n: int, p: int, r: int, vocab: int, seed: int) -> TrainBatch:
     g = torch.Generator().manual_seed(seed)
     plen = torch.randint(p // 2, p + 1, (n,), generator=g)
     rlen = torch.randint(r // 2, r + 1, (n,), generator=g)
-    pmask = (torch.arange(p)[None, :] >= (p - plen)[:, None]).long()
-    rmask = (torch.arange(r)[None, :] < rlen[:, None]).long()
-    prompts = torch.randint(3, vocab, (n, p), generator=g) * pmask
-    responses = torch.randint(3, vocab, (n, r), generator=g) * rmask
-    attention = torch.cat([pmask, rmask], dim=1)
-    batch = TrainBatch(
-        prompts=prompts, responses=responses, input_ids=torch.cat([prompts, responses], dim=1),
-        attention_mask=attention, position_ids=(attention.cumsum(-1) - 1).clamp(min=0) * attention,
-        response_mask=rmask.float(), rollout_log_probs=torch.zeros(n, r), token_level_rewards=torch.zeros(n, r),
-        uids=[f"g{i // 8}" for i in range(n)], trajectory_ids=[str(i) for i in range(n)], policy_ids=["p"] * n,
-        roles=["r"] * n, policy_versions=[0] * n, turn_indices=[-1] * n,
-    )  # fmt: skip
+    batch = random_batch(plen, rlen, (p, r), vocab, g, uids=[f"g{i // 8}" for i in range(n)])
     sign = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0)[:, None]
     batch.advantages = sign * batch.response_mask
     return batch

@@ -19,6 +19,7 @@ import torch
 
 from wolfpack_inference.models import tiny_model
 from wolfpack_trainer.learners.base import LearnerConfig, LossConfig, TrainBatch, get_learner
+from wolfpack_trainer.learners.synthetic import random_batch
 
 B, P, R = 8, 12, 10
 
@@ -42,19 +43,15 @@ def make_batch(vocab: int, seed: int = 0) -> TrainBatch:
     g = torch.Generator().manual_seed(seed)
     plen = torch.randint(4, P + 1, (B,), generator=g)
     rlen = torch.randint(3, R + 1, (B,), generator=g)
-    pmask = (torch.arange(P)[None, :] >= (P - plen)[:, None]).long()
-    rmask = (torch.arange(R)[None, :] < rlen[:, None]).long()
-    prompts = torch.randint(3, vocab, (B, P), generator=g) * pmask
-    responses = torch.randint(3, vocab, (B, R), generator=g) * rmask
-    attention = torch.cat([pmask, rmask], dim=1)
-    position = (attention.cumsum(-1) - 1).clamp(min=0) * attention
-    return TrainBatch(
-        prompts=prompts, responses=responses, input_ids=torch.cat([prompts, responses], dim=1),
-        attention_mask=attention, position_ids=position, response_mask=rmask.float(),
-        rollout_log_probs=torch.zeros(B, R), token_level_rewards=torch.zeros(B, R),
-        uids=[f"g{i // 4}" for i in range(B)], trajectory_ids=[f"t{i}" for i in range(B)], policy_ids=["p"] * B,
-        roles=["r"] * B, policy_versions=[0] * B, turn_indices=[-1] * B,
-    )  # fmt: skip
+    return random_batch(
+        plen,
+        rlen,
+        (P, R),
+        vocab,
+        g,
+        uids=[f"g{i // 4}" for i in range(B)],
+        trajectory_ids=[f"t{i}" for i in range(B)],
+    )
 
 
 def hf_logprobs(model_dir: Path, batch: TrainBatch) -> torch.Tensor:

@@ -24,6 +24,7 @@ import torch
 
 from wolfpack_inference.models import tiny_model
 from wolfpack_trainer.learners.base import LearnerConfig, LossConfig, TrainBatch, get_learner
+from wolfpack_trainer.learners.synthetic import random_batch
 
 P, R, N = 48, 8, 4
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
@@ -31,18 +32,7 @@ FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 def batch_of(vocab: int) -> TrainBatch:
     g = torch.Generator().manual_seed(0)
-    prompts = torch.randint(3, vocab, (N, P), generator=g)
-    responses = torch.randint(3, vocab, (N, R), generator=g)
-    attention = torch.ones(N, P + R, dtype=torch.long)
-    mask = torch.ones(N, R)
-    return TrainBatch(
-        prompts=prompts, responses=responses, input_ids=torch.cat([prompts, responses], dim=1),
-        attention_mask=attention, position_ids=attention.cumsum(-1) - 1, response_mask=mask,
-        rollout_log_probs=torch.zeros(N, R), token_level_rewards=torch.zeros(N, R),
-        uids=[str(i) for i in range(N)], trajectory_ids=[str(i) for i in range(N)], policy_ids=["p"] * N,
-        roles=["r"] * N, policy_versions=[0] * N, turn_indices=[-1] * N,
-        advantages=torch.randn(N, R, generator=g) * mask,
-    )  # fmt: skip
+    return random_batch(torch.full((N,), P), torch.full((N,), R), (P, R), vocab, g, draw=("advantages",))
 
 
 def update_keeping(

@@ -21,6 +21,7 @@ import torch
 
 from wolfpack_inference.models import tiny_model
 from wolfpack_trainer.learners.base import LearnerConfig, LossConfig, TrainBatch, get_learner
+from wolfpack_trainer.learners.synthetic import random_batch
 from wolfpack_trainer.learners.verl.learner import infer_order, padded_tokens, train_order
 
 P, R = 40, 12
@@ -49,20 +50,16 @@ def spread_batch(vocab: int, n: int = 13, seed: int = 0) -> TrainBatch:
     g = torch.Generator().manual_seed(seed)
     plen = torch.randint(2, P + 1, (n,), generator=g)
     rlen = torch.randint(1, R + 1, (n,), generator=g)
-    pmask = (torch.arange(P)[None, :] >= (P - plen)[:, None]).long()
-    rmask = (torch.arange(R)[None, :] < rlen[:, None]).long()
-    prompts = torch.randint(3, vocab, (n, P), generator=g) * pmask
-    responses = torch.randint(3, vocab, (n, R), generator=g) * rmask
-    attention = torch.cat([pmask, rmask], dim=1)
-    mask = rmask.float()
-    return TrainBatch(
-        prompts=prompts, responses=responses, input_ids=torch.cat([prompts, responses], dim=1),
-        attention_mask=attention, position_ids=(attention.cumsum(-1) - 1).clamp(min=0) * attention,
-        response_mask=mask, rollout_log_probs=torch.zeros(n, R), token_level_rewards=torch.zeros(n, R),
-        uids=[f"g{i}" for i in range(n)], trajectory_ids=[f"t{i}" for i in range(n)], policy_ids=["p"] * n,
-        roles=["r"] * n, policy_versions=[0] * n, turn_indices=[-1] * n,
-        advantages=torch.randn(n, R, generator=g) * mask, returns=torch.randn(n, R, generator=g) * mask,
-    )  # fmt: skip
+    return random_batch(
+        plen,
+        rlen,
+        (P, R),
+        vocab,
+        g,
+        uids=[f"g{i}" for i in range(n)],
+        trajectory_ids=[f"t{i}" for i in range(n)],
+        draw=("advantages", "returns"),
+    )
 
 
 def hf_logprobs(model_dir: Path, batch: TrainBatch) -> torch.Tensor:
