@@ -261,13 +261,7 @@ class MetricsWriter:
             ]
             if train:
                 ax.plot(*zip(*train, strict=True), label="training episodes", alpha=0.7)
-            if ev:
-                steps, means = [e[0] for e in ev], [e[1] for e in ev]
-                ax.plot(steps, means, "o-", label="held-out eval")
-                bounds = [(s, lo, hi) for s, _, lo, hi in ev if lo is not None and hi is not None]
-                if bounds:
-                    s, lo, hi = zip(*bounds, strict=True)
-                    ax.fill_between(s, lo, hi, alpha=0.25, label="eval 95% CI")
+            _draw_evals(ax, ev, "held-out eval")
             _finish(ax, title)
         panels = (
             (axes[2], "loss", ("actor/pg_loss", "critic/vf_loss")),
@@ -324,15 +318,20 @@ def wall_clock_evals(
     return out
 
 
+def _draw_evals(ax: Any, ev: Sequence[tuple[float, float, float | None, float | None]], label: str) -> None:
+    """Held-out evaluations (x, mean, CI low, CI high) as points, their 95% CIs shaded."""
+    if not ev:
+        return
+    ax.plot([e[0] for e in ev], [e[1] for e in ev], "o-", label=label)
+    bounds = [(x, lo, hi) for x, _, lo, hi in ev if lo is not None and hi is not None]
+    if bounds:
+        x, lo, hi = zip(*bounds, strict=True)
+        ax.fill_between(x, lo, hi, alpha=0.25, label="eval 95% CI")
+
+
 def _plot_wall_clock(ax_eval: Any, ax_split: Any, rows: Sequence[Mapping[str, float]]) -> None:
     key = "win_rate" if any("eval/win_rate" in r for r in rows) else "reward_mean"
-    ev = wall_clock_evals(rows, key)
-    if ev:
-        ax_eval.plot([e[0] for e in ev], [e[1] for e in ev], "o-", label=f"held-out {key}")
-        bounds = [(m, lo, hi) for m, _, lo, hi in ev if lo is not None and hi is not None]
-        if bounds:
-            m, lo, hi = zip(*bounds, strict=True)
-            ax_eval.fill_between(m, lo, hi, alpha=0.25, label="eval 95% CI")
+    _draw_evals(ax_eval, wall_clock_evals(rows, key), f"held-out {key}")
     _finish(ax_eval, f"held-out {key.replace('_', ' ')} vs training time")
     ax_eval.set_xlabel("training minutes")
     for name in ("perf/collect_s", "perf/train_s", "perf/publish_s"):

@@ -241,6 +241,8 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     out = clone_dir(model_dir, cfg, cache_dir)
     if (out / "config.json").exists():
         return str(out)
+    if cfg.precision not in ("fp32", "bf16"):  # before loading the model and playing the bot's games
+        raise ValueError(f"warm start precision {cfg.precision!r}: fp32 or bf16")
     started = time.monotonic()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -256,8 +258,6 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     rng = random.Random(0)
     pad = int(tok.pad_token_id or 0)
     losses = []
-    if cfg.precision not in ("fp32", "bf16"):
-        raise ValueError(f"warm start precision {cfg.precision!r}: fp32 or bf16")
     for _ in range(cfg.steps):
         chunk = rng.sample(pairs, min(cfg.batch_size, len(pairs)))
         width = max(len(p) + len(r) for p, r in chunk)
