@@ -17,6 +17,8 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -203,10 +205,17 @@ def smollm2(cache_dir: Path, gguf_path: Path | None = None) -> Path:
     kw = dict(gguf_file=gguf_path.name)
     tok = AutoTokenizer.from_pretrained(gguf_path.parent, **kw)
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kw)
-    tmp = out.with_name(out.name + ".tmp")
+    # A per-process temporary name: two jobs on one host (side-by-side recipes, a test beside a run) may
+    # convert at once; each writes its own copy and the first rename wins (the copies are identical).
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:
+        if not (out / "config.json").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
