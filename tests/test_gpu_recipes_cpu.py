@@ -137,6 +137,8 @@ def test_gpu_recipe_trains_one_update_and_evaluates_on_cpu(
     trained = [r for r in rows if "batch/samples" in r]
     assert trained and trained[-1]["batch/samples"] > 0, "the update built no samples"
     assert trained[-1]["batch/trajectories"] == cfg.rollout.episodes_per_update
+    # every real token the learner read: at least one prompt token and one response token per sample
+    assert trained[-1]["batch/sequence_tokens"] >= 2 * trained[-1]["batch/samples"]
     assert [e.step for e in evals] == [0, 1]
     assert all(e.win_rate.n == cfg.eval.episodes and e.failed == 0 for e in evals)
     if cfg.warmstart is not None:  # the learners start from the clone, not the base

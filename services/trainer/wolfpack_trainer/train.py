@@ -714,7 +714,7 @@ class Trainer:
         ]
         if lags:
             metrics["staleness/mean_versions"] = sum(lags) / len(lags)
-        tokens = 0
+        tokens = seq_tokens = 0  # trained (sampled) tokens; every real token the learner's passes read
         for policy_id, own in split_by_policy(samples).items():
             learner = self.learners.get(policy_id)
             if learner is None:
@@ -725,6 +725,7 @@ class Trainer:
             adv = algos.compute_advantages(batch, own, self.cfg.algo_config())
             m = self._update(learner, batch, adv)
             tokens += int(batch.response_mask.sum())
+            seq_tokens += int(batch.attention_mask.sum())
             for k, v in {**adv.metrics, **m}.items():
                 metrics[k if len(self.learners) == 1 else f"{policy_id}/{k}"] = v
                 metrics.setdefault(k, v)
@@ -734,6 +735,9 @@ class Trainer:
         self.state.used_ids = self.state.used_ids[-MAX_USED_IDS:]
         self.state.trajectories_used += len(trajectories)
         metrics["perf/train_tokens_per_s"] = tokens / max(time.monotonic() - t0, 1e-9)
+        # Prompt + response tokens: what a learner's throughput is measured in (``perf/train_tokens_per_s``
+        # counts only sampled tokens, a few per turn in Werewolf, so it says little about the learner).
+        metrics["batch/sequence_tokens"] = float(seq_tokens)
         metrics["batch/trajectories"] = float(len(trajectories))
         return metrics
 
