@@ -20,6 +20,7 @@ from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+from wolfpack_inference.backends import import_backends
 from wolfpack_inference.backends.base import ErrorCode, Finish, InferenceError, Result, Sampling
 from wolfpack_inference.policies import (
     CompressionNeeded,
@@ -445,7 +446,13 @@ def register(server: grpc.aio.Server, servicer: InferenceServicer | None = None)
 async def main(settings: Settings, address: str | None = None) -> None:
     s = InferenceSettings()
     try:
-        registry = await asyncio.to_thread(PolicyRegistry.from_configs, s.policies(), s.cache_dir)
+        policies = s.policies()
+        # Imports first (torch, transformers: most of the start-up), frozen out of the cyclic collector,
+        # then the models: the collection once set up (``rpc.tune_gc``) then walks only what loading the
+        # models allocated (0.03 s instead of 0.5 s for the tiny model on a 2-core machine).
+        await asyncio.to_thread(import_backends, [p.backend for p in policies])
+        rpc.freeze_imports()
+        registry = await asyncio.to_thread(PolicyRegistry.from_configs, policies, s.cache_dir)
     except PolicyLoadError as exc:
         # No silent substitute: the process stays up so health says NOT_SERVING (and every call says why,
         # UNAVAILABLE) instead of a crash loop that hides the reason or a model nobody asked for.
@@ -479,6 +486,7 @@ async def _serve_not_serving(settings: Settings, address: str | None, registry: 
     servicer = InferenceServicer(registry)
     running = await rpc.start_server(SERVICE, lambda server: register(server, servicer), settings, address)
     await running.set_serving(False)
+    rpc.tune_gc()
     try:
         await rpc.stop_on_signals().wait()
     finally:

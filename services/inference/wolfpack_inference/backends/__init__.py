@@ -9,7 +9,8 @@ signature ``(cfg: PolicyConfig, cache_dir: Path) -> Backend``, each calling its 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from wolfpack.registry import Registry
@@ -41,6 +42,30 @@ def _openai(cfg: PolicyConfig, cache_dir: Path) -> Backend:
     from wolfpack_inference.backends.openai_backend import OpenAIBackend
 
     return OpenAIBackend.from_config(cfg, cache_dir)
+
+
+IMPORTS: dict[str, tuple[str, ...]] = {
+    "transformers": (
+        "wolfpack_inference.backends.transformers_backend",  # torch
+        "transformers.models.auto.modeling_auto",  # transformers, its model base classes (torch._dynamo)
+        "transformers.models.auto.tokenization_auto",
+    ),
+    "vllm": ("wolfpack_inference.backends.vllm_backend",),
+    "openai": ("wolfpack_inference.backends.openai_backend",),
+}
+"""The modules each backend needs before it builds anything: ``import_backends`` imports them first, so
+the service can freeze start-up's imports out of the cyclic collector before its models load."""
+
+
+def import_backends(names: Iterable[str]) -> None:
+    """Import what the backends ``names`` build with, building nothing. An import that fails is left to
+    the build, which reports it as the policy's load error."""
+    for name in dict.fromkeys(names):
+        for module in IMPORTS.get(name, ()):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                break
 
 
 def build_backend(cfg: PolicyConfig, cache_dir: Path) -> Backend:
