@@ -14,6 +14,10 @@ Cells, alternating for several rounds (the order flips each round), fresh episod
 - service: ``wolfpack serve environment`` in its own process; the client plays ``--episodes`` episodes
   at a time over ``--streams`` PlaySeats streams (``play_episodes``: created in the stream, every seat
   external, observation text on), answering each decision with a random legal move written as text.
+  Like the in-process cell, which renders no prompt once a game is over, it asks for final observations
+  without their prompt (``final_text=False``: ``PlaySeatsRequest.omit_final_text``, what a caller that
+  reads outcomes does); ``--final-text`` adds a row with them (every client before that field, and a
+  ``--compare`` row, whose server predates it or whose client does not ask).
 
     .venv/bin/python bench/env/bench_env_cpu.py                       # 6, 9, 12 players, ~2 minutes
     .venv/bin/python bench/env/bench_env_cpu.py --players 6 --rounds 3 --seconds 2
@@ -130,11 +134,14 @@ async def over_service(
     prompt_once: bool = True,
     transport: list[tuple[str, int]] | None = None,
     prompt_delta: bool = False,
+    final_text: bool = True,
 ) -> tuple[int, float, float, int]:
     """(actions, wall s, client CPU s, prompt characters) of ``play_episodes`` with text for ``seconds``;
     ``prompt_once=False`` asks for ``Observation.messages`` on the wire too (the PlaySeats wire before
     ``omit_messages``); ``transport``: HTTP/2 options for the client's channel instead of this tree's;
-    ``prompt_delta``: each prompt as a delta to the seat's previous one (``PlaySeatsRequest.prompt_delta``)."""
+    ``prompt_delta``: each prompt as a delta to the seat's previous one (``PlaySeatsRequest.prompt_delta``);
+    ``final_text=False``: final observations without their prompt (passed only then: an older tree's
+    ``play_episodes``, run by ``--compare-client``, has no such argument)."""
     counts = {"actions": 0, "chars": 0}
     rng = random.Random(seed)
 
@@ -161,6 +168,7 @@ async def over_service(
         client = EnvironmentClient(target, load_settings(rpc_timeout_s=60))
     finally:
         rpc.HTTP2_OPTIONS[:] = own
+    options = {} if final_text else {"final_text": False}
     async with client:
 
         async def one(k: int) -> None:
@@ -171,6 +179,7 @@ async def over_service(
                 include_text=True,
                 prompt_once=prompt_once,
                 prompt_delta=prompt_delta,
+                **options,
             ):
                 pass
 
@@ -236,6 +245,8 @@ def label(side: str) -> str:
         return "this tree"
     if side == "service twice":
         return "this tree, prompt twice"
+    if side == "service final":
+        return "this tree, final prompts sent"
     if side == "service delta":
         return "this tree, prompt once, as a delta"
     if side.startswith("transport "):
@@ -261,6 +272,9 @@ def main() -> None:
         "--delta", action="store_true", help="also a row with each prompt sent as a delta (prompt_delta)"
     )
     ap.add_argument(
+        "--final-text", action="store_true", help="also a row with the final observations' prompts sent"
+    )
+    ap.add_argument(
         "--transports", nargs="+", default=[], choices=list(TRANSPORTS), metavar="NAME",
         help=f"also rows with these HTTP/2 option sets on both ends: {', '.join(map(repr, TRANSPORTS))}",
     )  # fmt: skip
@@ -282,6 +296,7 @@ def main() -> None:
     targets = {"service": f"127.0.0.1:{port}"}
     once = {"service": True}
     delta = {"service": False}
+    final = {"service": False}  # final observations' prompts: the in-process cell renders none
     if args.twice:
         targets["service twice"] = targets["service"]
         once["service twice"] = False
@@ -290,6 +305,11 @@ def main() -> None:
         targets["service delta"] = targets["service"]
         once["service delta"] = True
         delta["service delta"] = True
+    if args.final_text:
+        targets["service final"] = targets["service"]
+        once["service final"] = True
+        delta["service final"] = False
+        final["service final"] = True
     global COMPARE_CLIENT
     COMPARE_CLIENT = bool(args.compare and args.compare_client)
     client_path: dict[str, str] = {}  # rows whose client runs from another tree (``--compare-client``)
@@ -302,6 +322,7 @@ def main() -> None:
         targets[f"service {args.compare}"] = f"127.0.0.1:{other}"
         once[f"service {args.compare}"] = True  # ignored by a server that predates omit_messages
         delta[f"service {args.compare}"] = False
+        final[f"service {args.compare}"] = True  # what every client asked before omit_final_text
     transports: dict[str, list[tuple[str, int]] | None] = dict.fromkeys(targets)
     for name in args.transports:
         side, other = f"transport {name}", free_port()
@@ -309,6 +330,7 @@ def main() -> None:
         targets[side] = f"127.0.0.1:{other}"
         once[side] = True
         delta[side] = False
+        final[side] = False
         transports[side] = TRANSPORTS[name]
     sides = ["local", *targets]
     rows = []
@@ -338,7 +360,9 @@ def main() -> None:
                             add("local chars", chars / n)
                         else:
                             pid = servers[
-                                "service" if side in ("service twice", "service delta") else side
+                                "service"
+                                if side in ("service twice", "service delta", "service final")
+                                else side
                             ].pid
                             if side in client_path:  # REV's client, in a subprocess
                                 n, wall, ccpu, chars, scpu = await asyncio.to_thread(
@@ -360,6 +384,7 @@ def main() -> None:
                                 once[side],
                                 transports[side],
                                 delta[side],
+                                final[side],
                             )
                             scpu = server_cpu(pid) - s0
                             got[side] = (n / wall, (scpu + ccpu) / n * 1e6, scpu / n * 1e6)

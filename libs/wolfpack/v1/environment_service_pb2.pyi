@@ -978,6 +978,7 @@ class PlaySeatsRequest(_message.Message):
     REJECTED_RESULTS_ONLY_FIELD_NUMBER: _builtins.int
     OMIT_MESSAGES_FIELD_NUMBER: _builtins.int
     PROMPT_DELTA_FIELD_NUMBER: _builtins.int
+    OMIT_FINAL_TEXT_FIELD_NUMBER: _builtins.int
     include_text: _builtins.bool
     """Render observation text in decisions (set on the first message; default false sends structure only)."""
     close_finished: _builtins.bool
@@ -1011,6 +1012,15 @@ class PlaySeatsRequest(_message.Message):
     text_shared_prefix_bytes 0, which reads the same way. The Python client sets it with
     EnvironmentClient.play_stream(prompt_delta=True) and rebuilds text before returning a message.
     """
+    omit_final_text: _builtins.bool
+    """Leave the prompt out of final observations (done set): no text, no messages, no
+    text_shared_prefix_bytes; every other field as usual (set on the first message; only matters with
+    include_text). A seat's final prompt is its longest (the whole game as the seat saw it) and costs a
+    render on the server, bytes on the wire and a parse on the client; callers that read the end from
+    outcome, role and GetEpisode (the rollout driver) skip it. Default false: final observations carry
+    the seat's final prompt, as for every client written before this field; a server that predates it
+    ignores it and sends them.
+    """
     @_builtins.property
     def join(self) -> _containers.RepeatedCompositeFieldContainer[Global___SeatRef]:
         """Seats to play from now on (their pending decisions are sent at once)."""
@@ -1036,10 +1046,11 @@ class PlaySeatsRequest(_message.Message):
         rejected_results_only: _builtins.bool = ...,
         omit_messages: _builtins.bool = ...,
         prompt_delta: _builtins.bool = ...,
+        omit_final_text: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acts", b"acts", "close_finished", b"close_finished", "create", b"create", "include_text", b"include_text", "join", b"join", "omit_messages", b"omit_messages", "prompt_delta", b"prompt_delta", "rejected_results_only", b"rejected_results_only"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acts", b"acts", "close_finished", b"close_finished", "create", b"create", "include_text", b"include_text", "join", b"join", "omit_final_text", b"omit_final_text", "omit_messages", b"omit_messages", "prompt_delta", b"prompt_delta", "rejected_results_only", b"rejected_results_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

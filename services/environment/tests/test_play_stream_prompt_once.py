@@ -261,3 +261,53 @@ def test_restore_prompts_rebuilds_and_rejects_what_does_not_fit() -> None:
         state = {("e", 2): "狼x"}
         with pytest.raises(PromptDeltaError):
             restore_prompts([bad], state, messages=False)
+
+
+# --- omit_final_text -------------------------------------------------------------------------------
+
+
+def without_final_prompt(raw: bytes) -> bytes:
+    """A decision as a stream with ``omit_final_text`` should send it: a final observation loses its
+    prompt (text, messages, delta count), every other decision is unchanged."""
+    obs = pb.Observation.FromString(raw)
+    if obs.done:
+        for name in ("text", "messages", "text_shared_prefix_bytes"):
+            obs.ClearField(name)
+    return obs.SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize(("variant", "language"), [("6p", "en"), ("9p", "zh"), ("12p", "en")])
+async def test_omit_final_text_drops_only_the_final_prompts(
+    env_client: EnvironmentClient, variant: str, language: str
+) -> None:
+    """Every decision of whole games byte for byte: the finals without their prompt and nothing else
+    changed, on a bare stream and through the client, alone and with the other prompt options."""
+    players = int(variant.removesuffix("p"))
+    req = create(variant, language, 1)
+    whole = await play_raw(env_client, req)
+    assert sum(pb.Observation.FromString(d).done for d in whole) == players
+    assert all(pb.Observation.FromString(d).text for d in whole)  # finals carry their prompt by default
+    expected = [without_final_prompt(d) for d in whole]
+    assert expected != whole
+    assert await play_raw(env_client, req, omit_final_text=True) == expected
+    for options in ({}, {"prompt_once": False}, {"prompt_delta": True}):
+        assert await play_client(env_client, req, final_text=False, **options) == expected, options
+    assert await play_client(env_client, req) == whole  # the client's default asks for them
+
+
+async def test_play_episodes_final_text(env_client: EnvironmentClient) -> None:
+    reqs = [create("6p", "en", s) for s in range(3)]
+
+    def decide(obs: pb.Observation) -> str:
+        assert obs.text  # decisions keep their prompt either way
+        return answer(obs, random.Random(obs.turn_id))
+
+    for final_text in (True, False):
+        finals = [
+            done.finals
+            async for done in env_client.play_episodes(reqs, decide, include_text=True, final_text=final_text)
+        ]
+        assert len(finals) == 3 and all(len(f) == 6 for f in finals)
+        for f in finals:
+            assert all(o.done and o.role and o.outcome for o in f.values())
+            assert all(bool(o.text) == final_text for o in f.values())

@@ -139,11 +139,12 @@ class EnvironmentClient:
         rejected_results_only: bool = False,
         prompt_once: bool = True,
         prompt_delta: bool = False,
+        final_text: bool = True,
     ) -> PlayStream:
         """A new ``PlaySeats`` call at the message level (``PlayStream``: create/join/act, ``read``); close
         it with ``await stream.close()``. Streams get no default deadline: one lasts as long as its games.
         ``prompt_once`` and ``prompt_delta`` (see ``PlayStream``) change the bytes on the wire, not what
-        ``read`` returns."""
+        ``read`` returns; ``final_text=False`` leaves the prompt out of final observations."""
         return PlayStream(
             self.stub,
             include_text=include_text,
@@ -151,6 +152,7 @@ class EnvironmentClient:
             rejected_results_only=rejected_results_only,
             prompt_once=prompt_once,
             prompt_delta=prompt_delta,
+            final_text=final_text,
         )
 
     async def play_seats(
@@ -184,6 +186,7 @@ class EnvironmentClient:
         close_finished: bool = True,
         prompt_once: bool = True,
         prompt_delta: bool = False,
+        final_text: bool = True,
     ) -> AsyncIterator[FinishedEpisode]:
         """Create and play episodes over one ``PlaySeats`` stream, ``concurrency`` at a time, and yield
         each as it ends. Every non-scripted seat is played with ``decide``; a new episode is created as
@@ -191,10 +194,11 @@ class EnvironmentClient:
         worker's loop (``requests`` may be an endless generator). With ``close_finished`` the server
         releases each episode once its end was sent (read its log with ``include_text`` observations, not
         GetEpisode). ``prompt_once``, ``prompt_delta``: see ``PlayStream`` (what ``decide`` sees is the same
-        either way)."""
+        either way). ``final_text=False``: the finals carry no prompt (``PlayStream``), for callers that
+        only want each seat's outcome and role."""
         source = iter(requests)
         async with _PlayCall(
-            self.stub, decide, include_text, close_finished, prompt_once, prompt_delta
+            self.stub, decide, include_text, close_finished, prompt_once, prompt_delta, final_text
         ) as play:
             live = 0
             for req in itertools.islice(source, concurrency):
@@ -248,14 +252,17 @@ def restore_messages(decisions: Iterable[pb.Observation]) -> None:
     as the server fills them otherwise: one user message whose content is the text
     (``wolfpack_games.session_proto.Observations.observation``; ``tests`` compare both byte for byte).
     A decision that has messages is left alone: a server that predates ``omit_messages`` ignores it and
-    sends them, and they must not be doubled."""
+    sends them, and they must not be doubled. One without text (a final observation under
+    ``omit_final_text``) gets none, as the server sends none when it renders no text."""
     for obs in decisions:
         messages = obs.messages
         if not messages:
-            # ``add()`` then the fields: upb's keyword constructor path costs ~3x as much per decision
-            message = messages.add()
-            message.role = "user"
-            message.content = obs.text
+            text = obs.text
+            if text:
+                # ``add()`` then the fields: upb's keyword constructor path costs ~3x as much per decision
+                message = messages.add()
+                message.role = "user"
+                message.content = text
 
 
 class PromptDeltaError(ValueError):
@@ -299,7 +306,7 @@ def restore_prompts(
             prompts.pop(key, None)
         else:
             prompts[key] = text
-        if messages and not obs.messages:
+        if messages and text and not obs.messages:
             message = obs.messages.add()
             message.role = "user"
             message.content = text
@@ -387,7 +394,12 @@ class PlayStream:
     is already here. It takes the decisions' bytes to 0.10-0.24 of a plain stream's, for links where bytes
     cost; over loopback it costs more CPU than it saves (finding and rebuilding the shared part in Python:
     ``bench/results/2026-11-27-env-service-cpu-2.md``), hence off. ``read`` must see every message of the
-    stream, in order (it keeps each live seat's last prompt)."""
+    stream, in order (it keeps each live seat's last prompt).
+
+    ``final_text=False`` (with ``include_text``): final observations (``done``) come without their prompt
+    (``PlaySeatsRequest.omit_final_text``): a seat's final prompt is its longest, and the server renders it
+    only to be sent; callers that read outcome and role (the rollout driver) skip it. A server that
+    predates the field sends it anyway."""
 
     def __init__(
         self,
@@ -398,6 +410,7 @@ class PlayStream:
         rejected_results_only: bool = False,
         prompt_once: bool = True,
         prompt_delta: bool = False,
+        final_text: bool = True,
     ) -> None:
         self.call = stub.PlaySeats()
         self.restore = include_text and prompt_once
@@ -410,6 +423,7 @@ class PlayStream:
             rejected_results_only=rejected_results_only,
             omit_messages=self.restore,
             prompt_delta=self.delta,
+            omit_final_text=include_text and not final_text,
         )
         self.mail = asyncio.Event()
         self.mail.set()  # the first message goes out even when empty (it carries the stream options)
@@ -488,13 +502,15 @@ class _PlayCall:
     (``next_finished``) and answers synchronous decisions at once; async decisions run as tasks."""
 
     def __init__(self, stub: pb_grpc.EnvironmentServiceAsyncStub, decide: Decider, include_text: bool,
-                 close_finished: bool, prompt_once: bool = True, prompt_delta: bool = False) -> None:  # fmt: skip
+                 close_finished: bool, prompt_once: bool = True, prompt_delta: bool = False,
+                 final_text: bool = True) -> None:  # fmt: skip
         self.stub = stub
         self.options = {
             "include_text": include_text,
             "close_finished": close_finished,
             "prompt_once": prompt_once,
             "prompt_delta": prompt_delta,
+            "final_text": final_text,
         }
         self.decide = decide
         self.tokens: dict[tuple[str, int], str] = {}

@@ -108,6 +108,7 @@ class PlayStream:
         self.rejected_results_only = False
         self.omit_messages = False
         self.prompt_delta = False
+        self.omit_final_text = False
         self.busy = False  # applying a batch (see ``on_change``)
 
     async def play(self, requests: AsyncIterator[pb.PlaySeatsRequest]) -> AsyncIterator[pb.PlaySeatsResponse]:
@@ -162,6 +163,7 @@ class PlayStream:
         self.rejected_results_only = self.rejected_results_only or req.rejected_results_only
         self.omit_messages = self.omit_messages or req.omit_messages
         self.prompt_delta = self.prompt_delta or req.prompt_delta
+        self.omit_final_text = self.omit_final_text or req.omit_final_text
         clock = time.perf_counter
         yield_at = clock() + HANDLE_SLICE_S
         too_many = (
@@ -260,6 +262,7 @@ class PlayStream:
         include_text = self.include_text
         messages = not self.omit_messages
         delta = include_text and self.prompt_delta
+        final_text = include_text and not self.omit_final_text
         joined_by_id = self.joined
         for episode_id in self.dirty:
             joined = joined_by_id.get(episode_id)
@@ -268,10 +271,10 @@ class PlayStream:
             ep = joined.ep
             if ep.closed or ep.env.done:  # ``ep.done`` without the property call
                 for seat in sorted(joined.seats):
-                    if delta:
+                    if delta and final_text:
                         self._delta_observation(joined, seat, out, messages)
-                    else:
-                        observation(ep, seat, None, include_text, out, messages)
+                    else:  # ``omit_final_text``: the seat's longest prompt is not even rendered
+                        observation(ep, seat, None, final_text, out, messages)
                 self._forget(joined)
                 continue
             sent, seats = joined.sent, joined.seats
