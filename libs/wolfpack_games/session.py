@@ -178,15 +178,21 @@ def start_session(
     default_bot: str = "",
     language: str = "en",
     options: Mapping[str, Any] | None = None,
+    env: GameEnv | None = None,
     **fields: Any,
 ) -> S:
     """Build and start the engine, plan every seat (unlisted: scripted with ``default_bot`` or the game's)
     and bind the bots; returns ``factory(...)`` (``Session`` or a host's subclass, given its own
     ``fields``). No move is played yet: the host calls ``advance`` (or its own sliced version) once the
-    episode is registered. Raises ``SessionSetupError`` naming what is wrong."""
+    episode is registered. Raises ``SessionSetupError`` naming what is wrong.
+
+    ``env``: an engine of ``game_id``/``variant`` (as ``make_game`` builds it) to start instead of a new
+    one, e.g. a host's spare from an episode it released: ``reset``'s contract (same seed and options,
+    same game) makes a used engine start the same game as a fresh one."""
     try:
         spec = get_game(game_id)
-        env = make_game(game_id, variant)
+        if env is None:
+            env = make_game(game_id, variant)
     except KeyError as exc:
         raise SessionSetupError(str(exc.args[0])) from None
     variant = variant or spec.default_variant

@@ -37,6 +37,7 @@ from opentelemetry import trace
 
 from wolfpack.errors import ServiceError
 from wolfpack_games import Action, Observation
+from wolfpack_games.base import get_game
 from wolfpack_games.session import Applied, Session, SessionSetupError, start_session
 from wolfpack_games.session import SeatPlan as SeatPlan  # re-exported: callers build plans from here
 
@@ -45,6 +46,12 @@ log = logging.getLogger(__name__)
 
 ADVANCE_SLICE_S = 0.005
 """Longest stretch of scripted play on the event loop before the rest is continued on its next turn."""
+
+SPARE_ENGINES = 64
+"""Engines of released episodes kept per (game, variant) for the next creates: a PlaySeats stream that
+plays episode after episode releases one and creates one per game, and starting a spare (``reset``'s
+contract: the same game as a fresh engine) skips building a new one, which for Werewolf also starts a
+throwaway game in its constructor (~40 % of a create's CPU)."""
 
 
 def _on_loop() -> bool:
@@ -208,6 +215,7 @@ class EpisodeManager:
         self._slicing = False
         self._last_collect = time.monotonic()
         self._seq = itertools.count(1)
+        self._spare: dict[tuple[str, str], list[Any]] = {}  # (game id, variant) -> released engines
 
     # ------------------------------------------------------------------ lifecycle
     def create(
@@ -255,11 +263,13 @@ class EpisodeManager:
             raise ResourceExhaustedError(
                 f"episode limit reached ({self.limits.max_episodes}); close some first"
             )
+        spare = self._spare.get((game_id, variant or _default_variant(game_id)))
         try:
             ep = start_session(
                 Episode, episode_id=uuid.uuid4().hex, game_id=game_id, variant=variant, seed=seed, seats=seats,
                 default_bot=default_bot, language=language, options=options,
                 turn_timeout_s=turn_timeout_s or limits.default_turn_timeout_s, request_id=request_id,
+                env=spare.pop() if spare else None,
             )  # fmt: skip
         except SessionSetupError as exc:
             raise SessionError(str(exc)) from None
@@ -379,7 +389,21 @@ class EpisodeManager:
             del self._requests[ep.request_id]
         for token in ep.tokens:
             self._buckets.pop(token, None)
-        ep.env.close()
+        self._retire(ep)
+
+    def _retire(self, ep: Episode) -> None:
+        """``close()`` a released episode's engine, or keep it for the next create of its game and variant
+        (``SPARE_ENGINES``) when nothing can read it any more: no PlaySeats stream still watches the episode,
+        no Observe stream waits on it, and no scripted run is pending. Its id is out of ``episodes``, so no
+        new caller can reach it either. Only engines whose game ended are kept (never one aborted mid-game
+        or one whose bot raised). Kept engines are not closed: ``start`` replaces their continuations."""
+        env = ep.env
+        if env.done and not (ep.listeners or ep.watchers or ep.advancing):
+            spare = self._spare.setdefault((ep.game_id, ep.variant), [])
+            if len(spare) < SPARE_ENGINES:
+                spare.append(env)
+                return
+        env.close()
 
     def close_all(self) -> None:
         for ep in list(self.episodes.values()):
@@ -676,6 +700,14 @@ class EpisodeManager:
         ]
         for ep in abandoned:
             self.release(ep)
+
+
+def _default_variant(game_id: str) -> str:
+    """The variant a create without one plays ("" for an unknown game: ``start_session`` says why)."""
+    try:
+        return get_game(game_id).default_variant
+    except KeyError:
+        return ""
 
 
 def parse_options(raw: Mapping[str, str]) -> dict[str, Any]:
