@@ -448,7 +448,12 @@ class VerlFsdpLearner(Learner):
                 optimizer_config=self.critic_config.optim, checkpoint_config=self.critic_config.checkpoint,
             )  # fmt: skip
             critic_loss = partial(value_loss, config=self.critic_config)
-        self.workers = Workers(configs, ray_gpus=ray_gpus, ray_address=extra.get("ray_address"))
+        self.workers = Workers(
+            configs,
+            ray_gpus=ray_gpus,
+            ray_address=extra.get("ray_address"),
+            cuda_index=cuda_index(self.device, os.environ) if self.use_cuda and not ray_gpus else None,
+        )
         for name in configs:
             self.workers.call(name, "reset")  # from_pretrained + FSDP wrap + AdamW + LR scheduler
         self.workers.call("actor", "set_loss_fn", partial(ppo_loss, config=self.actor_config))

@@ -199,11 +199,23 @@ class Workers:
     """
 
     def __init__(
-        self, configs: Mapping[str, Any], *, ray_gpus: int = 0, ray_address: str | None = None
+        self,
+        configs: Mapping[str, Any],
+        *,
+        ray_gpus: int = 0,
+        ray_address: str | None = None,
+        cuda_index: int | None = None,
     ) -> None:
         self.ray = ray_gpus > 0
         self.world_size = max(ray_gpus, 1)
+        # The card of an in-process learner on CUDA. The current CUDA device is per thread and the trainer
+        # runs each update in a fresh thread (``train._off_loop``), where it is card 0 again: verl places
+        # every micro-batch on the current device, so a learner on ``cuda:1`` (the split layout) got its
+        # batches on card 0 ("Expected all tensors to be on the same device", seen on 2 H200s). Each local
+        # call sets it first.
+        self.cuda_index = None if self.ray else cuda_index
         if not self.ray:
+            self._pin()
             self.local = {name: StateWorker(config=cfg) for name, cfg in configs.items()}
             self.groups: dict[str, Any] = {}
             return
@@ -233,14 +245,20 @@ class Workers:
     def __contains__(self, name: str) -> bool:
         return name in self.local or name in self.groups
 
+    def _pin(self) -> None:
+        if self.cuda_index is not None:
+            torch.cuda.set_device(self.cuda_index)
+
     def call(self, name: str, method: str, *args: Any) -> Any:
         if not self.ray:
+            self._pin()
             return getattr(self.local[name], method)(*args)
         out = getattr(self.groups[name], method)(*args)
         return out[0] if isinstance(out, list) else out
 
     def data(self, name: str, method: str, td: Any) -> Any:
         if not self.ray:
+            self._pin()
             return getattr(self.local[name], method)(td)
         out = getattr(self.groups[name], method)(td)
         return out.get() if hasattr(out, "get") else out
