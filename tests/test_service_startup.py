@@ -8,18 +8,22 @@ Start-up time itself is measured in ``bench/startup`` (``up --check``), not here
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from wolfpack import SERVICES
+from wolfpack import SERVICES, rpc
 from wolfpack.cli import launcher
 from wolfpack.cli.serve import serve_service
 from wolfpack.settings import load_settings
@@ -138,14 +142,82 @@ def test_services_started_before_redis_get_no_redis_url(tmp_path: Path) -> None:
     assert launcher.WITHOUT_REDIS == ("inference",) and launcher.START_ORDER[0] == "inference"
 
 
-def test_the_launcher_module_loads_no_redis_client() -> None:
-    """``wolfpack up`` spawns the inference service before it imports redis-py (~0.1 s) to start Redis."""
+def test_the_launcher_module_loads_no_redis_client_nor_settings() -> None:
+    """``wolfpack up`` spawns the inference service before it imports pydantic-settings (~0.2 s) to read its
+    settings, and before it imports redis-py (~0.1 s) to start Redis."""
     code = textwrap.dedent("""
         import sys
         import wolfpack.cli.launcher
-        print(sorted(m for m in sys.modules if m == "redis" or m.startswith(("redis.", "wolfpack.redis_server"))))
+        heavy = ("redis", "wolfpack.redis_server", "wolfpack.settings", "pydantic_settings")
+        print(sorted(m for m in sys.modules if m in heavy or m.startswith(tuple(h + "." for h in heavy))))
     """)
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_start_on_stdin_binds_where_the_launcher_says(tmp_path: Path) -> None:
+    """``serve --start-on-stdin`` (how ``wolfpack up`` starts ``WITHOUT_REDIS`` services before reading its
+    settings): it imports, waits for one JSON line, then binds the address and writes the ready file it names,
+    with the environment it adds."""
+    ready = tmp_path / "reward.ready.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WOLFPACK_")}
+    env["WOLFPACK_LOG_LEVEL"] = "WARNING"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wolfpack.cli.serve", "reward", "--start-on-stdin"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(0.5)
+        assert proc.poll() is None and not ready.exists()  # waiting for its instructions
+        start = {
+            "address": "127.0.0.1:0",
+            "ready_file": str(ready),
+            "env": {"WOLFPACK_RUN_DIR": str(tmp_path)},
+        }
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(start) + "\n")
+        proc.stdin.close()
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        address = json.loads(ready.read_text())["address"]
+        assert asyncio.run(rpc.check_health(address, timeout_s=5.0)) == "SERVING"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_start_on_stdin_ends_when_the_launcher_sends_nothing() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "wolfpack.cli.serve", "reward", "--start-on-stdin"],
+        input="", capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+
+
+def test_up_refused_by_its_settings_leaves_no_early_process(tmp_path: Path) -> None:
+    """``wolfpack up`` spawns the inference service before it reads its settings; when they are invalid it
+    exits 2 with the reason, and that process is gone too."""
+    marker = f"startup-test-{uuid.uuid4()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WOLFPACK_")}
+    env.update(WOLFPACK_RUN_DIR=str(tmp_path), WOLFPACK_BASE_PORT="eighty", STARTUP_MARKER=marker)
+    done = subprocess.run(
+        [sys.executable, "-m", "wolfpack.cli.main", "up", "--check"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2 and "WOLFPACK_BASE_PORT" in done.stdout, done.stdout + done.stderr
+    time.sleep(0.2)
+    left = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and marker.encode() in (d / "environ").read_bytes():
+                left.append((d / "cmdline").read_bytes())
+        except OSError:
+            continue
+    assert left == []

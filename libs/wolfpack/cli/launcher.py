@@ -25,8 +25,10 @@ Start-up time: start-up is CPU (imports, the inference model's load), so process
 time as there are cores, the slowest (inference) first, each through ``python -m wolfpack.cli.serve``
 (not the whole Typer application); one that waits for addresses imports its code while it waits. On a
 2-core machine the inference service so gets a core of its own while the six others start one by one on
-the other, instead of sharing both with them (``START_ORDER``, ``start_slots``). It uses no Redis, so it is
-spawned before Redis starts (``WITHOUT_REDIS``); everything else waits for Redis's answer.
+the other, instead of sharing both with them (``START_ORDER``, ``start_slots``). It uses no Redis and needs
+no address, so ``up`` spawns it before anything else, its own settings included (``spawn_early``: it imports
+meanwhile and is told where to bind on stdin) and before Redis starts (``WITHOUT_REDIS``); everything else
+waits for Redis's answer.
 """
 
 from __future__ import annotations
@@ -43,14 +45,16 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from wolfpack import SERVICES
 from wolfpack.files import write_text_atomic
-from wolfpack.settings import Settings
+
+if TYPE_CHECKING:  # pydantic-settings (~0.2 s) is imported once ``up`` has spawned the inference service
+    from wolfpack.settings import Settings
 
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red")
 READY_POLL_S = 0.05
@@ -164,10 +168,53 @@ DEPENDS_ON: dict[str, tuple[str, ...]] = {"rollout": ("environment", "inference"
 
 
 WITHOUT_REDIS: tuple[str, ...] = ("inference",)
-"""Services that never use Redis: they are spawned before the embedded Redis is up (the inference service
-first of all, its start-up being the stack's), and get no ``WOLFPACK_REDIS_URL`` unless one is configured.
-Starting Redis (importing redis-py, spawning the server, waiting for its answer) took ~0.17 s of the
+"""Services that never use Redis and need no other's address: ``wolfpack up`` spawns them first, before it
+reads its own settings (``spawn_early``: they import their code meanwhile, the inference service its torch
+and transformers, and get where to bind on stdin once the settings are read) and before the embedded Redis
+is up; they get no ``WOLFPACK_REDIS_URL`` unless one is configured. Reading the settings (pydantic-settings)
+and starting Redis (importing redis-py, spawning the server, waiting for its answer) took ~0.4 s of the
 launcher's time before its first spawn (bench/startup)."""
+
+
+async def spawn_early() -> dict[str, asyncio.subprocess.Process]:
+    """Spawn the ``WITHOUT_REDIS`` services with ``--start-on-stdin``, before any settings are read: each
+    imports its code (and runs its ``prepare``), then waits for one line on stdin saying where to bind
+    (``start_early``). The first leads the stack's process group. Whoever gets them must start or kill them
+    (``kill_early``); they also die with the launcher (``PR_SET_PDEATHSIG``)."""
+    procs: dict[str, asyncio.subprocess.Process] = {}
+    pgid = 0
+    for name in WITHOUT_REDIS:
+        procs[name] = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "wolfpack.cli.serve", name, "--start-on-stdin",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_child_setup(pgid),
+        )  # fmt: skip
+        pgid = pgid or procs[name].pid
+    return procs
+
+
+async def start_early(
+    proc: asyncio.subprocess.Process, address: str, ready: Path, env: dict[str, str]
+) -> None:
+    """Tell a ``spawn_early`` process where to bind and what to add to its environment; close its stdin."""
+    assert proc.stdin is not None
+    added = {k: v for k, v in env.items() if os.environ.get(k) != v}
+    proc.stdin.write(
+        (json.dumps({"address": address, "ready_file": str(ready), "env": added}) + "\n").encode()
+    )
+    with contextlib.suppress(ConnectionError):  # it died meanwhile: its exit is seen as for any process
+        await proc.stdin.drain()
+    proc.stdin.close()
+
+
+async def kill_early(procs: dict[str, asyncio.subprocess.Process]) -> None:
+    """Stop ``spawn_early`` processes that were never started (the stack was refused or cut short)."""
+    for proc in procs.values():
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        await proc.wait()
+    procs.clear()
 
 
 START_ORDER: tuple[str, ...] = (
@@ -322,9 +369,31 @@ async def _terminate(procs: list[ServiceProc], grace_s: float, pgid: int = 0) ->
             os.killpg(pgid, signal.SIGKILL)
 
 
-async def run_up(settings: Settings, *, check: bool, timeout_s: float, console: Console) -> int:
+async def run_up(
+    settings: Settings,
+    *,
+    check: bool,
+    timeout_s: float,
+    console: Console,
+    early: dict[str, asyncio.subprocess.Process] | None = None,
+) -> int:
     """Start everything, wait for SERVING, print the table; with ``check`` stop and return the verdict.
-    SIGINT, SIGTERM and SIGHUP stop the stack at any moment, start-up included."""
+    SIGINT, SIGTERM and SIGHUP stop the stack at any moment, start-up included. ``early``: processes of
+    ``spawn_early``, started here (or killed if the stack is refused)."""
+    early = {} if early is None else early
+    try:
+        return await _run_up_locked(settings, check, timeout_s, console, early)
+    finally:
+        await kill_early(early)  # those never started (empty once ``_run_up`` took them)
+
+
+async def _run_up_locked(
+    settings: Settings,
+    check: bool,
+    timeout_s: float,
+    console: Console,
+    early: dict[str, asyncio.subprocess.Process],
+) -> int:
     run_dir = settings.run_dir
     try:
         lock = _lock_run_dir(run_dir)
@@ -341,7 +410,7 @@ async def run_up(settings: Settings, *, check: bool, timeout_s: float, console: 
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
         running = asyncio.Event()  # set once start-up is over: from then on ``_run_up`` handles ``stop``
-        main = asyncio.ensure_future(_run_up(settings, check, timeout_s, console, stop, running))
+        main = asyncio.ensure_future(_run_up(settings, check, timeout_s, console, stop, running, early))
         stopper = asyncio.ensure_future(stop.wait())
         try:
             await asyncio.wait([main, stopper], return_when=asyncio.FIRST_COMPLETED)
@@ -368,6 +437,7 @@ async def _run_up(
     console: Console,
     stop: asyncio.Event,
     running: asyncio.Event,
+    early: dict[str, asyncio.subprocess.Process],
 ) -> int:
     run_dir = settings.run_dir
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -414,13 +484,17 @@ async def _run_up(
                     svc.log_path.write_text("")  # type: ignore[union-attr]
                     redis_url = settings.redis_url if name in WITHOUT_REDIS else await redis_up
                     env = child_env(settings, redis_url, addresses)
-                    svc.proc = await asyncio.create_subprocess_exec(
-                        sys.executable, "-m", "wolfpack.cli.serve", name,
-                        "--address", svc.address, "--ready-file", str(ready),
-                        *(f"--await-ready={d}={ready_file(run_dir, d)}" for d in waits),
-                        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                        stderr=asyncio.subprocess.STDOUT, env=env, preexec_fn=_child_setup(pgid),
-                    )  # fmt: skip
+                    if name in early:  # spawned before the settings were read: it learns where to bind
+                        svc.proc = early.pop(name)
+                        await start_early(svc.proc, svc.address, ready, env)
+                    else:
+                        svc.proc = await asyncio.create_subprocess_exec(
+                            sys.executable, "-m", "wolfpack.cli.serve", name,
+                            "--address", svc.address, "--ready-file", str(ready),
+                            *(f"--await-ready={d}={ready_file(run_dir, d)}" for d in waits),
+                            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                            stderr=asyncio.subprocess.STDOUT, env=env, preexec_fn=_child_setup(pgid),
+                        )  # fmt: skip
                 finally:  # spawned, or failed to: Redis may start
                     if name in before_redis:
                         before_redis[name].set()

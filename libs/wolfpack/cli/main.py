@@ -52,13 +52,23 @@ def up(
     ] = 90.0,
 ) -> None:
     """Start Redis (embedded unless WOLFPACK_REDIS_URL is set) and every service as local processes."""
-    from wolfpack.cli.launcher import run_up
-
-    overrides: dict[str, object] = {} if base_port is None else {"base_port": base_port}
-    settings = settings_or_exit(**overrides)
     import asyncio  # here: local commands (``play``) never need an event loop
 
-    code = asyncio.run(run_up(settings, check=check, timeout_s=timeout, console=console))
+    from wolfpack.cli.launcher import kill_early, run_up, spawn_early
+
+    overrides: dict[str, object] = {} if base_port is None else {"base_port": base_port}
+
+    async def up_stack() -> int:
+        # The inference service first, before the settings are read (~0.2 s): its start-up is the stack's.
+        early = await spawn_early()
+        try:
+            settings = settings_or_exit(**overrides)
+        except typer.Exit:
+            await kill_early(early)
+            raise
+        return await run_up(settings, check=check, timeout_s=timeout, console=console, early=early)
+
+    code = asyncio.run(up_stack())
     global _stack_stopped
     _stack_stopped = True  # every process of the stack is gone: ``main`` ends without the teardown
     raise typer.Exit(code)

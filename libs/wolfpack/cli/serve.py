@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from wolfpack import SERVICES
 
@@ -79,8 +79,24 @@ def await_ready(waits: dict[str, Path]) -> None:
         os.environ[f"WOLFPACK_{service.upper()}_ADDR"] = address
 
 
+def read_start(stream: TextIO) -> tuple[str, Path, dict[str, str]] | None:
+    """``--start-on-stdin``: the address, ready file and environment ``wolfpack up`` sends once it has
+    read its settings, one JSON line; None when the launcher closed the pipe without one (it gave up:
+    another stack runs in its run dir, invalid settings)."""
+    line = stream.readline()
+    if not line.strip():
+        return None
+    start = json.loads(line)
+    return str(start["address"]), Path(start["ready_file"]), dict(start["env"])
+
+
 def serve_service(
-    service: str, address: str | None, ready_file: Path | None, waits: dict[str, Path] | None = None
+    service: str,
+    address: str | None,
+    ready_file: Path | None,
+    waits: dict[str, Path] | None = None,
+    *,
+    start_on_stdin: bool = False,
 ) -> int:
     """Run ``service``'s gRPC server in the foreground until SIGTERM/SIGINT; the exit code."""
     if service not in SERVICES:
@@ -92,6 +108,18 @@ def serve_service(
     # server turns it back on once set up, after one collection (``rpc.tune_gc``).
     gc.disable()
     try:
+        if start_on_stdin:
+            # Spawned by ``wolfpack up`` before it read its settings: import first (the service's
+            # ``prepare``, if any: the inference service's torch and transformers), then learn where to bind.
+            module = importlib.import_module(f"wolfpack_{service}.server")
+            prepare = getattr(module, "prepare", None)
+            if prepare is not None:
+                prepare()
+            start = read_start(sys.stdin)
+            if start is None:
+                return 1
+            address, ready_file, env = start
+            os.environ.update(env)
         return _serve(service, address, ready_file, waits)
     finally:
         gc.enable()  # already on once a server started; this covers every early return
@@ -205,11 +233,14 @@ def main(argv: list[str] | None = None) -> None:
         "--ready-file", type=Path, default=None, help="Once bound, write the address here (JSON)."
     )
     ap.add_argument("--await-ready", type=_wait_arg, action="append", default=[], help=argparse.SUPPRESS)
+    ap.add_argument("--start-on-stdin", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     waits = dict(args.await_ready)
     if args.service == "web":
         exit_now(serve_web(args.address, args.ready_file, waits=waits))
-    exit_now(serve_service(args.service, args.address, args.ready_file, waits))
+    exit_now(
+        serve_service(args.service, args.address, args.ready_file, waits, start_on_stdin=args.start_on_stdin)
+    )
 
 
 if __name__ == "__main__":

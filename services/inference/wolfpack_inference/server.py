@@ -443,6 +443,19 @@ def register(server: grpc.aio.Server, servicer: InferenceServicer | None = None)
     return [pb.DESCRIPTOR.services_by_name["InferenceService"].full_name]
 
 
+def prepare() -> None:
+    """What ``wolfpack up`` has this service do before it sends its start instructions (``serve
+    --start-on-stdin``; it spawns this service first, before it reads its own settings): import the
+    configured backends (torch, transformers) and freeze them, as ``main`` does first. Settings that do
+    not validate are left for ``main`` to report."""
+    try:
+        policies = InferenceSettings().policies()
+    except Exception:  # any reason: ``main`` reads them again and says why
+        return
+    import_backends([p.backend for p in policies])
+    rpc.freeze_imports()
+
+
 async def main(settings: Settings, address: str | None = None) -> None:
     s = InferenceSettings()
     try:
