@@ -31,6 +31,9 @@ for layout in ${LAYOUTS:-1gpu split fsdp2}; do
     *) echo "unknown layout $layout" >&2; continue ;;
   esac
   echo "$layout exit $?"
+  # gpu_train.sh copies these when the run ends; a layout stopped by LIMIT still has its finished updates
+  run_dir=${WOLFPACK_RUN_DIR:-/tmp/wp}/train/layout-$layout
+  [ -f "$out/layout-$layout-metrics.jsonl" ] || cp "$run_dir/metrics.jsonl" "$out/layout-$layout-metrics.jsonl" 2>/dev/null
 done
 python3 "$here/layouts_table.py" "$out" | tee "$out/layouts-table.md"
 echo "== $(date +%T) layouts done"
