@@ -24,6 +24,7 @@ from wolfpack_trainer.warmstart import (
     bot_turns,
     cache_key,
     clone_bot,
+    response_loss,
     warmstart_config,
 )
 
@@ -185,3 +186,30 @@ def test_bf16_clone_trains_under_autocast(tmp_path: Any) -> None:
     assert 0 < gap < 0.1  # autocast changed the arithmetic, not the training
     with pytest.raises(ValueError, match="fp32 or bf16"):
         clone_bot(model, replace(cfg, precision="fp16"), tmp_path / "cache")
+
+
+def test_response_loss_is_the_models_loss_with_logits_only_where_labels_are(tmp_path: Any) -> None:
+    """The clone's loss applies the output layer only at the positions that predict an answer token; value
+    and gradients must be those of ``model(..., labels=...).loss`` (right-padded rows of different lengths,
+    labels on each row's last tokens, as ``clone_bot`` builds them)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model(tmp_path / "models")), dtype=torch.float32)
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(5, 900, (3, 24), generator=gen)
+    att = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for row, (prompt, answer) in enumerate([(10, 4), (17, 7), (5, 2)]):
+        att[row, : prompt + answer] = 1
+        labels[row, prompt : prompt + answer] = ids[row, prompt : prompt + answer]
+    ours = response_loss(model, ids, att, labels)
+    ours.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    theirs = model(input_ids=ids, attention_mask=att, labels=labels).loss
+    theirs.backward()
+    assert abs(float(ours) - float(theirs)) < 1e-5
+    assert grads and all(
+        torch.allclose(grads[n], p.grad, atol=1e-6) for n, p in model.named_parameters() if n in grads
+    )

@@ -236,6 +236,30 @@ RECORD = "warmstart.json"
 so a run's base can be told apart from a second build of the same key."""
 
 
+def response_loss(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
+    """The causal-LM loss ``model(..., labels=labels).loss`` (mean next-token cross-entropy over the tokens
+    whose label is not -100), with the output layer applied only at the positions that predict a label.
+
+    Why: the clone's labels are the bot's few answer tokens after prompts of up to ~4k tokens, and the full
+    forward keeps float32 logits (and their gradient) for every position: batch x 4k x 49k vocabulary for
+    SmolLM2, 66 GB on an H100 for the 12-player recipe's clone (it died out of memory beside other jobs).
+    Models whose head does more than a linear layer (logit soft-capping or scaling) take the full forward."""
+    config = getattr(model, "config", None)
+    plain_head = not any(
+        getattr(config, name, None) for name in ("final_logit_softcapping", "logit_scale", "logits_scaling")
+    )
+    if not (plain_head and hasattr(model, "get_decoder") and model.get_output_embeddings() is not None):
+        full: torch.Tensor = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        return full
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    target = labels[:, 1:]
+    keep = target != -100
+    logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()
+    return torch.nn.functional.cross_entropy(logits, target[keep])
+
+
 def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     """A checkpoint directory of ``model_dir`` fine-tuned on the bot's messages (built once)."""
     out = clone_dir(model_dir, cfg, cache_dir)
@@ -274,11 +298,9 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
             if cfg.precision == "bf16"
             else contextlib.nullcontext()
         ):
-            loss = model(
-                input_ids=ids.to(device), attention_mask=att.to(device), labels=labels.to(device)
-            ).loss
+            loss = response_loss(model, ids.to(device), att.to(device), labels.to(device))
         opt.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # untyped in torch
         opt.step()
         losses.append(float(loss.detach()))
     tmp = out.with_name(out.name + f".tmp{random.randrange(1 << 30)}")
