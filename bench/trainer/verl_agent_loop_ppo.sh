@@ -8,7 +8,13 @@
 #   . /tmp/site/env.sh && bash bench/trainer/verl_agent_loop_ppo.sh        # on the GPU machine (1 GPU)
 #   NGPU=2 STEPS=3 bash bench/trainer/verl_agent_loop_ppo.sh               # 2 GPUs, 3 steps
 #
-# Env: WORK (scratch dir), NGPU, STEPS, ROWS (dataset rows), LOG (main_ppo log file).
+#   MODEL=/tmp/wp/models/smollm2-135m-instruct STEPS=6 bash bench/trainer/verl_agent_loop_ppo.sh   # SmolLM2
+#       (converted there by a `gpu_train.sh` run); then, against a `wolfpack train` run on the same card:
+#       python3 bench/trainer/vs_main_ppo.py $WORK/main_ppo.log <run_dir>/metrics.jsonl
+#
+# Env: WORK (scratch dir), NGPU, STEPS, ROWS (dataset rows), LOG (main_ppo log file), MODEL (a checkpoint
+# directory instead of the random tiny Qwen2), BATCH (prompts per step, default 8), N (samples per prompt,
+# default 2), MICRO (micro-batch per GPU, default 8).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WORK=${WORK:-/tmp/wolfpack-verl}
@@ -41,7 +47,10 @@ asyncio.run(main())
 PY
 export WOLFPACK_ENVIRONMENT_ADDR=$ENV_ADDR
 
-MODEL=$(python3 -c "from pathlib import Path; from wolfpack_inference.models import tiny_model; print(tiny_model(Path('$WORK'), hidden_size=256, layers=2, max_positions=4096))" | tail -1)
+MODEL=${MODEL:-$(python3 -c "from pathlib import Path; from wolfpack_inference.models import tiny_model; print(tiny_model(Path('$WORK'), hidden_size=256, layers=2, max_positions=4096))" | tail -1)}
+BATCH=${BATCH:-8}
+N=${N:-2}
+MICRO=${MICRO:-8}
 python3 -m wolfpack_trainer.learners.verl.agent_loop "$WORK/train.parquet" --rows "$ROWS" --game werewolf_v1 --variant 6p \
   --seats 0,1,2,3,4,5 --max-turn-tokens 48
 
@@ -49,14 +58,14 @@ set -x
 python3 -m verl.trainer.main_ppo \
   algorithm.adv_estimator=grpo algorithm.use_kl_in_reward=False \
   data.train_files="$WORK/train.parquet" data.val_files="$WORK/train.parquet" \
-  data.train_batch_size=8 data.max_prompt_length=1024 data.max_response_length=2048 data.return_raw_chat=True \
+  data.train_batch_size="$BATCH" data.max_prompt_length=1024 data.max_response_length=2048 data.return_raw_chat=True \
   actor_rollout_ref.model.path="$MODEL" \
   +actor_rollout_ref.model.override_config.attn_implementation=sdpa actor_rollout_ref.model.use_remove_padding=False \
-  actor_rollout_ref.actor.optim.lr=1e-5 actor_rollout_ref.actor.ppo_mini_batch_size=8 \
-  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8 actor_rollout_ref.actor.use_kl_loss=False \
-  actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.mode=async actor_rollout_ref.rollout.n=2 \
+  actor_rollout_ref.actor.optim.lr=1e-5 actor_rollout_ref.actor.ppo_mini_batch_size="$BATCH" \
+  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu="$MICRO" actor_rollout_ref.actor.use_kl_loss=False \
+  actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.mode=async actor_rollout_ref.rollout.n="$N" \
   actor_rollout_ref.rollout.gpu_memory_utilization=0.3 actor_rollout_ref.rollout.enforce_eager=True \
-  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8 \
+  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu="$MICRO" \
   actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
   actor_rollout_ref.rollout.agent.agent_loop_config_path="$ROOT/services/trainer/wolfpack_trainer/learners/verl/agent_loops.yaml" \
   actor_rollout_ref.rollout.agent.default_agent_loop=wolfpack actor_rollout_ref.rollout.agent.num_workers=1 \
