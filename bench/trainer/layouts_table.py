@@ -3,7 +3,8 @@
     python bench/trainer/layouts_table.py OUT_DIR
 
 Per layout, medians over the updates after the first (the first pays for compilation, caches and vLLM's
-warm-up): seconds per update and its parts, steps per hour, and the learner's tokens/s (prompt + response
+warm-up): seconds per step (collection + ``perf/update_s``, which is everything after the collection) and its
+parts, steps per hour, and the learner's tokens/s (prompt + response
 tokens of the batch over the learner's update time) in all and per learner GPU. Ratios are against the
 ``1gpu`` row of the same run.
 """
@@ -16,8 +17,8 @@ import sys
 from pathlib import Path
 
 PARTS = [
-    ("update s", "perf/update_s"),
     ("collect s", "perf/collect_s"),
+    ("update s", "perf/update_s"),  # everything after the collection: learner, publish, checkpoint + ack
     ("old logp s", "perf/learner_infer_s"),
     ("learner update s", "perf/learner_train_s"),
     ("publish s", "perf/publish_s"),
@@ -45,7 +46,9 @@ def summary(updates: list[dict[str, float]]) -> dict[str, float]:
     train = med("perf/learner_train_s")
     row = {label: med(key) for label, key in PARTS}
     row["updates"] = float(len(updates))
-    row["steps/h"] = 3600.0 / row["update s"]
+    # one training step = its collection + its update (``perf/update_s`` leaves the collection out)
+    row["step s"] = statistics.median(r["perf/collect_s"] + r["perf/update_s"] for r in steady)
+    row["steps/h"] = 3600.0 / row["step s"]
     row["learner tok/s"] = tokens / train
     row["learner tok/s/GPU"] = tokens / train / gpus
     row["learner GPUs"] = gpus
@@ -59,7 +62,7 @@ def main() -> int:
         print(f"no layout-*-metrics.jsonl in {out}")
         return 1
     rows = {name: summary(u) for name, u in found.items() if u}
-    cols = ["updates", "learner GPUs", *(label for label, _ in PARTS), "steps/h", "learner tok/s",
+    cols = ["updates", "learner GPUs", *(label for label, _ in PARTS), "step s", "steps/h", "learner tok/s",
             "learner tok/s/GPU"]  # fmt: skip
     print("| layout | " + " | ".join(cols) + " | steps/h vs 1gpu |")
     print("|" + " --- |" * (len(cols) + 2))
