@@ -123,6 +123,43 @@ def test_save_pretrained_loads_in_transformers(learner: Any, tmp_path: Path) -> 
         assert torch.equal(tensor, exported[name].float()), name
 
 
+def test_rank0_writes_the_same_weights_file_the_driver_would(learner: Any, tmp_path: Path) -> None:
+    """``save_model`` (what a Ray worker group's rank 0 runs for ``save_pretrained`` on its own host) writes the
+    tensors the driver's gather-and-write path writes, dropped keys left out; an in-process worker keeps the
+    driver's path, and a rank 0 on another host (a cluster) is never asked to write."""
+    from safetensors.torch import load_file
+
+    out = learner.save_pretrained(tmp_path / "driver")
+    host = learner.workers.call(
+        "actor", "save_model", str(tmp_path / "rank0.safetensors"), ["lm_head.weight"]
+    )
+    assert host  # rank 0 answers with its host name
+    driver, rank0 = load_file(str(out / "model.safetensors")), load_file(str(tmp_path / "rank0.safetensors"))
+    assert "lm_head.weight" not in rank0 and set(driver) - {"lm_head.weight"} == set(rank0)
+    assert all(torch.equal(driver[k], rank0[k]) for k in rank0)
+    assert learner._rank0_on_this_host() is False  # in process: the weights are already here
+
+    class Group:  # stand-in for a Ray worker group's call: only the host name matters here
+        ray = True
+
+        def __init__(self, host: str) -> None:
+            self.host = host
+
+        def call(self, name: str, method: str, *args: Any) -> str:
+            assert (name, method) == ("actor", "hostname")
+            return self.host
+
+    import socket
+
+    saved = learner.workers, learner._rank0_host
+    try:
+        for host, local in ((socket.gethostname(), True), ("gpu-node-7", False)):
+            learner.workers, learner._rank0_host = Group(host), None
+            assert learner._rank0_on_this_host() is local
+    finally:
+        learner.workers, learner._rank0_host = saved
+
+
 def test_critic_learns_the_returns_and_resumes(model_dir: Path) -> None:
     """``value_head``: verl's critic (a value model on the same base, trained with verl's value loss). Its
     values move towards the returns over a few updates, and its weights are part of the checkpoint."""

@@ -448,6 +448,7 @@ class VerlFsdpLearner(Learner):
                 optimizer_config=self.critic_config.optim, checkpoint_config=self.critic_config.checkpoint,
             )  # fmt: skip
             critic_loss = partial(value_loss, config=self.critic_config)
+        self._rank0_host: str | None = None  # asked once, when a Ray worker group first saves
         self.workers = Workers(
             configs,
             ray_gpus=ray_gpus,
@@ -685,6 +686,15 @@ class VerlFsdpLearner(Learner):
             return ExportedWeights(tensors, True, text)
         return ExportedWeights(self._full_state(), False)
 
+    def _rank0_on_this_host(self) -> bool:
+        """Whether the actor's rank 0 is a Ray worker on this host, so a path it writes is this path (an
+        in-process worker gains nothing from writing itself: the weights are already in this process)."""
+        if not self.workers.ray:
+            return False
+        if self._rank0_host is None:
+            self._rank0_host = str(self.workers.call("actor", "hostname"))
+        return self._rank0_host == socket.gethostname()
+
     def save_pretrained(self, directory: Path) -> Path:
         """An HF directory (config, safetensors, tokenizer when the source has one) inference loads by path."""
         from safetensors.torch import save_file
@@ -697,11 +707,14 @@ class VerlFsdpLearner(Learner):
                       metadata={"format": "pt"})  # fmt: skip
             (directory / "adapter_config.json").write_text(text)
             return directory
-        AutoConfig.from_pretrained(self.model_path).save_pretrained(directory)
-        state = {k: v.contiguous() for k, v in self._full_state().items()}
-        if getattr(AutoConfig.from_pretrained(self.model_path), "tie_word_embeddings", False):
-            state.pop("lm_head.weight", None)
-        save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+        config = AutoConfig.from_pretrained(self.model_path)
+        config.save_pretrained(directory)
+        drop = ["lm_head.weight"] if getattr(config, "tie_word_embeddings", False) else []
+        if self._rank0_on_this_host():  # rank 0 writes the file: no trip of the weights through Ray
+            self.workers.call("actor", "save_model", str(directory / "model.safetensors"), drop)
+        else:
+            state = {k: v.contiguous() for k, v in self._full_state().items() if k not in drop}
+            save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
         try:
             from transformers import AutoTokenizer
 

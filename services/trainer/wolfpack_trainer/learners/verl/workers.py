@@ -125,24 +125,27 @@ def _one_to_all(fn: F) -> F:
 class StateWorker(TrainingWorker):  # type: ignore[misc]
     """``TrainingWorker`` + full-state gather/load and a memory probe (see the module docstring)."""
 
-    @_one_to_all
-    def full_state(self, with_optimizer: bool) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
+    def _model_state(self) -> dict[str, torch.Tensor]:
+        """The full weights on the CPU (a collective: every rank must call it; rank 0 gets them all)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         engine: Any = self.engine
         _resharded(engine.module)
         # clone: with cpu_offload on a CPU engine the returned tensors alias the live parameters
-        model = {
+        return {
             k: v.detach().clone()
             for k, v in get_model_state_dict(engine.module, options=opts).items()
             if isinstance(v, torch.Tensor)
         }
-        out: dict[str, Any] = {"model": model}
+
+    @_one_to_all
+    def full_state(self, with_optimizer: bool) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        engine: Any = self.engine
+        out: dict[str, Any] = {"model": self._model_state()}
         if with_optimizer and getattr(engine, "optimizer", None) is not None:
             # cloned too: on a CPU engine the moments alias the live ones, and Adam's step counts are CPU
             # tensors on any device, so without a copy a kept state moves on with later updates
@@ -173,6 +176,33 @@ class StateWorker(TrainingWorker):  # type: ignore[misc]
         scheduler = getattr(engine, "lr_scheduler", None)
         if scheduler is not None and state.get("lr_scheduler") is not None:
             scheduler.load_state_dict(state["lr_scheduler"])
+
+    @_one_to_all
+    def save_model(self, path: str, drop: list[str]) -> str:
+        """Gather the full weights and write them from rank 0 as one safetensors file at ``path`` (keys in
+        ``drop`` left out), returning rank 0's host name ("" elsewhere).
+
+        Why: a worker group's ``full_state`` travels from rank 0 to the driver through Ray's object store
+        before the driver writes it, which doubled the publish time of FSDP over two GPUs (3.2-3.9 s against
+        1.1-1.8 s for one in-process worker, SmolLM2 full weights). Rank 0 writing the file itself skips that
+        hop; the learner does so only when rank 0 runs on its own host (the path must be the same file)."""
+        import socket
+
+        from safetensors.torch import save_file
+
+        state = self._model_state()
+        if self.rank != 0:
+            return ""
+        dropped = set(drop)
+        tensors = {k: v.contiguous() for k, v in state.items() if k not in dropped}
+        save_file(tensors, path, metadata={"format": "pt"})
+        return socket.gethostname()
+
+    @_one_to_all
+    def hostname(self) -> str:
+        import socket
+
+        return socket.gethostname() if self.rank == 0 else ""
 
     @_one_to_all
     def max_memory_gb(self) -> float:
