@@ -218,6 +218,10 @@ def test_lora_trains_the_adapter_only_with_the_base_as_kl_reference(model_dir: P
     assert "actor/kl_loss" in metrics
     exported = learner.export_weights()
     assert exported.is_adapter and exported.tensors
+    # the adapter's own gather (lora_state) is the LoRA part of the full state, tensor for tensor
+    full = {k.replace(".default.", "."): v for k, v in learner._full_state().items() if ".lora_" in k}
+    assert set(full) == set(exported.tensors)
+    assert all(torch.equal(full[k], exported.tensors[k]) for k in full)
     assert all(".lora_A." in k or ".lora_B." in k for k in exported.tensors), list(exported.tensors)[:4]
     assert '"r": 4' in exported.adapter_config_json
     assert torch.equal(learner.compute_ref_log_probs(batch), ref0)  # the base did not move

@@ -676,7 +676,12 @@ class VerlFsdpLearner(Learner):
     def _adapter(self) -> tuple[dict[str, torch.Tensor], str]:
         """The LoRA adapter as peft saves it (``lora_A``/``lora_B`` keys without the adapter name) and its
         ``adapter_config.json`` text: the same format as the cpu learner's adapters."""
-        tensors = {k.replace(".default.", "."): v for k, v in self._full_state().items() if ".lora_" in k}
+        lora = (
+            self.workers.call("actor", "lora_state")
+            if self.strategy == "fsdp2"
+            else {k: v for k, v in self._full_state().items() if ".lora_" in k}
+        )
+        tensors = {k.replace(".default.", "."): v for k, v in lora.items()}
         return tensors, str(self.workers.call("actor", "peft_config_json"))
 
     def export_weights(self) -> ExportedWeights:

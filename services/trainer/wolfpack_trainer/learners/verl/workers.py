@@ -199,6 +199,23 @@ class StateWorker(TrainingWorker):  # type: ignore[misc]
         return socket.gethostname()
 
     @_one_to_all
+    def lora_state(self) -> dict[str, torch.Tensor]:
+        """The LoRA parameters alone, full, on the CPU (every rank takes part; rank 0's copy), under the names
+        ``full_state`` gives them. FSDP2 only (its parameters keep the module's names).
+
+        Why: an adapter publish gathered the whole model (0.5 GB in float32 for SmolLM2, ~2 s of a
+        self-play update's 2.4 s publish) to keep its ~1 % of LoRA tensors."""
+        engine: Any = self.engine
+        _resharded(engine.module)
+        out = {}
+        for name, param in engine.module.named_parameters():
+            if ".lora_" not in name:
+                continue
+            full = param.full_tensor() if hasattr(param, "full_tensor") else param  # a collective per tensor
+            out[name] = full.detach().to("cpu", copy=True)
+        return out if self.rank == 0 else {}
+
+    @_one_to_all
     def hostname(self) -> str:
         import socket
 
