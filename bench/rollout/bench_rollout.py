@@ -580,21 +580,16 @@ def use_baseline(old: bool) -> None:
     this process, so the code before and after it play side by side in one run (the environment and
     everything else unchanged; in ``split`` rows too, since inference stays in this process).
 
-    This change (2026-11-27, second session): the prompt token cache reuses the ids of a cached text's
-    common end (``token_cache.REUSE_SUFFIXES``: off, no suffix keys at all) and a policy remembers the
-    token counts of the short chats a compression renders every turn (``policies.COUNT_MEMO_CHARS``:
-    off at 0). The first session's switches (inline compression, the cached cut message) are part of
-    "old" now."""
-    from wolfpack_inference import policies, token_cache
+    This change (2026-11-27, third session): a compression's window at the start of the message it cuts
+    takes its first tokens from the message's cached ids instead of tokenizing the window
+    (``token_cache.KNOWN_HEADS``: off). The second session's switches (common-end reuse, the count memo)
+    are part of "old" now."""
+    from wolfpack_inference import token_cache
 
     if not _NEW:
-        _NEW.update(
-            REUSE_SUFFIXES=token_cache.REUSE_SUFFIXES,
-            COUNT_MEMO_CHARS=getattr(policies, "COUNT_MEMO_CHARS", 0),
-        )
-    token_cache.REUSE_SUFFIXES = False if old else _NEW["REUSE_SUFFIXES"]
-    if hasattr(policies, "COUNT_MEMO_CHARS"):
-        policies.COUNT_MEMO_CHARS = 0 if old else _NEW["COUNT_MEMO_CHARS"]
+        _NEW.update(KNOWN_HEADS=getattr(token_cache, "KNOWN_HEADS", False))
+    if hasattr(token_cache, "KNOWN_HEADS"):
+        token_cache.KNOWN_HEADS = False if old else _NEW["KNOWN_HEADS"]
 
 
 _NEW: dict[str, Any] = {}

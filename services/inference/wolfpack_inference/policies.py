@@ -242,7 +242,12 @@ class Policy:
                 counts[key] = len(last[1])
             return len(last[1])
 
-        codec = prompts.TextCodec.of(tok, encode, cache.encode_suffix if cache is not None else None)
+        codec = prompts.TextCodec.of(
+            tok,
+            encode,
+            cache.encode_suffix if cache is not None else None,
+            cache.known_head if cache is not None else None,
+        )
         if inline:
             codec = codec.metered(spend)
         if inline and spent * 4 > INLINE_COMPRESS_CHARS:

@@ -77,6 +77,10 @@ class TextCodec:
     """``encode_from(text, start)``: the ids of ``text[start:]`` (``None``: ``encode_tail`` of that
     window); a caching codec takes those after the window's first line from ``text``'s cached ids
     (``PrefixTokenCache.encode_suffix``)."""
+    known_head: Callable[[str, int, int], tuple[list[int], bool] | None] | None = None
+    """``known_head(text, k, n)``: what tokenizing the window ``text[:k]`` would give ``_end_tokens``
+    (its first ``n`` ids, and whether it has at most ``2n + 1``), when a cache knows without tokenizing,
+    else ``None`` (``PrefixTokenCache.known_head``)."""
 
     @classmethod
     def of(
@@ -84,10 +88,12 @@ class TextCodec:
         tokenizer: Any,
         encode: Callable[..., list[int]] | None = None,
         encode_from: Callable[[str, int], list[int]] | None = None,
+        known_head: Callable[[str, int, int], tuple[list[int], bool] | None] | None = None,
     ) -> TextCodec:
         """The codec of ``tokenizer``; with ``encode`` (``PrefixTokenCache.encode``, which gives the same
         ids) windows at a message's start reuse cached prefixes, with ``encode_from``
-        (``PrefixTokenCache.encode_suffix``) windows at its end reuse the cached message."""
+        (``PrefixTokenCache.encode_suffix``) windows at its end reuse the cached message, and with
+        ``known_head`` (``PrefixTokenCache.known_head``) a window at its start may take no tokenizing."""
         if encode is not None:
             cached = encode
             return cls(
@@ -95,6 +101,7 @@ class TextCodec:
                 decode=_plain_decoder(tokenizer),
                 encode_tail=lambda text: cached(text, remember=False),
                 encode_from=encode_from,
+                known_head=known_head,
             )
         return cls(
             encode=lambda text: list(tokenizer.encode(text, add_special_tokens=False)),
@@ -119,7 +126,9 @@ class TextCodec:
             spend(len(text) - start)
             return suffix(text, start)
 
-        return TextCodec(metered_encode, self.decode, metered_tail, metered_from if suffix else None)
+        return TextCodec(
+            metered_encode, self.decode, metered_tail, metered_from if suffix else None, self.known_head
+        )
 
 
 def _plain_decoder(tokenizer: Any) -> Callable[[list[int]], str]:
@@ -267,6 +276,10 @@ def _end_tokens(text: str, n: int, codec: TextCodec, *, from_start: bool) -> tup
     two, so it is dropped; what a window yields otherwise matches the whole text's tokens up to the seam,
     and the caller's render checks the result either way."""
     k = min(len(text), 8 * (n + 8))
+    if from_start and codec.known_head is not None:
+        known = codec.known_head(text, k, n)  # what the first window below would give, if cached
+        if known is not None:
+            return known
     encode = codec.encode if from_start or codec.encode_tail is None else codec.encode_tail
     while True:
         window = text[:k] if from_start else text[len(text) - k :]

@@ -59,6 +59,10 @@ partial chunk is compared character by character."""
 REUSE_SUFFIXES = True
 """Step 4 of the module docstring (common ends) on; ``bench/rollout/bench_rollout.py --baseline`` turns it
 off in its process to measure the code without it side by side (texts then get no suffix keys at all)."""
+KNOWN_HEADS = True
+"""``PrefixTokenCache.known_head`` on: a compression's window at a cached message's start takes its first
+tokens from the message's cached ids without tokenizing (``bench/rollout/bench_rollout.py --baseline``
+turns it off to measure the code without it side by side)."""
 MIN_SUFFIX_CHARS = 32
 """A common suffix is reused only when its ids after the second restart point cover at least this many
 characters (below that, tokenizing them costs less than the lookup)."""
@@ -143,6 +147,9 @@ class CacheStats:
     suffix_hits: int = 0
     """Encodes that also took the ids after a restart point from a cached text ending the same way."""
     suffix_mismatches: int = 0
+    head_hits: int = 0
+    """Windows of the latest cached message (``remember_part``) answered from its ids without tokenizing
+    (``known_head``, ``encode_suffix`` of the whole message)."""
 
 
 class PrefixTokenCache:
@@ -160,6 +167,8 @@ class PrefixTokenCache:
         self._index: dict[int, _Entry] = {}
         self._rindex: dict[int, _Entry] = {}
         """Suffix keys (``_suffix_keys``) -> the latest entry ending with that suffix."""
+        self._parts: dict[str, _Entry] = {}
+        """The latest part cached by ``remember_part``, by its text (``known_head``)."""
         self._tokens = 0
         self._lock = threading.Lock()
         self.stats = CacheStats()
@@ -240,9 +249,47 @@ class PrefixTokenCache:
             return False  # the part does not start cleanly: keep to tokenizing
         part = text[start:end]
         rkeys = _suffix_keys(part) if REUSE_SUFFIXES else []
+        entry = _Entry(part, ids[j0:j1], inner, _chunk_keys(part), rkeys)
         with self._lock:
-            self._add(_Entry(part, ids[j0:j1], inner, _chunk_keys(part), rkeys))
+            self._add(entry)
+            self._parts.clear()  # only the latest: the message a compression is about to cut
+            self._parts[part] = entry
         return True
+
+    def known_head(self, text: str, end: int, n: int) -> tuple[list[int], bool] | None:
+        """What tokenizing the window ``text[:end]`` would tell a compression about its first ``n``
+        tokens, without tokenizing, when ``text`` is the latest part cached whole (``remember_part``):
+        ``(the first n ids, whether the window has at most 2n + 1 tokens)``, or ``None`` (the caller
+        tokenizes the window). A window short of the text is answered only when a restart point ``p <
+        end`` has at least ``n + 2`` tokens before it: those depend only on ``text[:p]`` (step 2 of the
+        module docstring; the character at ``p`` lies inside the window, so it splits there too), so the
+        window's own tokens start with them; the flag is then False."""
+        ids = self._part_ids(text)
+        if ids is None or end <= 0:
+            return None
+        if end >= len(text):
+            return ids[:n].tolist(), len(ids) <= 2 * n + 1
+        entry = self._parts[text]
+        k = bisect.bisect_left(entry.lines, (end, -1)) - 1  # the last restart point below ``end``
+        if k < 0 or entry.lines[k][1] < n + 2:
+            return None
+        self.stats.head_hits += 1
+        self.stats.reused_tokens += n
+        return ids[:n].tolist(), False
+
+    def _part_ids(self, text: str) -> array[int] | None:
+        """The cached ids of ``text`` when it is the latest part cached by ``remember_part`` (and still
+        cached), with ``KNOWN_HEADS`` on."""
+        if not KNOWN_HEADS or len(text) > MAX_TEXT_CHARS:
+            return None
+        if self._backend.truncation is not None or self._backend.padding is not None:
+            return None
+        with self._lock:
+            entry = self._parts.get(text)
+            if entry is None or self._entries.get(id(entry)) is not entry:
+                return None  # not the remembered part, or evicted since
+            self._entries.move_to_end(id(entry))
+        return entry.ids
 
     def encode_suffix(self, text: str, start: int) -> list[int]:
         """Token ids of ``text[start:]`` (no special tokens added), tokenizing only up to its second
@@ -250,6 +297,11 @@ class PrefixTokenCache:
         point are the cached text's, once the tokens between the first two restart points match them."""
         window = text[start:]
         if start == 0:
+            known = self._part_ids(text)
+            if known is not None:
+                self.stats.head_hits += 1
+                self.stats.reused_tokens += len(known)
+                return known.tolist()
             return self.encode(text, remember=False)
         if self._backend.truncation is None and self._backend.padding is None and len(text) <= MAX_TEXT_CHARS:
             with self._lock:
