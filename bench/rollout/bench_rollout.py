@@ -582,14 +582,21 @@ def use_baseline(old: bool) -> None:
 
     This change (2026-11-27, third session): a compression's window at the start of the message it cuts
     takes its first tokens from the message's cached ids instead of tokenizing the window
-    (``token_cache.KNOWN_HEADS``: off). The second session's switches (common-end reuse, the count memo)
+    (``token_cache.KNOWN_HEADS``: off), and a GenerateBatch prepares its cheap items on the event loop until
+    ``server.INLINE_PREPARE_S`` is spent instead of by a character bound over the whole batch
+    (``server.INLINE_BY_TIME``: off). The second session's switches (common-end reuse, the count memo)
     are part of "old" now."""
-    from wolfpack_inference import token_cache
+    from wolfpack_inference import server, token_cache
 
     if not _NEW:
-        _NEW.update(KNOWN_HEADS=getattr(token_cache, "KNOWN_HEADS", False))
+        _NEW.update(
+            KNOWN_HEADS=getattr(token_cache, "KNOWN_HEADS", False),
+            INLINE_BY_TIME=getattr(server, "INLINE_BY_TIME", False),
+        )
     if hasattr(token_cache, "KNOWN_HEADS"):
         token_cache.KNOWN_HEADS = False if old else _NEW["KNOWN_HEADS"]
+    if hasattr(server, "INLINE_BY_TIME"):
+        server.INLINE_BY_TIME = False if old else _NEW["INLINE_BY_TIME"]
 
 
 _NEW: dict[str, Any] = {}

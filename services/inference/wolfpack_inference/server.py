@@ -54,6 +54,19 @@ MESSAGE_COST = 64
 """What one chat message costs to render, in characters: the template's per-message work (~22 µs on the
 dev CPU, about as much as tokenizing 64 characters). A chat of 4,000 two-character messages rendered in
 ~90 ms, which a character count alone called cheap."""
+INLINE_PREPARE_S = 0.005
+"""Event-loop time one GenerateBatch may spend preparing its cheap items inline, in order, before the
+rest go to worker-thread slices (``PREPARE_SLICE_S``); each item is still cheap by ``INLINE_COST`` (a dear
+one goes to a thread by itself), so the loop is held at most this plus one cheap item's preparation.
+
+Why by time: with the prompt token cache, a compressed game prompt costs ~1 ms to prepare, not four
+full passes; the character bound (``INLINE_COST`` over the whole batch, compressed items counted
+``COMPRESSION_PASSES`` times) sent every item of a rollout's larger batches to threads (225 of 270
+preparations at c=32 in the CPU rollout bench). A thread preparing beside the engine's thread pays the
+hop and contends for the GIL; on the loop the same ids cost less CPU."""
+INLINE_BY_TIME = True
+"""``INLINE_PREPARE_S`` on (``bench/rollout/bench_rollout.py --baseline`` turns it off to compare: then a
+batch is prepared inline only when its summed ``_cost`` is at most ``INLINE_COST``)."""
 PREPARE_SLICE_S = 0.05
 """A large GenerateBatch is prepared in worker-thread slices of about this much CPU time each, admitted as
 each slice ends: the executor's queue interleaves other callers' slices instead of holding them behind a
@@ -161,8 +174,21 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         self, items: Sequence[pb.GenerateRequest]
     ) -> AsyncIterator[tuple[int, tuple[Policy, Prepared] | InferenceError]]:
         """Each item's preparation, in order: on the loop for a cheap batch (as ``_prepare_off_loop``),
-        in worker-thread slices otherwise, so a batch of many dear chats never holds the event loop."""
-        if sum(_cost(r) for r in items) <= INLINE_COST:
+        in worker-thread slices otherwise, so a batch of many dear chats never holds the event loop.
+        With ``INLINE_BY_TIME``: cheap items on the loop, in order, until ``INLINE_PREPARE_S`` is spent,
+        the rest in worker-thread slices."""
+        start = 0
+        if INLINE_BY_TIME:
+            until = time.perf_counter() + INLINE_PREPARE_S
+            while start < len(items) and time.perf_counter() < until:
+                try:
+                    prepared = await self._prepare_off_loop(items[start])
+                except InferenceError as exc:
+                    yield start, exc
+                else:
+                    yield start, prepared
+                start += 1
+        elif sum(_cost(r) for r in items) <= INLINE_COST:
             left = INLINE_COST  # what the loop may still spend on this batch; a compression counts 4x
             for i, r in enumerate(items):
                 try:
@@ -173,7 +199,6 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                 left -= _cost(r) * (COMPRESSION_PASSES if prepared[1].compressed else 1)
                 yield i, prepared
             return
-        start = 0
         while start < len(items):
             outcomes = await asyncio.to_thread(self._prepare_slice, items, start)
             for i, outcome in enumerate(outcomes, start):
