@@ -13,7 +13,8 @@ pre-tokenizer). Budgets: 512 (the tiny model's positions, so every long prompt i
 CPU rollout bench) and none (whole prompts, as on GPU with a large context).
 
 ``--old`` compares the cache with and without the latest change instead of with and without the cache:
-"off" is then the cache with ``bench_rollout.use_baseline(True)`` (no common-end reuse, no count memo).
+"off" is then the cache with ``bench_rollout.use_baseline(True)`` (see there: the latest change's switches
+off).
 """
 
 from __future__ import annotations
