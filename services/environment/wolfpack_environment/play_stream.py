@@ -217,10 +217,8 @@ class PlayStream:
             episode_id = act.episode_id
             token = act.token
             turn_id = act.turn_id
-            ep = episodes.get(episode_id)
             try:
-                if ep is None:
-                    ep = manager.get(episode_id)  # raises NotFoundError
+                ep = episodes.get(episode_id) or manager.get(episode_id)  # the latter raises NotFoundError
                 # ``HasField`` first: reading ``act.action`` of a text answer (the common case) builds an
                 # empty sub-message object only to find its kind empty
                 if act.HasField("action") and act.action.kind:
