@@ -283,7 +283,10 @@ class PlayStream:
                 self._forget(joined)
                 continue
             sent, seats = joined.sent, joined.seats
-            for seat, turn_id in ep.open_turns.items():
+            open_turns = ep.open_turns.items()
+            if open_turns <= sent.items():  # every open turn already sent (the rest of a vote): a C loop
+                continue
+            for seat, turn_id in open_turns:
                 if sent.get(seat) != turn_id and seat in seats:
                     sent[seat] = turn_id
                     if delta:
