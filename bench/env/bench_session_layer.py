@@ -25,10 +25,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import math
 import random
 import statistics
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +49,8 @@ HAS_ONCE = "omit_messages" in pb.PlaySeatsRequest.DESCRIPTOR.fields_by_name
 """Whether this tree's protos have the prompt-once flag (an older revision on PYTHONPATH may not)."""
 HAS_DELTA = "prompt_delta" in pb.PlaySeatsRequest.DESCRIPTOR.fields_by_name
 """Whether they have ``prompt_delta``."""
+HAS_OMIT_FINAL = "omit_final_text" in pb.PlaySeatsRequest.DESCRIPTOR.fields_by_name
+"""Whether they have ``omit_final_text``."""
 MODES = ("twice", *(("once",) if HAS_ONCE else ()), *(("delta",) if HAS_DELTA else ()))
 
 
@@ -58,10 +62,20 @@ def answer(obs: pb.Observation, rng: random.Random) -> str:
 
 
 async def session_layer(
-    players: int, episodes: int, seconds: float, seed: int, mode: str, prof: cProfile.Profile | None
+    players: int,
+    episodes: int,
+    seconds: float,
+    seed: int,
+    mode: str,
+    prof: cProfile.Profile | None,
+    final_text: bool = True,
+    games: int = 0,
 ) -> tuple[int, float, float, dict[str, float]]:
     """(actions, server CPU s, client CPU s, server CPU µs/action by section): ``episodes`` in flight on
-    one PlayStream for ``seconds``."""
+    one PlayStream for ``seconds``. ``final_text=False``: final observations without their prompt
+    (``omit_final_text``, what ``bench_env_cpu.py``'s main row asks for; ignored by a tree without it).
+    ``games``: play exactly this many episodes instead (``seconds`` ignored): the same seeded games, so the
+    same work, whatever the machine's load (``--games``, for instruction counts under valgrind)."""
     manager = EpisodeManager(Limits(acts_per_second=1e9, burst=10**9))
     stream = PlayStream(manager, EpisodeFactory(manager), Observations())
     rng = random.Random(seed)
@@ -74,18 +88,26 @@ async def session_layer(
     deadline = time.perf_counter() + seconds
     sections = dict.fromkeys(SECTIONS, 0.0)
 
+    sent_seeds: deque[int] = deque()  # seeds of the creates not answered yet, in order
+    game_seed: dict[str, int] = {}  # episode id -> its seed (``games``: answers drawn per decision)
+
     def creates(n: int) -> list[pb.CreateEpisodeRequest]:
         nonlocal next_seed
         out = []
+        if games:
+            n = min(n, seed + games - next_seed)
         for _ in range(n):
             out.append(episode_request("werewolf_v1", f"{players}p", seed=next_seed,
                                        external_seats=tuple(range(players))))  # fmt: skip
+            sent_seeds.append(next_seed)
             next_seed += 1
         return out
 
     first = pb.PlaySeatsRequest(
         create=creates(episodes), include_text=True, close_finished=True, rejected_results_only=True
     )
+    if not final_text and HAS_OMIT_FINAL:
+        first.omit_final_text = True
     restore: Callable[[Any], None] | None = None
     if mode == "once":
         first.omit_messages = True
@@ -129,6 +151,7 @@ async def session_layer(
             restore(msg.decisions)
         nxt = pb.PlaySeatsRequest()
         for c in msg.created:
+            game_seed[c.episode.episode_id] = sent_seeds.popleft()  # answers come in request order
             live[c.episode.episode_id] = len(c.episode.seat_tokens)
             for t in c.episode.seat_tokens:
                 tokens[(c.episode.episode_id, t.seat)] = t.token
@@ -141,9 +164,10 @@ async def session_layer(
                     ended += 1
             elif obs.your_turn and obs.turn_id:
                 nxt.acts.add(episode_id=obs.episode_id, token=tokens[(obs.episode_id, obs.seat)],
-                             turn_id=obs.turn_id, raw_text=answer(obs, rng))  # fmt: skip
+                             turn_id=obs.turn_id, raw_text=answer(obs, rng if not games else random.Random(
+                                 f"{game_seed[obs.episode_id]} {obs.seat} {obs.turn_id}")))  # fmt: skip
                 actions += 1
-        if ended and time.perf_counter() < deadline:
+        if ended and (games or time.perf_counter() < deadline):
             nxt.create.extend(creates(ended))
         wire = nxt.SerializeToString()
         client += clock() - t1
@@ -185,7 +209,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--episodes", type=int, default=32, help="episodes in flight on the stream")
     ap.add_argument("--profile", default="", help="cProfile the server part (last mode) into this file")
+    ap.add_argument("--games", type=int, default=0, help="play exactly this many games per cell (fixed work)")
     args = ap.parse_args()
+    # The collector as a server runs it (``wolfpack.rpc.tune_gc``): start-up frozen, the youngest generation
+    # collected every 50,000 allocations. With the default 700 the collector costs this process ~15 % more
+    # server CPU than the service pays (6 alternating rounds, 9 players, 32 in flight).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
     prof = cProfile.Profile() if args.profile else None
     names = " / ".join(MODES)
     print(f"| players | engine µs/action | server µs/action, prompt {names} | server - engine, {names} "
@@ -203,7 +234,9 @@ def main() -> None:
             cells.setdefault("engine", []).append(cpu / n * 1e6)
             for mode in MODES if r % 2 == 0 else MODES[::-1]:
                 n, s, c, parts = asyncio.run(
-                    session_layer(players, args.episodes, args.seconds, 1000 * r, mode, None)
+                    session_layer(
+                        players, args.episodes, args.seconds, 1000 * r, mode, None, games=args.games
+                    )
                 )
                 for name, value in parts.items():
                     cells.setdefault(f"{name} {mode}", []).append(value)
