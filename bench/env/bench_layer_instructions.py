@@ -55,7 +55,7 @@ def child(kind: str, players: int, games: int, lib: str) -> None:
     """Runs under callgrind: play the cell, print the number of actions."""
     toggle = ctypes.CDLL(lib).toggle
     sys.path.insert(0, str(HERE))
-    from bench_session_layer import session_layer
+    from bench_session_layer import play_engine_game, session_layer
 
     from wolfpack_games.werewolf import WerewolfEnv
 
@@ -71,17 +71,7 @@ def child(kind: str, players: int, games: int, lib: str) -> None:
         toggle()
         for seed in range(7, 7 + games):
             env.start(seed=seed, options={})
-            rng = random.Random(seed)
-            while not env.done:
-                for s in env.acting_seats():
-                    o = env.observe(s)
-                    _ = o.text
-                    la = rng.choice(o.legal_actions)
-                    text = ("I have nothing to add." if la.needs_text
-                            else f"{la.kind} {rng.choice(la.targets) + 1}" if la.targets else la.kind)  # fmt: skip
-                    parsed = env.parse(s, text).action
-                    env.step_seat(s, parsed if parsed is not None else text)
-                    actions += 1
+            actions += play_engine_game(env, random.Random(seed))
         toggle()
         print(actions)
         return

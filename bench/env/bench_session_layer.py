@@ -178,9 +178,26 @@ async def session_layer(
     return actions, server, client, {k: v / actions * 1e6 for k, v in sections.items()}
 
 
+def play_engine_game(env: WerewolfEnv, rng: random.Random) -> int:
+    """Play a started game to its end doing the engine work the service does per action: the acting seat's
+    prompt rendered (``observe``), a random legal answer written as text, parsed and stepped; the actions."""
+    actions = 0
+    while not env.done:
+        for s in env.acting_seats():
+            o = env.observe(s)
+            _ = o.text  # rendered lazily: the service renders every decision's prompt
+            la = rng.choice(o.legal_actions)
+            text = ("I have nothing to add." if la.needs_text
+                    else f"{la.kind} {rng.choice(la.targets) + 1}" if la.targets else la.kind)  # fmt: skip
+            parsed = env.parse(s, text).action
+            env.step_seat(s, parsed if parsed is not None else text)
+            actions += 1
+    return actions
+
+
 def engine_only(players: int, seconds: float, seed: int) -> tuple[int, float]:
-    """(actions, CPU s) of the engine work the service does per action: the acting seat's prompt rendered
-    (``observe``), its text answer parsed and stepped; no session layer."""
+    """(actions, CPU s) of the engine work the service does per action (``play_engine_game``); no session
+    layer."""
     rng = random.Random(seed)
     env = WerewolfEnv(f"{players}p")
     actions = 0
@@ -189,16 +206,7 @@ def engine_only(players: int, seconds: float, seed: int) -> tuple[int, float]:
     while time.perf_counter() < deadline:
         env.reset(seed=seed)
         seed += 1
-        while not env.done:
-            for s in env.acting_seats():
-                o = env.observe(s)
-                _ = o.text  # rendered lazily: the service renders every decision's prompt
-                la = rng.choice(o.legal_actions)
-                text = ("I have nothing to add." if la.needs_text
-                        else f"{la.kind} {rng.choice(la.targets) + 1}" if la.targets else la.kind)  # fmt: skip
-                parsed = env.parse(s, text).action
-                env.step_seat(s, parsed if parsed is not None else text)
-                actions += 1
+        actions += play_engine_game(env, rng)
     return actions, time.process_time() - t0
 
 

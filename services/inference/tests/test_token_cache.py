@@ -1,7 +1,10 @@
 """The prompt token cache gives exactly the ids of tokenizing the whole text: over seeded Werewolf games
 (EN and ZH, 6/9/12 players, every seat's prompts interleaved in one cache, with and without compression)
 through ``Policy.prepare``, and over random growing chats with awkward text; plus its bounds, its
-per-tokenizer scope and the tokenizers it refuses."""
+per-tokenizer scope and the tokenizers it refuses. Compression windows answered from a cached message's ids
+without tokenizing (``PrefixTokenCache.known_head``, ``KNOWN_HEADS``): the same ids as whole tokenization over
+seeded Werewolf games and a scenario game, the claim itself checked against real window tokenization, and the
+part it answers from bounded to one."""
 
 from __future__ import annotations
 
@@ -12,8 +15,7 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from wolfpack_games.base import make_game
-from wolfpack_games.werewolf.policies import heuristic_bot
+from wolfpack_games.base import get_game, make_game
 from wolfpack_inference import token_cache
 from wolfpack_inference.backends.base import Sampling
 from wolfpack_inference.config import PolicyConfig
@@ -40,9 +42,14 @@ def _policy(tok: Any, budget: int, cache_tokens: int, entries: int = 4096) -> Po
     return Policy(cfg, _Backend(tok, 0))  # type: ignore[arg-type]
 
 
-def _game_prompts(variant: str, language: str, seed: int) -> list[str]:
-    """Every acting seat's prompt of one seeded game against heuristic bots, in the order asked."""
-    env = make_game("werewolf_v1", variant, language=language)
+def _game_prompts(variant: str, language: str, seed: int, game_id: str = "werewolf_v1") -> list[str]:
+    """Every acting seat's prompt of one seeded game against its heuristic bots, in the order asked."""
+    env = (
+        make_game(game_id, variant, language=language)
+        if game_id == "werewolf_v1"
+        else make_game(game_id, variant)
+    )
+    bot = get_game(game_id).bots["heuristic"]
     env.reset(seed=seed)
     rng = random.Random(seed)
     out: list[str] = []
@@ -52,9 +59,26 @@ def _game_prompts(variant: str, language: str, seed: int) -> list[str]:
         acts = {}
         for seat in env.acting_seats():
             out.append(env.observe(seat).text)
-            acts[seat] = heuristic_bot(env, seat, rng)
+            acts[seat] = bot(env, seat, rng)
         env.step(acts)
     return out
+
+
+def _prepared_alike(tok: Any, games: list[list[str]], budget: int) -> Any:
+    """Every game's prompts interleaved (as concurrent episodes reach the service), each prepared with the
+    cache and without: asserts the same ids and compression; the cache (``PrefixTokenCache``) it used."""
+    order = [(g, i) for i in range(max(map(len, games))) for g in range(len(games)) if i < len(games[g])]
+    sampling = Sampling(max_tokens=32)
+    cached, plain = _policy(tok, budget, 1_000_000), _policy(tok, budget, 0)
+    for g, i in order:
+        msgs = [{"role": "system", "content": "Play well."}, {"role": "user", "content": games[g][i]}]
+        a = cached.prepare(sampling, messages=msgs)
+        b = plain.prepare(sampling, messages=msgs)
+        assert a.request.prompt_ids == b.request.prompt_ids, (budget, g, i)
+        assert a.compressed == b.compressed
+    state = cached._token_cache
+    assert state is not None and state[1] is not None
+    return state[1]
 
 
 @pytest.mark.parametrize(("variant", "language"), [("6p", "en"), ("9p", "zh"), ("12p", "en"), ("6p", "zh")])
@@ -66,20 +90,10 @@ def test_cached_prepare_matches_whole_tokenization_over_games(
     every long prompt (512, the tiny model's) and at one that never does."""
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     games = [_game_prompts(variant, language, seed) for seed in range(3)]
-    order = [(g, i) for i in range(max(map(len, games))) for g in range(len(games)) if i < len(games[g])]
-    sampling = Sampling(max_tokens=32)
     for budget in (512, 100_000):
-        cached, plain = _policy(tok, budget, 1_000_000), _policy(tok, budget, 0)
-        for g, i in order:
-            msgs = [{"role": "system", "content": "Play well."}, {"role": "user", "content": games[g][i]}]
-            a = cached.prepare(sampling, messages=msgs)
-            b = plain.prepare(sampling, messages=msgs)
-            assert a.request.prompt_ids == b.request.prompt_ids, (budget, g, i)
-            assert a.compressed == b.compressed
-        state = cached._token_cache
-        assert state is not None and state[1] is not None
-        assert state[1].stats.hits > len(order) // 2  # growing prompts did reuse their prefix
-        assert state[1].stats.reused_tokens > 0
+        cache = _prepared_alike(tok, games, budget)
+        assert cache.stats.hits > sum(map(len, games)) // 2  # growing prompts did reuse their prefix
+        assert cache.stats.reused_tokens > 0
 
 
 def _random_text(rng: random.Random, n: int) -> str:
@@ -250,3 +264,96 @@ def test_cut_render_reuses_the_message_tail(tiny_dir: Path) -> None:
     assert state[1].stats.suffix_hits >= len(prompts)  # at least the cut render of each long prompt
     assert state[1].stats.suffix_mismatches == 0
     assert cached._counts  # the marker chat's count was remembered (the same ids either way, above)
+
+
+# --- known heads: compression windows answered from a cached message's ids (token_cache.KNOWN_HEADS) ---
+
+GAMES = [
+    ("werewolf_v1", "6p", "en"), ("werewolf_v1", "9p", "en"), ("werewolf_v1", "12p", "en"),
+    ("werewolf_v1", "6p", "zh"), ("werewolf_v1", "9p", "zh"), ("werewolf_v1", "12p", "zh"),
+    ("bargaining_v1", "hard", "en"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("game_id", "variant", "language"), GAMES)
+def test_known_heads_match_whole_tokenization_over_games(
+    tiny_dir: Path, game_id: str, variant: str, language: str
+) -> None:
+    """Three seeded games' prompts interleaved (as concurrent episodes send them), prepared with the
+    cache and without it: the same ids and compression at the tiny model's budget and at a tight one
+    (whose windows cover the whole message, the other branch), with windows answered from the cache."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    games = [_game_prompts(variant, language, seed, game_id) for seed in range(3)]
+    assert token_cache.KNOWN_HEADS
+    heads = 0
+    for budget in (512, 160):
+        cache = _prepared_alike(tok, games, budget)
+        heads += cache.stats.head_hits
+        assert len(cache._parts) <= 1
+    if game_id == "werewolf_v1":
+        assert heads > sum(map(len, games)) // 2  # most compressed prompts took a window from the cache
+
+
+def test_known_head_is_what_the_window_tokenizes_to(tiny_dir: Path) -> None:
+    """The claim itself, on random texts of many short lines (awkward seams: spaces, digits, CJK,
+    punctuation at line starts) and every few window ends: ``known_head``'s answer equals the first
+    ``n`` tokens of the window tokenized alone, and its flag whether that window has at most 2n + 1."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    rng = random.Random(7)
+    pieces = [
+        "Player 3",
+        " votes",
+        "  ",
+        "\n",
+        "\n\n",
+        "12",
+        "狼人",
+        "。",
+        "'s",
+        "--- Now ---",
+        "x",
+        "\t",
+        "!!",
+    ]
+    answered = 0
+    for _ in range(60):
+        body = "".join(rng.choice(pieces) for _ in range(rng.randint(40, 400)))
+        chat = [{"role": "system", "content": "sys"}, {"role": "user", "content": body}]
+        text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        cache = PrefixTokenCache(tok)
+        cache.encode(text)
+        at = text.find(body)
+        if not cache.remember_part(text, at, at + len(body)):
+            continue
+        for end in range(1, len(body) + 40, 7):
+            for n in (1, 5, 20, 60):
+                known = cache.known_head(body, end, n)
+                if known is None:
+                    continue
+                answered += 1
+                window = tok(body[:end], add_special_tokens=False)["input_ids"]
+                assert known == (window[:n], len(window) <= 2 * n + 1 if end >= len(body) else False)
+                if end < len(body):
+                    assert len(window) > n + 1
+        assert cache.known_head(body + "x", 10, 1) is None  # not the remembered part
+        assert cache.encode_suffix(body, 0) == tok(body, add_special_tokens=False)["input_ids"]
+    assert answered > 500
+
+
+def test_known_heads_off_and_evicted(tiny_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No answer with the switch off, nor once the part was evicted from the cache (it keeps one part)."""
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    body = "".join(f"Player {i} says hello to everyone.\n" for i in range(60))
+    text = tok.apply_chat_template([{"role": "user", "content": body}], tokenize=False)
+    cache = PrefixTokenCache(tok, max_entries=2)
+    cache.encode(text)
+    at = text.find(body)
+    assert cache.remember_part(text, at, at + len(body))
+    assert cache.known_head(body, 400, 10) is not None
+    monkeypatch.setattr(token_cache, "KNOWN_HEADS", False)
+    assert cache.known_head(body, 400, 10) is None
+    monkeypatch.setattr(token_cache, "KNOWN_HEADS", True)
+    cache.encode("another text\n" * 20)
+    cache.encode("and a third\n" * 20)
+    assert cache.known_head(body, 400, 10) is None  # evicted: the cache holds two entries
+    assert len(cache._parts) == 1
