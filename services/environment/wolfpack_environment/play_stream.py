@@ -203,52 +203,20 @@ class PlayStream:
                 results.append(pb.SeatActResult(episode_id=ref.episode_id, error=to_status(exc)))
                 continue
             self._join_seat(ep, seat)
-        # Acts: one loop with the per-act work inline (this runs once per action): each proto field read
-        # once (every read of a string field builds a new str), results built only when sent.
-        manager = self.manager
-        episodes = manager.episodes
-        apply_act = manager.act
-        only_rejected = self.rejected_results_only
-        joined_by_id = self.joined
         for act in req.acts:
             if clock() > yield_at:
                 await asyncio.sleep(0)
                 yield_at = clock() + HANDLE_SLICE_S
-            episode_id = act.episode_id
-            token = act.token
-            turn_id = act.turn_id
-            try:
-                ep = episodes.get(episode_id) or manager.get(episode_id)  # the latter raises NotFoundError
-                # ``HasField`` first: reading ``act.action`` of a text answer (the common case) builds an
-                # empty sub-message object only to find its kind empty
-                if act.HasField("action") and act.action.kind:
-                    result = apply_act(ep, token, turn_id, action_from_pb(act.action), "")
-                else:
-                    result = apply_act(ep, token, turn_id, None, act.raw_text)
-            except SessionError as exc:
-                known = episodes.get(episode_id)
-                seat = known.tokens.get(token, 0) if known is not None else 0
-                results.append(
-                    pb.SeatActResult(episode_id=episode_id, seat=seat, turn_id=turn_id, error=to_status(exc))
-                )
+            result = self._act(act)
+            if result is None:
                 continue
-            seat = ep.tokens[token]
-            if result.accepted:
-                if only_rejected:
-                    continue
-            elif not result.defaulted:
+            results.append(result)
+            if not (result.accepted or result.defaulted or result.HasField("error")):
                 # re-prompt: the same turn id is due again, now with feedback
-                joined = joined_by_id.get(episode_id)
+                joined = self.joined.get(result.episode_id)
                 if joined is not None:
-                    joined.sent.pop(seat, None)
-                    self.dirty.add(episode_id)
-            out = pb.SeatActResult(
-                episode_id=episode_id, seat=seat, turn_id=turn_id, accepted=result.accepted,
-                reason=result.reason, defaulted=result.defaulted, duplicate=result.duplicate,
-            )  # fmt: skip
-            if result.action is not None:
-                out.action.CopyFrom(action_to_pb(result.action))
-            results.append(out)
+                    joined.sent.pop(result.seat, None)
+                    self.dirty.add(result.episode_id)
 
     def _join_seat(self, ep: Episode, seat: int) -> None:
         joined = self.joined.get(ep.episode_id)
@@ -258,6 +226,33 @@ class PlayStream:
         joined.seats.add(seat)
         joined.sent.pop(seat, None)  # a (re-)join sends the seat's pending decision again
         self.dirty.add(ep.episode_id)
+
+    def _act(self, act: pb.SeatAct) -> pb.SeatActResult | None:
+        """Apply one act; its result, or ``None`` for an accepted act when only rejections are wanted."""
+        try:
+            ep = self.manager.get(act.episode_id)
+            # ``HasField`` first: reading ``act.action`` of a text answer (the common case) builds an
+            # empty sub-message object only to find its kind empty
+            if act.HasField("action") and act.action.kind:
+                result = self.manager.act(ep, act.token, act.turn_id, action_from_pb(act.action), "")
+            else:
+                result = self.manager.act(ep, act.token, act.turn_id, None, act.raw_text)
+        except SessionError as exc:
+            known = self.manager.episodes.get(act.episode_id)
+            seat = known.tokens.get(act.token, 0) if known is not None else 0
+            return pb.SeatActResult(
+                episode_id=act.episode_id, seat=seat, turn_id=act.turn_id, error=to_status(exc)
+            )
+        if result.accepted and self.rejected_results_only:
+            return None
+        out = pb.SeatActResult(
+            episode_id=act.episode_id, seat=ep.tokens[act.token], turn_id=act.turn_id,
+            accepted=result.accepted, reason=result.reason, defaulted=result.defaulted,
+            duplicate=result.duplicate,
+        )  # fmt: skip
+        if result.action is not None:
+            out.action.CopyFrom(action_to_pb(result.action))
+        return out
 
     def decisions(self, out: Any) -> None:
         """Append to ``out`` (the response's repeated ``decisions``) the observations of joined seats

@@ -417,8 +417,7 @@ class EpisodeManager:
         return 0 if ep.done else ep.open_turns.get(seat, 0)
 
     def act(self, ep: Episode, token: str, turn_id: int, action: Action | None, raw_text: str) -> ActResult:
-        # One frame for the whole untraced path (this runs once per action): ``seat_of``, ``_rate_limit``,
-        # ``_apply`` and ``_advance``'s common case inlined, one clock reading for all of them.
+        # ``seat_of`` inlined, its clock reading shared with the rate limit: one call per action less
         seat = ep.tokens.get(token)
         if seat is None:
             raise PermissionDeniedError("this token does not hold a seat in this episode")
@@ -426,34 +425,23 @@ class EpisodeManager:
         if self._unclaimed:
             self._unclaimed.pop(ep.episode_id, None)
         key = (seat, turn_id)
-        acted = ep.acted
-        prev = acted.get(key)
+        prev = ep.acted.get(key)
         if prev is not None:  # a retry of an act that was applied: same answer, no second move
             return ActResult(prev.accepted, prev.reason, prev.action, prev.defaulted, True)
-        limits = self.limits
-        # the token bucket (``_rate_limit``)
-        b = self._buckets.get(token)
-        if b is None:
-            b = self._buckets[token] = _Bucket(float(limits.burst), now)
-        tokens = b.tokens + (now - b.last) * limits.acts_per_second
-        b.tokens = tokens if tokens < limits.burst else float(limits.burst)
-        b.last = now
-        if b.tokens < 1.0:
-            raise ResourceExhaustedError(f"too many acts; the limit is {limits.acts_per_second:g}/s per seat")
-        b.tokens -= 1.0
+        self._rate_limit(token, now)
         if ep.advancing:
             self._advance(ep, sliced=False)
-        limit = limits.max_text_chars
+        limit = self.limits.max_text_chars
         if action is not None and len(action.text) > limit:
             raise SessionError(f"action.text is {len(action.text)} characters; the limit is {limit}")
-        env = ep.env
-        if ep.closed or env.done:  # ``ep.done`` without the property call
+        if ep.closed or ep.env.done:  # ``ep.done`` without the property call
             raise FailedPreconditionError("the episode is over")
         # ``open_turns`` holds exactly the non-scripted acting seats (kept in step by ``_open_turns``).
-        open_turns = ep.open_turns
-        current = open_turns.get(seat, 0)
+        current = ep.open_turns.get(seat, 0)
         if not current:
-            raise FailedPreconditionError(f"seat {seat} is not to act now (phase {env.observe(seat).phase})")
+            raise FailedPreconditionError(
+                f"seat {seat} is not to act now (phase {ep.env.observe(seat).phase})"
+            )
         if turn_id != current:
             raise FailedPreconditionError(
                 f"stale turn id {turn_id}; seat {seat}'s current turn id is {current}"
@@ -462,26 +450,9 @@ class EpisodeManager:
         # rules (an empty or unreadable answer is an invalid move: re-prompt, then the default), never a
         # request error that would cost the episode. Only its first ``max_text_chars`` characters are
         # read (bounded parse work and memory); a structured action over the limit is the caller's bug.
-        move = action if action is not None else raw_text if len(raw_text) <= limit else raw_text[:limit]
-        if ep.traced or ep.bots:
-            result = self._apply(ep, seat, move)
-        else:  # ``_apply`` and ``_advance`` without spans or scripted seats (every seat played)
-            result = ep.apply(seat, move)  # the rules: parse once, step, close the turn unless re-prompted
-            ep.advancing = False
-            ep.version += 1
-            if env.done:
-                self._finish(ep, aborted=False)
-                self._notify(ep)
-            else:
-                new = ep.open_due_turns()
-                if new:
-                    self._open_turns(ep, new, now)
-                for listener in ep.listeners:
-                    listener(ep)
-                if ep.watchers:
-                    self._wake(ep)
+        result = self._apply(ep, seat, action if action is not None else raw_text[:limit])
         if result.accepted or result.defaulted:
-            acted[key] = result
+            ep.acted[key] = result
         return result
 
     def _apply(self, ep: Episode, seat: int, move: Action | str, timed_out: bool = False) -> ActResult:
@@ -562,10 +533,10 @@ class EpisodeManager:
             self._slicing = True
             asyncio.get_running_loop().call_soon(self._run_slice)
 
-    def _open_turns(self, ep: Episode, new: list[int], now: float | None = None) -> None:
+    def _open_turns(self, ep: Episode, new: list[int]) -> None:
         """Start the deadlines of the seats whose turns ``Session.open_due_turns`` just opened (it gave
-        them turn ids and dropped turns that vanished); ``now``: a ``time.monotonic()`` the caller read."""
-        deadline = (time.monotonic() if now is None else now) + ep.turn_timeout_s
+        them turn ids and dropped turns that vanished)."""
+        deadline = time.monotonic() + ep.turn_timeout_s
         deadlines = ep.turn_deadlines
         for seat in new:
             deadlines[seat] = deadline
@@ -692,7 +663,20 @@ class EpisodeManager:
                     await ep.changed.wait()
 
     # ------------------------------------------------------------------ protections
-    # (the per-token rate limit is inlined in ``act``)
+    def _rate_limit(self, token: str, now: float) -> None:
+        limits = self.limits
+        b = self._buckets.get(token)
+        if b is None:
+            b = self._buckets[token] = _Bucket(float(limits.burst), now)
+        tokens = b.tokens + (now - b.last) * limits.acts_per_second
+        b.tokens = tokens if tokens < limits.burst else float(limits.burst)
+        b.last = now
+        if b.tokens < 1.0:
+            raise ResourceExhaustedError(
+                f"too many acts; the limit is {self.limits.acts_per_second:g}/s per seat"
+            )
+        b.tokens -= 1.0
+
     def _collect_garbage(self, now: float | None = None) -> None:
         """Forget episodes finished longer than ``finished_ttl_s`` ago (``_finished`` is in finish order,
         so this looks only at the expired head), and, at most every ``collect_every_s``, abort and forget
