@@ -35,6 +35,12 @@ class OutcomeConfig(_Strict):
     #: Terminal-only bonus for seats whose ``SeatOutcome.alive`` is true; skipped, with a note, when no
     #: outcome records survival (games without elimination).
     survival_bonus: float = 0.0
+    #: Added to every seat of a scenario whose negotiation ended without a deal (bargaining: REJECT or the
+    #: turn limit, which the verifier calls a draw: both keep their BATNA), as a ``no_deal`` component
+    #: credited like the outcome; 0 adds nothing. Why: in self-play a no-deal draw (0) beats most deals a
+    #: weak policy strikes (one side's -1), so both seats of one policy learned never to deal
+    #: (``bargaining_selfplay@1``). Only families whose verifier records a deal have it (``outcome.NO_DEAL_KEYS``).
+    no_deal: float = 0.0
 
 
 class CreditConfig(_Strict):

@@ -143,3 +143,21 @@ def scenario_results(
     if diffs:
         notes["verifier_mismatch"] = "; ".join(diffs)
     return results, verdict, notes
+
+
+NO_DEAL_KEYS: dict[str, str] = {"bargaining": "deal"}
+"""Scenario family -> the verdict ``details`` key that holds the deal, ``None`` when the negotiation ended
+without one (walked away or turn limit). A family not listed has no notion of a deal the reward can read."""
+
+
+def ended_without_deal(scenario: Scenario, verdict: VerificationResult) -> bool:
+    """Whether the verifier says the negotiation ended without a deal (not a rule violation, whose verdict
+    records no deal key at all: that seat's loss is its own outcome). ``ScoreError`` for a family without
+    deals, so a spec that prices a no-deal is never silently a no-op there."""
+    key = NO_DEAL_KEYS.get(scenario.family)
+    if key is None:
+        raise ScoreError(
+            f"outcome.no_deal needs a scenario family whose verifier records a deal "
+            f"({', '.join(sorted(NO_DEAL_KEYS))}), not {scenario.family!r}"
+        )
+    return key in verdict.details and verdict.details[key] is None

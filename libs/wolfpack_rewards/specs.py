@@ -5,8 +5,9 @@ default config, registered as ``name@version``. Changing what a spec rewards mea
 edit of an existing one, so ``trajectory.reward_spec`` always says exactly how its rewards were made.
 
 Per turn the components are ``outcome`` (credit-assigned), ``invalid_penalty``, ``format_penalty``,
-``length_penalty``, ``prediction`` and the Werewolf decision rewards ``role_<kind>`` (roles.py); per seat
-the terminal-only components are ``outcome`` (a seat with no turns) and ``survival``. See result.py for the invariant that ties them together.
+``length_penalty``, ``prediction``, the Werewolf decision rewards ``role_<kind>`` (roles.py) and a
+scenario's ``no_deal`` (credit-assigned like the outcome); per seat the terminal-only components are
+``outcome`` and ``no_deal`` (a seat with no turns) and ``survival``. See result.py for the invariant that ties them together.
 """
 
 from __future__ import annotations
@@ -236,6 +237,8 @@ _ROLES = RoleConfig(
 def score_werewolf(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) -> ScoreResult:
     """Outcomes from ``trajectory.outcomes`` (every acting seat must have one); role rewards (``roles``
     config, zero in every spec but ``werewolf_role``) from the applied actions and those outcomes' teams."""
+    if config.outcome.no_deal:
+        raise ScoreError("outcome.no_deal prices a scenario negotiation without a deal; Werewolf has none")
     results, notes = outcome.werewolf_results(trajectory)
     _check_seats(trajectory, set(results), "trajectory.outcomes")
     terminal: dict[int, dict[str, float]] = {}
@@ -253,6 +256,22 @@ def score_werewolf(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) ->
 # --- scenarios --------------------------------------------------------------------------------------------
 
 
+_NO_DEAL = -0.5
+
+
+@register_spec(
+    "bargaining_selfplay",
+    1,
+    "scenario_shaped@1 (verifier +1/-1/0 on each seat's last turn, -0.1 per invalid or defaulted turn and "
+    "per over-length response, 0.2 x <predict_next> char-similarity) plus no_deal -0.5 for both seats when "
+    "the negotiation ends without a deal (REJECT or the turn limit): a deal inside the seat's target +1 > "
+    "a deal between target and reservation 0 > no deal -0.5 > a deal beyond the reservation -1. For "
+    "self-play, where a no-deal draw (0) beat most deals and one policy in both seats learned never to deal",
+    (get_family("bargaining").game_id,),
+    SpecConfig(
+        outcome=OutcomeConfig(no_deal=_NO_DEAL), penalties=_SHAPED_PENALTIES, prediction=_SHAPED_PREDICTION
+    ),
+)
 @register_spec(
     "scenario_shaped",
     1,
@@ -278,4 +297,15 @@ def score_scenario(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) ->
             raise ScoreError(f"trajectory.outcomes has seat {o.seat}, which is not in the scenario")
     results, verdict, notes = outcome.scenario_results(trajectory, scenario)
     notes["verifier_details"] = json.dumps(verdict.details, sort_keys=True, default=str)
-    return compose(trajectory, results, config, None, notes)
+    terminal: dict[int, dict[str, float]] = {}
+    extra: dict[int, dict[str, float]] = {}
+    value = config.outcome.no_deal
+    if value and outcome.ended_without_deal(scenario, verdict):
+        # Credited as the outcome is (the verifier's draw stays the seat's outcome; this is on top of it).
+        for seat in results:
+            positions = [p for p, t in enumerate(trajectory.turns) if t.seat == seat]
+            if not positions:
+                terminal[seat] = {"no_deal": value}
+            for p, amount in credit.assign(positions, value, config.credit.mode, config.credit.gamma).items():
+                extra[p] = {"no_deal": amount}
+    return compose(trajectory, results, config, terminal, notes, extra)

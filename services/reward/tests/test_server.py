@@ -66,7 +66,7 @@ async def test_the_service_answers_what_the_library_computes(
         (
             lambda t: None,
             "werewolf_outcome@7",
-            "unknown reward spec 'werewolf_outcome@7'; valid: scenario_shaped@1",
+            "unknown reward spec 'werewolf_outcome@7'; valid: bargaining_selfplay@1, scenario_shaped@1",
         ),
         (lambda t: setattr(t.game, "game_id", "chess_v1"), "", "no default reward spec for game 'chess_v1'"),
         (lambda t: setattr(t.turns[0], "seat", 7), "", "turn 0 is by seat 7"),
