@@ -21,6 +21,8 @@ precomputed ids/logprobs of the right sizes, so the table shows microseconds of 
 ``batch`` (one GenerateBatch call for the whole batch, results streamed back as they finish), or ``both``
 (the default: both, interleaved with the in-process runs, as separate columns). ``--uncoalesced`` adds a
 GenerateBatch column served with one message per finished request, to show what coalescing saves.
+``--stream`` adds a GenerateBatchStream column: each batch one message of a long-lived call (``BatchStream``,
+what the rollout driver sends), so the difference to the GenerateBatch column is what a call per batch costs.
 """
 
 from __future__ import annotations
@@ -100,12 +102,17 @@ def _client_process(
     asyncio.run(serve_requests())
 
 
+_STREAMS: dict[int, Any] = {}
+"""One ``BatchStream`` per stub, kept across batches (as a rollout worker keeps its one)."""
+
+
 async def _grpc_batch(stub: Any, mode: str, prompts: list[list[int]], params: Any) -> int:
     """Send ``prompts`` over gRPC as a client would (requests built here, inside the timing): ``unary``
     as one Generate call each, concurrently; ``batch``/``batch-uncoalesced`` as one GenerateBatch through
-    the client helper. Returns the generated tokens."""
+    the client helper; ``batch-stream`` as one message of a long-lived GenerateBatchStream call
+    (``BatchStream``). Returns the generated tokens."""
     from wolfpack.v1 import inference_service_pb2 as pb
-    from wolfpack_inference.client import generate_batch
+    from wolfpack_inference.client import BatchStream, generate_batch
 
     if mode == "unary":
         reqs = [pb.GenerateRequest(policy_id="bench", tokens=pb.TokenPrompt(token_ids=p), sampling=params)
@@ -117,7 +124,12 @@ async def _grpc_batch(stub: Any, mode: str, prompts: list[list[int]], params: An
     for p in prompts:
         add(policy_id="bench", tokens=pb.TokenPrompt(token_ids=p), sampling=params)
     tokens = 0
-    async for item in generate_batch(stub, batch):
+    if mode == "batch-stream":
+        stream = _STREAMS.get(id(stub)) or _STREAMS.setdefault(id(stub), BatchStream(stub))
+        items = stream.generate_batch(batch)
+    else:
+        items = generate_batch(stub, batch)
+    async for item in items:
         if item.response is None:
             raise RuntimeError(f"request {item.index} failed: {item.code.name} {item.message}")
         tokens += item.response.usage.completion_tokens
@@ -172,6 +184,8 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     modes = ["unary", "batch"] if args.grpc_mode == "both" else [args.grpc_mode]
     if args.uncoalesced:
         modes.append("batch-uncoalesced")
+    if args.stream:
+        modes.append("batch-stream")
     grpc_calls: dict[str, Callable[[int], Awaitable[int]]] = {}
     servicer_calls: dict[str, Callable[[int], Awaitable[int]]] = {}
     servers: list[Any] = []
@@ -286,6 +300,8 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.client_process and grpc_calls:
         parent.send(None)
         client.join(timeout=30)
+    for stream in _STREAMS.values():
+        await stream.aclose()
     for channel in channels:
         await channel.close()
     for server in servers:
@@ -324,6 +340,11 @@ def main() -> None:
         "sending same-tick results together saves",
     )  # fmt: skip
     ap.add_argument(
+        "--stream", action="store_true",
+        help="also send each batch as one message of a long-lived GenerateBatchStream call (BatchStream), "
+        "to see what one call per batch costs",
+    )  # fmt: skip
+    ap.add_argument(
         "--stagger-us", type=float, default=0.0,
         help="also run in process with requests arriving this many microseconds apart (arrival-skew control)",
     )  # fmt: skip
@@ -340,11 +361,14 @@ def main() -> None:
 
         Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
     lp = " · logprobs" if args.logprobs else ""
-    modes = [k for k in ("unary", "batch", "batch-uncoalesced") if rows and f"{k}_us" in rows[0]]
+    modes = [
+        k for k in ("unary", "batch", "batch-uncoalesced", "batch-stream") if rows and f"{k}_us" in rows[0]
+    ]
     names = {
         "unary": "unary gRPC",
         "batch": "GenerateBatch",
         "batch-uncoalesced": "GenerateBatch 1 msg/result",
+        "batch-stream": "GenerateBatchStream",
     }
     if args.backend == "replay":
         title = (f"replay (bench-only instant engine) · prompt {args.prompt_len} · {args.max_tokens} tokens per "

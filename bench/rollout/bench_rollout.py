@@ -190,7 +190,7 @@ async def play_row(
 
 
 async def play_in_child(
-    args: argparse.Namespace, addr: dict[str, str], c: int, r: int
+    args: argparse.Namespace, addr: dict[str, str], c: int, r: int, baseline_old: bool = False
 ) -> tuple[list[Any], float, int, float]:
     """The same row with the rollout driver in its own process, as the rollout service runs beside the
     inference service; this process keeps serving inference (and holds the engine for the raw row).
@@ -209,6 +209,8 @@ async def play_in_child(
                "--temperature", str(args.temperature), "--prompt-mode", args.prompt_mode,
                "--memory-steps", str(args.memory_steps), "--progress-s", str(args.progress_s),
                "--generate-timeout", str(args.generate_timeout)]  # fmt: skip
+        if baseline_old:
+            cmd.append("--baseline-old")
         proc = await asyncio.create_subprocess_exec(*cmd)
         if await proc.wait() != 0:
             raise RuntimeError(f"the driver process exited with {proc.returncode}")
@@ -419,7 +421,7 @@ async def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
                     child_cpu = 0.0
                     if split or args.driver_process:
                         played, elapsed, failed, child_cpu = await play_in_child(
-                            args, split_addr if split else addr, c, r
+                            args, split_addr if split else addr, c, r, args.baseline and code == "old"
                         )
                     else:
                         played, elapsed, failed = await play_row(args, env, inference, reward, c, r)
@@ -576,27 +578,20 @@ class EngineCounters:
 
 
 def use_baseline(old: bool) -> None:
-    """``--baseline``: switch this change's code paths off (``old``) or on, in the inference service of
-    this process, so the code before and after it play side by side in one run (the environment and
-    everything else unchanged; in ``split`` rows too, since inference stays in this process).
+    """``--baseline``: switch this change's code path off (``old``) or on in this process, so the code
+    before and after it play side by side in one run (everything else the same objects; in ``split``
+    rows the driver's process gets ``--baseline-old`` and switches it there).
 
-    This change (2026-11-27, third session): a compression's window at the start of the message it cuts
-    takes its first tokens from the message's cached ids instead of tokenizing the window
-    (``token_cache.KNOWN_HEADS``: off), and a GenerateBatch prepares its cheap items on the event loop until
-    ``server.INLINE_PREPARE_S`` is spent instead of by a character bound over the whole batch
-    (``server.INLINE_BY_TIME``: off). The second session's switches (common-end reuse, the count memo)
-    are part of "old" now."""
-    from wolfpack_inference import server, token_cache
+    This change (2026-11-27, fourth session): the driver's ``GrpcInference`` sends every batch as a
+    message of one long-lived GenerateBatchStream call instead of a GenerateBatch call each
+    (``wolfpack_rollout.backends.BATCH_STREAM``: off). The earlier sessions' switches
+    (``token_cache.KNOWN_HEADS``, ``server.INLINE_BY_TIME``) are part of "old" now and stay on."""
+    from wolfpack_rollout import backends
 
     if not _NEW:
-        _NEW.update(
-            KNOWN_HEADS=getattr(token_cache, "KNOWN_HEADS", False),
-            INLINE_BY_TIME=getattr(server, "INLINE_BY_TIME", False),
-        )
-    if hasattr(token_cache, "KNOWN_HEADS"):
-        token_cache.KNOWN_HEADS = False if old else _NEW["KNOWN_HEADS"]
-    if hasattr(server, "INLINE_BY_TIME"):
-        server.INLINE_BY_TIME = False if old else _NEW["INLINE_BY_TIME"]
+        _NEW.update(BATCH_STREAM=getattr(backends, "BATCH_STREAM", False))
+    if hasattr(backends, "BATCH_STREAM"):
+        backends.BATCH_STREAM = False if old else _NEW["BATCH_STREAM"]
 
 
 _NEW: dict[str, Any] = {}
@@ -688,11 +683,14 @@ def main() -> None:
     ap.add_argument("--serve-only", default="", help=argparse.SUPPRESS)  # a ServiceProcess child
     ap.add_argument("--driver-only", default="", help=argparse.SUPPRESS)  # the child of --driver-process
     ap.add_argument("--repeat-index", type=int, default=0, help=argparse.SUPPRESS)
+    # the driver's process of an "old" row (see use_baseline)
+    ap.add_argument("--baseline-old", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_only:
         asyncio.run(serve_only(args.serve_only))
         return
     if args.driver_only:
+        use_baseline(args.baseline_old)
         asyncio.run(driver_only(args))
         return
     print(f"rollout bench: backend={args.backend} model={args.model} game={args.game}/{args.variant} "

@@ -96,7 +96,7 @@ def tracer(name: str) -> trace.Tracer:
     return trace.get_tracer(name)
 
 
-LONG_STREAMS = ("Observe", "PlaySeats", "GenerateStream", "PushWeights")
+LONG_STREAMS = ("Observe", "PlaySeats", "GenerateStream", "GenerateBatchStream", "PushWeights")
 """Streaming methods that last an episode or a transfer: not wrapped in one server span each. The
 instrumentation's stream wrapper also fails ("token created in a different Context") when thousands of
 such streams end at once; their work is traced per turn/request inside the services instead."""

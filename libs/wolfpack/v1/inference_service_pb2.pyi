@@ -406,6 +406,70 @@ class GenerateBatchResponse(_message.Message):
 Global___GenerateBatchResponse: _TypeAlias = GenerateBatchResponse  # noqa: Y015
 
 @_typing.final
+class GenerateBatchStreamRequest(_message.Message):
+    """One message of a GenerateBatchStream call."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCH_FIELD_NUMBER: _builtins.int
+    CANCEL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def batch(self) -> Global___GenerateBatchRequest:
+        """A batch to admit, answered as GenerateBatch answers it, except that an error GenerateBatch would end
+        its call with (an empty batch has none: it is ignored) answers each of the batch's unanswered
+        requests instead. Requests are numbered over the whole stream in the order sent: the first batch's
+        first request is 0, and each batch's first follows the last one before it (at most 2^31 - 1 over a
+        stream: open a new one before).
+        """
+
+    @_builtins.property
+    def cancel(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Stream-wide numbers of the first requests of earlier batches to abort (a caller that stopped waiting
+        for them): each of their requests still unanswered is answered with CANCELLED. A number that starts
+        no unfinished batch is ignored.
+        """
+
+    def __init__(
+        self,
+        *,
+        batch: Global___GenerateBatchRequest | None = ...,
+        cancel: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "cancel", b"cancel"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GenerateBatchStreamRequest: _TypeAlias = GenerateBatchStreamRequest  # noqa: Y015
+
+@_typing.final
+class GenerateBatchStreamResponse(_message.Message):
+    """One message of GenerateBatchStream's responses: the requests that finished since the previous one."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___GenerateBatchResult]:
+        """Finished requests in completion order, each indexed by its stream-wide number; over the whole stream
+        every number sent appears exactly once.
+        """
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___GenerateBatchResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GenerateBatchStreamResponse: _TypeAlias = GenerateBatchStreamResponse  # noqa: Y015
+
+@_typing.final
 class ListPoliciesRequest(_message.Message):
     """Request for ListPolicies."""
 

@@ -50,6 +50,11 @@ class InferenceServiceStub:
                 request_serializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchRequest.SerializeToString,
                 response_deserializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchResponse.FromString,
                 _registered_method=True)
+        self.GenerateBatchStream = channel.stream_stream(
+                '/wolfpack.v1.InferenceService/GenerateBatchStream',
+                request_serializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchStreamRequest.SerializeToString,
+                response_deserializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchStreamResponse.FromString,
+                _registered_method=True)
         self.ListPolicies = channel.unary_unary(
                 '/wolfpack.v1.InferenceService/ListPolicies',
                 request_serializer=wolfpack_dot_v1_dot_inference__service__pb2.ListPoliciesRequest.SerializeToString,
@@ -95,6 +100,18 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GenerateBatchStream(self, request_iterator, context):
+        """GenerateBatch over one long-lived call: every request message is a batch, admitted as it arrives
+        (each request validated and answered exactly as GenerateBatch would), and results stream back as
+        they finish, whichever batch they belong to. For a caller that sends a batch per decision step (a
+        rollout worker): the call's setup, headers and status are paid once per stream instead of once per
+        batch. Closing the request side ends the call once every admitted request is answered; cancelling
+        the call aborts the requests still generating.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListPolicies(self, request, context):
         """Lists served policies and their current versions.
         """
@@ -134,6 +151,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.GenerateBatch,
                     request_deserializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchRequest.FromString,
                     response_serializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchResponse.SerializeToString,
+            ),
+            'GenerateBatchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.GenerateBatchStream,
+                    request_deserializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchStreamRequest.FromString,
+                    response_serializer=wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchStreamResponse.SerializeToString,
             ),
             'ListPolicies': grpc.unary_unary_rpc_method_handler(
                     servicer.ListPolicies,
@@ -233,6 +255,33 @@ class InferenceService:
             '/wolfpack.v1.InferenceService/GenerateBatch',
             wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchRequest.SerializeToString,
             wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateBatchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/wolfpack.v1.InferenceService/GenerateBatchStream',
+            wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchStreamRequest.SerializeToString,
+            wolfpack_dot_v1_dot_inference__service__pb2.GenerateBatchStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

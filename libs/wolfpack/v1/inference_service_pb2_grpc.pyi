@@ -43,6 +43,14 @@ class InferenceServiceStub:
     the transport is paid once per batch. A bad request fails only its own item; an empty batch fails the
     call with INVALID_ARGUMENT. Cancelling the call aborts the items still generating.
     """
+    GenerateBatchStream: _grpc.StreamStreamMultiCallable[_inference_service_pb2.GenerateBatchStreamRequest, _inference_service_pb2.GenerateBatchStreamResponse]
+    """GenerateBatch over one long-lived call: every request message is a batch, admitted as it arrives
+    (each request validated and answered exactly as GenerateBatch would), and results stream back as
+    they finish, whichever batch they belong to. For a caller that sends a batch per decision step (a
+    rollout worker): the call's setup, headers and status are paid once per stream instead of once per
+    batch. Closing the request side ends the call once every admitted request is answered; cancelling
+    the call aborts the requests still generating.
+    """
     ListPolicies: _grpc.UnaryUnaryMultiCallable[_inference_service_pb2.ListPoliciesRequest, _inference_service_pb2.ListPoliciesResponse]
     """Lists served policies and their current versions."""
     LoadPolicy: _grpc.UnaryUnaryMultiCallable[_inference_service_pb2.LoadPolicyRequest, _inference_service_pb2.LoadPolicyResponse]
@@ -66,6 +74,14 @@ class InferenceServiceAsyncStub(InferenceServiceStub):
     streaming each result as soon as it finishes. One call instead of one per prompt: the per-call cost of
     the transport is paid once per batch. A bad request fails only its own item; an empty batch fails the
     call with INVALID_ARGUMENT. Cancelling the call aborts the items still generating.
+    """
+    GenerateBatchStream: _aio.StreamStreamMultiCallable[_inference_service_pb2.GenerateBatchStreamRequest, _inference_service_pb2.GenerateBatchStreamResponse]  # type: ignore[assignment]
+    """GenerateBatch over one long-lived call: every request message is a batch, admitted as it arrives
+    (each request validated and answered exactly as GenerateBatch would), and results stream back as
+    they finish, whichever batch they belong to. For a caller that sends a batch per decision step (a
+    rollout worker): the call's setup, headers and status are paid once per stream instead of once per
+    batch. Closing the request side ends the call once every admitted request is answered; cancelling
+    the call aborts the requests still generating.
     """
     ListPolicies: _aio.UnaryUnaryMultiCallable[_inference_service_pb2.ListPoliciesRequest, _inference_service_pb2.ListPoliciesResponse]  # type: ignore[assignment]
     """Lists served policies and their current versions."""
@@ -105,6 +121,20 @@ class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
         streaming each result as soon as it finishes. One call instead of one per prompt: the per-call cost of
         the transport is paid once per batch. A bad request fails only its own item; an empty batch fails the
         call with INVALID_ARGUMENT. Cancelling the call aborts the items still generating.
+        """
+
+    @_abc_1.abstractmethod
+    def GenerateBatchStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_inference_service_pb2.GenerateBatchStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_inference_service_pb2.GenerateBatchStreamResponse], _abc.AsyncIterator[_inference_service_pb2.GenerateBatchStreamResponse]]:
+        """GenerateBatch over one long-lived call: every request message is a batch, admitted as it arrives
+        (each request validated and answered exactly as GenerateBatch would), and results stream back as
+        they finish, whichever batch they belong to. For a caller that sends a batch per decision step (a
+        rollout worker): the call's setup, headers and status are paid once per stream instead of once per
+        batch. Closing the request side ends the call once every admitted request is answered; cancelling
+        the call aborts the requests still generating.
         """
 
     @_abc_1.abstractmethod

@@ -32,6 +32,8 @@ only once the policy serves it. torch and peft are imported lazily, inside the f
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
@@ -109,6 +111,146 @@ async def generate_batch_ordered(
     if missing:  # the server's contract is one result per index: say so rather than return holes
         raise RuntimeError(f"GenerateBatch ended without results for indexes {missing[:10]}")
     return [item for item in out if item is not None]
+
+
+class BatchStream:
+    """``generate_batch`` over one long-lived GenerateBatchStream call: each batch is a message of the
+    stream, not a call of its own, so a caller that sends a batch per decision step (a rollout worker)
+    pays gRPC's per-call work (the call's setup, headers, status and interceptors, on both ends) once
+    instead of once per batch.
+
+        stream = BatchStream(stub)
+        async for item in stream.generate_batch(requests, timeout=60):   # as generate_batch
+            ...
+        await stream.aclose()
+
+    ``generate_batch`` keeps the function's contract: one ``BatchItem`` per request (index within the
+    batch) as each finishes, ``grpc.aio.AioRpcError`` for what fails the whole batch (the deadline as
+    DEADLINE_EXCEEDED, the stream failing with its status). Leaving it early, or its deadline passing,
+    aborts the batch's unfinished requests on the server. The call is opened at the first batch and again
+    after it failed; batches in flight when it fails all raise its error."""
+
+    def __init__(self, stub: pb_grpc.InferenceServiceAsyncStub) -> None:
+        self.stub = stub
+        self._call: _StreamCall | None = None
+
+    def _open(self, size: int) -> _StreamCall:
+        call = self._call
+        if call is None or call.failed or call.next_index + size > _MAX_STREAM_INDEX:
+            if call is not None:
+                call.finish()  # a full stream ends once its batches are answered
+            call = self._call = _StreamCall(self.stub)
+        return call
+
+    async def generate_batch(
+        self,
+        requests: pb.GenerateBatchRequest | Iterable[pb.GenerateRequest],
+        *,
+        timeout: float | None = None,
+    ) -> AsyncIterator[BatchItem]:
+        message = pb.GenerateBatchStreamRequest(batch=batch_request(requests))
+        size = len(message.batch.requests)
+        if not size:
+            raise _rpc_error(grpc.StatusCode.INVALID_ARGUMENT, "GenerateBatch takes at least one request")
+        call = self._open(size)
+        base = call.next_index
+        call.next_index += size
+        box: asyncio.Queue[BatchItem | BaseException] = asyncio.Queue()
+        for i in range(base, base + size):
+            call.owners[i] = box
+        call.send(message)
+        timer = None
+        if timeout is not None:
+            expired = _rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            timer = asyncio.get_running_loop().call_later(timeout, box.put_nowait, expired)
+        left = size
+        try:
+            while left:
+                got = await box.get()
+                if isinstance(got, BaseException):
+                    raise got
+                left -= 1
+                yield BatchItem(got.index - base, got.response, got.code, got.message)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if left:
+                owners = call.owners
+                for i in range(base, base + size):
+                    if owners.get(i) is box:
+                        del owners[i]
+                if not call.failed:
+                    call.send(pb.GenerateBatchStreamRequest(cancel=[base]))
+
+    async def aclose(self) -> None:
+        """End the call (the batches still waiting raise CANCELLED)."""
+        call, self._call = self._call, None
+        if call is not None:
+            await call.cancel()
+
+
+_MAX_STREAM_INDEX = 2**31 - 1
+"""Requests one GenerateBatchStream numbers at most (``GenerateBatchResult.index`` is an int32)."""
+
+
+def _rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+
+
+class _StreamCall:
+    """One GenerateBatchStream call: its request queue, the reader that hands each result to the batch
+    that owns its number (``owners``), and the numbering."""
+
+    def __init__(self, stub: pb_grpc.InferenceServiceAsyncStub) -> None:
+        self.queue: asyncio.Queue[pb.GenerateBatchStreamRequest | None] = asyncio.Queue()
+        self.owners: dict[int, asyncio.Queue[BatchItem | BaseException]] = {}
+        self.next_index = 0
+        self.failed = False
+        self.call = stub.GenerateBatchStream(self._requests())
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _requests(self) -> AsyncIterator[pb.GenerateBatchStreamRequest]:
+        while (message := await self.queue.get()) is not None:
+            yield message
+
+    def send(self, message: pb.GenerateBatchStreamRequest) -> None:
+        self.queue.put_nowait(message)
+
+    def finish(self) -> None:
+        """Close the request side: the call ends once every batch sent is answered."""
+        self.queue.put_nowait(None)
+
+    async def _read(self) -> None:
+        error: BaseException | None = None
+        try:
+            async for msg in self.call:
+                owners = self.owners
+                for r in msg.results:
+                    box = owners.pop(r.index, None)
+                    if box is None:  # a batch that stopped waiting
+                        continue
+                    if r.HasField("response"):
+                        box.put_nowait(BatchItem(r.index, r.response))
+                    else:
+                        box.put_nowait(BatchItem(r.index, None, code_of(r.error), r.error.message))
+        except grpc.aio.AioRpcError as exc:
+            error = exc
+        except asyncio.CancelledError:
+            error = _rpc_error(grpc.StatusCode.CANCELLED, "the batch stream was closed")
+            raise
+        finally:
+            self.failed = True
+            if self.owners:  # the call ended with batches still waiting: each raises why
+                why = error or _rpc_error(grpc.StatusCode.UNAVAILABLE, "the batch stream ended early")
+                for box in set(self.owners.values()):
+                    box.put_nowait(why)
+                self.owners.clear()
+
+    async def cancel(self) -> None:
+        self.call.cancel()
+        self.reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.reader
 
 
 # --- PushWeights ---------------------------------------------------------------------------------------

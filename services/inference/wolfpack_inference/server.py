@@ -8,14 +8,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import grpc
 from opentelemetry import trace
 
 from wolfpack import rpc, telemetry
-from wolfpack.errors import to_status
+from wolfpack.errors import ServiceError, make_status, to_status
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack.v1 import inference_service_pb2 as pb
@@ -322,6 +323,101 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                     "unfinished": len(running), "ms": round((time.perf_counter() - started) * 1000, 2),
                 })  # fmt: skip
 
+    async def GenerateBatchStream(
+        self, request_iterator: AsyncIterator[pb.GenerateBatchStreamRequest], context: Any
+    ) -> AsyncIterator[pb.GenerateBatchStreamResponse]:
+        """Every batch of the call runs through ``GenerateBatch`` itself, in a task of its own, as soon as
+        it arrives; its results are renumbered over the stream (``base + index``) and the messages of
+        every batch that finished since the last write go out as one. A batch ``GenerateBatch`` fails as a
+        whole, or one that would leave more than ``MAX_BATCH_ITEMS`` requests unanswered on the stream,
+        has each request it left unanswered answered with that status; a cancelled one, CANCELLED.
+
+        Cleanup: when the call ends (the caller cancelled it, or closed its side and every batch was
+        answered), the batches still running are cancelled, and each cancels its backend calls."""
+        batches: dict[int, asyncio.Task[None]] = {}  # running, by the stream number of their first request
+        ready: deque[pb.GenerateBatchResponse] = deque()  # renumbered, not yet sent
+        wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        stream = {"open": 0, "input_done": False}  # requests admitted and unanswered; the caller's side
+        failure: list[BaseException] = []
+
+        async def run(batch: pb.GenerateBatchRequest, base: int) -> None:
+            size = len(batch.requests)
+            answered: set[int] = set()
+            status: Any = None
+            try:
+                async for msg in self.GenerateBatch(batch, context):
+                    for r in msg.results:
+                        answered.add(r.index)
+                        r.index += base
+                    ready.append(msg)
+                    wake.set()
+            except asyncio.CancelledError:
+                status = make_status(grpc.StatusCode.CANCELLED, "cancelled by the caller")
+            except Exception as exc:  # what GenerateBatch would have ended its own call with
+                if not isinstance(exc, ServiceError):
+                    log.error("GenerateBatchStream batch failed", exc_info=exc)
+                status = to_status(exc)
+            finally:
+                if status is not None and len(answered) < size:
+                    ready.append(_answer_all(base, (i for i in range(size) if i not in answered), status))
+                stream["open"] -= size
+                del batches[base]
+                wake.set()
+
+        async def read() -> None:
+            base = 0
+            try:
+                async for message in request_iterator:
+                    for first in message.cancel:
+                        task = batches.get(first)
+                        if task is not None:
+                            task.cancel()
+                    size = len(message.batch.requests)
+                    if not size:
+                        continue
+                    if stream["open"] + size > MAX_BATCH_ITEMS:
+                        busy = make_status(
+                            grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"GenerateBatchStream holds at most {MAX_BATCH_ITEMS} unanswered requests",
+                        )
+                        ready.append(_answer_all(base, range(size), busy))
+                        wake.set()
+                    else:
+                        stream["open"] += size
+                        batches[base] = loop.create_task(run(message.batch, base))
+                    base += size
+            except Exception as exc:  # an undecodable message: the call ends with its status
+                failure.append(exc)
+            finally:
+                stream["input_done"] = True
+                wake.set()
+
+        reader = loop.create_task(read())
+        try:
+            while True:
+                if ready:
+                    out, size, many = pb.GenerateBatchStreamResponse(), 0, len(ready) > 1
+                    while ready:
+                        if many:  # several batches' messages in one write: keep it under the bound
+                            grown = size + ready[0].ByteSize()
+                            if size and grown > _MESSAGE_BYTES:
+                                break
+                            size = grown
+                        out.results.extend(ready.popleft().results)
+                    yield out
+                    continue
+                if failure:
+                    raise failure[0]
+                if stream["input_done"] and not batches:
+                    return
+                wake.clear()
+                await wake.wait()
+        finally:
+            reader.cancel()
+            for task in list(batches.values()):
+                task.cancel()
+
     async def GenerateStream(
         self, request: pb.GenerateStreamRequest, context: Any
     ) -> AsyncIterator[pb.GenerateStreamResponse]:
@@ -399,6 +495,14 @@ def _check_batch(items: Sequence[pb.GenerateRequest]) -> None:
             f"GenerateBatch takes at most {MAX_BATCH_CHARS} prompt characters in all, got {chars}; "
             "split it into several calls",
         )
+
+
+def _answer_all(base: int, indexes: Iterable[int], status: Any) -> pb.GenerateBatchResponse:
+    """Results for ``indexes`` of the batch starting at stream number ``base``, each failed with ``status``."""
+    msg = pb.GenerateBatchResponse()
+    for i in indexes:
+        msg.results.add(index=base + i, error=status)
+    return msg
 
 
 def _status(exc: InferenceError) -> Any:

@@ -32,16 +32,27 @@ STRONG = "strong"
 
 
 class SpyInference(InferenceServicer):
-    """The real servicer; every GenerateBatch response it sends is also kept, keyed by request id."""
+    """The real servicer; every GenerateBatch response it sends is also kept, keyed by request id (the
+    batches of a GenerateBatchStream run through GenerateBatch too). ``batches`` counts GenerateBatch
+    runs, ``streams`` GenerateBatchStream calls."""
 
     def __init__(self, registry: PolicyRegistry) -> None:
         super().__init__(registry)
         self.sent: dict[str, inf_pb.GenerateResponse] = {}
         self.prompts: dict[str, list[tuple[str, str]]] = {}
+        self.batches = self.streams = 0
+
+    async def GenerateBatchStream(
+        self, request_iterator: AsyncIterator[inf_pb.GenerateBatchStreamRequest], context: Any
+    ) -> AsyncIterator[inf_pb.GenerateBatchStreamResponse]:
+        self.streams += 1
+        async for msg in super().GenerateBatchStream(request_iterator, context):
+            yield msg
 
     async def GenerateBatch(
         self, request: inf_pb.GenerateBatchRequest, context: Any
     ) -> AsyncIterator[inf_pb.GenerateBatchResponse]:  # type: ignore[override]
+        self.batches += 1
         for req in request.requests:
             self.prompts[req.request_id] = [(m.role, m.content) for m in req.chat.messages]
         async for msg in super().GenerateBatch(request, context):

@@ -47,6 +47,7 @@ async def test_werewolf_and_bargaining_concurrently_reach_the_stream_token_exact
         await driver.close()
     assert driver.stats.failures == {}, driver.stats.failures
     assert len(played) == 16
+    assert stack.spy.streams == 1 and stack.spy.batches > 1, "every batch a message of one stream"
     assert [t.task_id for t in played] == [t.task_id for t in work], "play() keeps task order"
     received: list[trajectory_pb2.Trajectory] = []
     while len(received) < len(played):  # bounded: 16 entries are on the stream already

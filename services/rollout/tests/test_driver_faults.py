@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from wolfpack import rpc
+from wolfpack.errors import ServiceError
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack.v1 import inference_service_pb2 as inf_pb
 from wolfpack.v1 import reward_service_pb2 as rew_pb
@@ -34,7 +35,8 @@ class FlakyInference(SpyInference):
     """The real servicer, except that its first ``failing`` GenerateBatch calls fail: every item with
     UNAVAILABLE (``mode="items"``: what a restarting backend's requests get) or the whole call with
     RESOURCE_EXHAUSTED (``mode="call"``: a full queue; the channel's own retry policy retries only
-    UNAVAILABLE, so these reach the driver). ``calls`` counts every GenerateBatch that reached it."""
+    UNAVAILABLE, so these reach the driver). ``calls`` counts every GenerateBatch that reached it: a call
+    of its own, or a batch of the driver's GenerateBatchStream (which runs each through GenerateBatch)."""
 
     def __init__(self, registry: PolicyRegistry, failing: int, mode: str) -> None:
         super().__init__(registry)
@@ -46,8 +48,8 @@ class FlakyInference(SpyInference):
         self.calls += 1
         if self.failing > 0:
             self.failing -= 1
-            if self.mode == "call":
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "queue full")
+            if self.mode == "call":  # the status the call ends with (each item's, over the batch stream)
+                raise ServiceError("queue full", grpc.StatusCode.RESOURCE_EXHAUSTED)
             msg = inf_pb.GenerateBatchResponse()
             for i in range(len(request.requests)):
                 item = msg.results.add(index=i)

@@ -8,7 +8,8 @@ The driver needs little of each service, and that little is the seam:
   (``PlaySeatsRequest.omit_messages``: ``Observation.text`` only) and rebuilds ``Observation.messages``
   from the text exactly as the server would, so the driver, which passes ``obs.messages`` on to
   GenerateBatch, sees the same decisions for half the prompt bytes on the wire.
-* ``Inference`` — ``generate_batch(requests)``: one ``BatchItem`` per request, as each finishes.
+* ``Inference`` — ``generate_batch(requests)``: one ``BatchItem`` per request, as each finishes (over
+  gRPC every batch is a message of one GenerateBatchStream call, see ``BATCH_STREAM``).
 * ``Reward`` — ``score(ScoreRequest)``.
 
 ``GrpcInference`` and ``GrpcReward`` put the services behind the last two. The trainer's local mode
@@ -31,7 +32,7 @@ from wolfpack.v1 import inference_service_pb2 as inf_pb
 from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
 from wolfpack.v1 import reward_service_pb2 as rew_pb
 from wolfpack.v1 import reward_service_pb2_grpc as rew_grpc
-from wolfpack_inference.client import BatchItem, generate_batch
+from wolfpack_inference.client import BatchItem, BatchStream, generate_batch
 
 __all__ = ["BatchItem", "Environment", "EpisodeStream", "GrpcInference", "GrpcReward", "Inference", "Reward"]
 
@@ -75,16 +76,30 @@ class Reward(Protocol):
     async def score(self, request: rew_pb.ScoreRequest) -> rew_pb.ScoreResponse: ...
 
 
+BATCH_STREAM = True
+"""``GrpcInference`` sends every batch as a message of one GenerateBatchStream call (``BatchStream``)
+instead of a GenerateBatch call each: a rollout sends about one batch per two policy turns, and each call
+cost both ends its setup, headers, status and interceptors. ``bench/rollout/bench_rollout.py --baseline``
+turns it off to compare (then each batch is a GenerateBatch call, the path before)."""
+
+
 class GrpcInference:
-    """``Inference`` over the inference service's GenerateBatch."""
+    """``Inference`` over the inference service: every batch a message of one long-lived
+    GenerateBatchStream call (``BATCH_STREAM``), opened at the first batch and closed by ``aclose``."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self.stub = inf_grpc.InferenceServiceStub(channel)
+        self.stream = BatchStream(self.stub)
 
     def generate_batch(
         self, requests: Sequence[inf_pb.GenerateRequest], *, timeout: float | None = None
     ) -> AsyncIterator[BatchItem]:
+        if BATCH_STREAM:
+            return self.stream.generate_batch(requests, timeout=timeout)
         return generate_batch(self.stub, requests, timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
 
 
 class GrpcReward:

@@ -304,10 +304,11 @@ class RolloutDriver:
         trainer's local mode plays in process this way. ``encode_prompt`` lets ``max_prompt_tokens`` crop."""
         self.config = config
         self.environment = environment
+        self._own_inference: GrpcInference | None = None
         if inference is None:
             if inference_channel is None:
                 raise ValueError("RolloutDriver needs inference_channel or an inference backend")
-            inference = GrpcInference(inference_channel)
+            inference = self._own_inference = GrpcInference(inference_channel)
         if reward is None:
             if reward_channel is None:
                 raise ValueError("RolloutDriver needs reward_channel or a reward backend")
@@ -324,8 +325,10 @@ class RolloutDriver:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def close(self) -> None:
-        """Nothing of its own to close: the channels and clients passed in stay the caller's. Kept so
-        ``connect`` and other owners can treat every driver alike."""
+        """Close what the driver opened itself: the batch stream of the ``GrpcInference`` it made from
+        ``inference_channel``. The channels and clients passed in stay the caller's."""
+        if self._own_inference is not None:
+            await self._own_inference.aclose()
 
     # ------------------------------------------------------------------ public API
     async def play(self, tasks: Sequence[cur_pb.Task]) -> list[trajectory_pb2.Trajectory]:
