@@ -240,7 +240,12 @@ def _ensure_stack(stack: contextlib.ExitStack, cfg: Any, settings: Any, out: Pat
             raise typer.Exit(2) from None
         return settings
     console.print(f"starting a stack for this job in {out / 'stack'} (logs: {out / 'stack' / 'up.log'})")
-    stack_dir = stack.enter_context(child_stack(cfg, out / "stack", models))
+    # Served opponents named like a trained policy's model (``smollm2``, ``tiny``, a .gguf) are resolved here,
+    # with the job's cache, as the trained ones are: the stack's inference would otherwise build its own copy
+    # in its own cache, and on a host without network (the lent GPUs) fail to fetch the package at all.
+    opponents = {o.id: resolve_model_path(o.model, str(cache)) for o in cfg.opponent_policies
+                 if o.backend != "openai" and o.model}  # fmt: skip
+    stack_dir = stack.enter_context(child_stack(cfg, out / "stack", models, opponent_models=opponents))
     return settings_or_exit(run_dir=stack_dir)
 
 

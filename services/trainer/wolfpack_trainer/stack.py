@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import grpc
@@ -119,14 +119,17 @@ def inference_options(cfg: TrainConfig, lora_rank: int = 0, engines: int = 1) ->
     return out
 
 
-def opponent_entry(cfg: TrainConfig, opponent: OpponentPolicy, engines: int = 1) -> dict[str, object]:
+def opponent_entry(
+    cfg: TrainConfig, opponent: OpponentPolicy, engines: int = 1, model: str | None = None
+) -> dict[str, object]:
     """Inference's policies-file entry for a served opponent: the stack's backend options for a checkpoint
-    or HF id, or the OpenAI-compatible backend pointed at ``base_url``."""
+    or HF id (``model``: the job's resolved checkpoint for ``opponent.model`` where it has one), or the
+    OpenAI-compatible backend pointed at ``base_url``."""
     if opponent.backend == "openai":
         return {"policy_id": opponent.id, "backend": "openai", "base_url": opponent.base_url,
                 "remote_model": opponent.remote_model, "model": opponent.model or opponent.remote_model}  # fmt: skip
     out: dict[str, object] = {
-        "policy_id": opponent.id, "model": opponent.model, **inference_options(cfg, engines=engines)
+        "policy_id": opponent.id, "model": model or opponent.model, **inference_options(cfg, engines=engines)
     }  # fmt: skip
     if opponent.backend != "auto":
         out["backend"] = opponent.backend
@@ -262,9 +265,12 @@ async def serve_missing(settings: Settings, target: str, models: dict[str, str])
     return loaded
 
 
-def stack_policies(cfg: TrainConfig, models: dict[str, str]) -> list[dict[str, object]]:
+def stack_policies(
+    cfg: TrainConfig, models: dict[str, str], opponent_models: Mapping[str, str] | None = None
+) -> list[dict[str, object]]:
     """Inference's policies file for the job's own stack: every trained policy (id -> checkpoint) and every
-    served opponent (and, with ``eval.base``, the base models: ``cli._ensure_stack`` adds them to
+    served opponent (``opponent_models``: id -> the checkpoint the job resolved for its ``model``; see
+    ``cli._ensure_stack``) (and, with ``eval.base``, the base models: ``cli._ensure_stack`` adds them to
     ``models``, where they count like the others). Each gets its own engine, so on vLLM they split
     ``inference.gpu_memory_utilization`` evenly: the setting stays the job's whole vLLM share of the card, whatever the number of policies (as
     the config documents: the learner gets the rest). Seen on an H100: IPPO's two engines at 0.35 each
@@ -275,17 +281,23 @@ def stack_policies(cfg: TrainConfig, models: dict[str, str]) -> list[dict[str, o
         {"policy_id": pid, "model": path, **inference_options(cfg, ranks.get(pid, 0), engines)}
         for pid, path in models.items()
     ]
-    return policies + [opponent_entry(cfg, o, engines) for o in cfg.opponent_policies]
+    resolved = opponent_models or {}
+    return policies + [opponent_entry(cfg, o, engines, resolved.get(o.id)) for o in cfg.opponent_policies]
 
 
 @contextlib.contextmanager
 def child_stack(
-    cfg: TrainConfig, run_dir: Path, models: dict[str, str], timeout_s: float = 600.0
+    cfg: TrainConfig,
+    run_dir: Path,
+    models: dict[str, str],
+    timeout_s: float = 600.0,
+    opponent_models: Mapping[str, str] | None = None,
 ) -> Iterator[Path]:
-    """Start ``wolfpack up`` in ``run_dir`` serving ``models`` (policy id → checkpoint) and yield its run
-    directory once ``up.json`` lists every service healthy; SIGTERM (drain) on exit."""
+    """Start ``wolfpack up`` in ``run_dir`` serving ``models`` (policy id → checkpoint) and the opponents
+    (``opponent_models`` as in ``stack_policies``) and yield its run directory once ``up.json`` lists every
+    service healthy; SIGTERM (drain) on exit."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "policies.yaml").write_text(yaml.safe_dump(stack_policies(cfg, models)))
+    (run_dir / "policies.yaml").write_text(yaml.safe_dump(stack_policies(cfg, models, opponent_models)))
     (run_dir / "curriculum.yaml").write_text(yaml.safe_dump(curriculum_config(cfg)))
     env = {
         **os.environ,
