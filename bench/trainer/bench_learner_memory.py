@@ -1,5 +1,6 @@
 """Bench: where the ``verl_fsdp`` learner's memory per micro-batch goes (no padding removal, sdpa), and what
-``extra.entropy_checkpointing`` / ``extra.gradient_checkpointing`` take off it, on the CPU.
+``extra.entropy_checkpointing`` / ``extra.gradient_checkpointing`` / ``extra.fused_kernels`` take off it, on the
+CPU.
 
 Why: the Werewolf village recipe trains SmolLM2-135M at micro-batch 8 because 32 ran out of memory beside
 vLLM on an H100 (23.5 GB allocated at 8). A micro-batch's logits are ``rows x longest x 49,152`` and verl's
@@ -47,6 +48,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # engine the learner built
     "entropy_checkpointing": {"entropy_checkpointing": True},
     "gradient_checkpointing": {"gradient_checkpointing": True},
+    # verl's fused-kernel forward (torch backend): log-probs and entropy from the hidden states, 512 tokens at
+    # a time, recomputed in the backward: no full-vocabulary tensor is kept
+    "fused_kernels": {"fused_kernels": True},
+    "fused_kernels + gradient_checkpointing": {"fused_kernels": True, "gradient_checkpointing": True},
 }
 
 

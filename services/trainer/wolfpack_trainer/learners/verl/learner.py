@@ -20,6 +20,10 @@ backward: ~27 KB per token per layer of SmolLM2 kept → ~1 KB, what lets a reci
 ``reshard_after_forward`` (default true, verl's; false keeps each layer's gathered parameters from its forward
 to its backward and across forward-only micro-batches instead of gathering them again: one GPU, a bf16 copy of
 the model more memory, less fixed cost per micro-batch; see bench/results/2026-11-27-learner-microbatch-cpu.md),
+``fused_kernels`` (default false: verl's fused-kernel forward, torch backend, for the policy and its KL
+reference: log-probs and entropy computed from the last hidden states 512 tokens at a time and recomputed in
+the backward, so a micro-batch keeps no full-vocabulary logits (~0.4 MB per token of SmolLM2 on a GPU,
+``bench/trainer/bench_learner_memory.py``); what lets long-prompt recipes run larger micro-batches),
 ``infer_micro_batch_size``, ``total_training_steps``
 (LR schedule length), ``warmup_steps``, ``critic_lr`` (default 10 x ``lr``), ``mixed_precision``;
 ``sort_by_length`` (default true: micro-batches of rows of like length, see below), ``short_padding_rows``
@@ -360,9 +364,13 @@ class VerlFsdpLearner(Learner):
         micro = max(1, config.micro_batch_size)
         infer_micro = int(extra.get("infer_micro_batch_size", micro))
         self._micro, self._infer_micro = micro, infer_micro
+        self.fused = bool(extra.get("fused_kernels", False))
         self.model_config = HFModelConfig(
             path=self.model_path, load_tokenizer=False, use_remove_padding=False,
             enable_gradient_checkpointing=bool(extra.get("gradient_checkpointing", False)),
+            # verl's fused-kernel forward, torch backend: log-probs and entropy from the last hidden states in
+            # blocks of 512 tokens, recomputed in the backward, so no full-vocabulary logits are kept
+            use_fused_kernels=self.fused, fused_kernel_options={"impl_backend": "torch"} if self.fused else {},
             override_config={"attn_implementation": "sdpa"},
             # LoRA through verl's own FSDP + peft path (the engine wraps the model with get_peft_model)
             lora_rank=config.lora_rank, lora_alpha=config.lora_alpha,
@@ -443,7 +451,7 @@ class VerlFsdpLearner(Learner):
             )  # fmt: skip
             configs["critic"] = TrainingWorkerConfig(
                 # its own copy: verl's worker writes the model type (and num_labels=1) into the config it gets
-                model_type="value_model", model_config=copy.deepcopy(self.model_config),
+                model_type="value_model", model_config=self._critic_model_config(),
                 engine_config=self.critic_config.fsdp,
                 optimizer_config=self.critic_config.optim, checkpoint_config=self.critic_config.checkpoint,
             )  # fmt: skip
@@ -467,6 +475,15 @@ class VerlFsdpLearner(Learner):
     def engine(self) -> Any:
         """The actor's in-process engine (not with Ray: its engines live in the workers)."""
         return self.workers.engine("actor")
+
+    def _critic_model_config(self) -> Any:
+        """The critic's own copy of the model config (verl's worker writes the model type and num_labels=1
+        into the one it gets), without fused kernels: a value model has no vocabulary head to fuse."""
+        model_config = copy.deepcopy(self.model_config)
+        # verl's configs refuse attribute writes after construction; this copy is the critic's alone
+        object.__setattr__(model_config, "use_fused_kernels", False)
+        object.__setattr__(model_config, "fused_kernel_options", {})
+        return model_config
 
     def _padded(self, batch: TrainBatch, multiple: int) -> TrainBatch:
         """``batch`` grown to a multiple of ``multiple`` rows that train on nothing (response mask,

@@ -79,15 +79,47 @@ def chunked_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor
     return out.view(labels.shape)
 
 
+def _per_model_fused_forward(original: Callable[..., None]) -> Callable[..., None]:
+    """verl's ``patch_forward_with_backends`` with its forward bound to the one model it is given.
+
+    Why: verl installs its fused-kernel forward (the learner's ``extra.fused_kernels``: log-probs and entropy from the last
+    hidden states, block by block, without the full-vocabulary logits) by assigning ``model.__class__.forward``,
+    i.e. for every model of that class in the process. Beside a learner that asked for it live the reference
+    and critic engines, other learners (tests build several in one process) and, in local rollouts, the
+    transformers backend generating with the same class, all of which need the class's own forward (it
+    returns logits). The forward verl chose is moved onto the instance and the class gets its own back."""
+
+    def patch(model: Any, *args: Any, **kwargs: Any) -> None:
+        cls = type(model)
+        before = cls.__dict__.get("forward")
+        original(model, *args, **kwargs)
+        chosen = cls.__dict__.get("forward")
+        if chosen is not before and chosen is not None:
+            if before is None:
+                delattr(cls, "forward")
+            else:
+                cls.forward = before
+            model.forward = chosen.__get__(model, cls)
+
+    patch.wolfpack_per_model = True  # type: ignore[attr-defined]
+    return patch
+
+
 def use_chunked_logprobs() -> None:
-    """Route verl's row-loop fallback to ``chunked_logprobs`` (idempotent; also runs in every Ray worker,
-    which imports this module to build its worker class)."""
+    """Route verl's row-loop fallback to ``chunked_logprobs`` and bind verl's fused-kernel forward per model
+    (``_per_model_fused_forward``). Idempotent; also runs in every Ray worker, which imports this module to
+    build its worker class."""
+    import verl.models.transformers.monkey_patch as verl_patch
     import verl.utils.torch_functional as verl_f
 
     if verl_f.logprobs_from_logits_v2 is not chunked_logprobs:
         # verl's own kept beside it, for bench/trainer comparisons
         setattr(verl_f, "wolfpack_row_loop", verl_f.logprobs_from_logits_v2)  # noqa: B010
     verl_f.logprobs_from_logits_v2 = chunked_logprobs
+    if not getattr(verl_patch.patch_forward_with_backends, "wolfpack_per_model", False):
+        verl_patch.patch_forward_with_backends = _per_model_fused_forward(
+            verl_patch.patch_forward_with_backends
+        )
 
 
 use_chunked_logprobs()
@@ -146,7 +178,11 @@ class StateWorker(TrainingWorker):  # type: ignore[misc]
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         engine: Any = self.engine
         out: dict[str, Any] = {"model": self._model_state()}
-        if with_optimizer and getattr(engine, "optimizer", None) is not None:
+        optimizer = getattr(engine, "optimizer", None)
+        # Not before its first step: torch's get_optimizer_state_dict fills an empty optimizer by stepping it
+        # once with zero gradients (lr 0), which leaves Adam's step counts at 1 without moments, so the first
+        # real update came out at ~0.74x its size (bias correction of step 2). There is nothing to keep yet.
+        if with_optimizer and optimizer is not None and optimizer.state:
             # cloned too: on a CPU engine the moments alias the live ones, and Adam's step counts are CPU
             # tensors on any device, so without a copy a kept state moves on with later updates
             out["optimizer"] = _cloned(
