@@ -12,6 +12,7 @@ third of building its ``legal_actions`` entries field by field, and the same tem
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from wolfpack.v1 import common_pb2
@@ -25,6 +26,9 @@ CONTROLLERS = {
     common_pb2.SEAT_CONTROLLER_SCRIPTED: "scripted",
 }
 CONTROLLER_PB = {v: k for k, v in CONTROLLERS.items()}
+_LEGAL_FIELDS = attrgetter("kind", "targets", "needs_text")
+"""A ``LegalAction``'s fields as a plain tuple: the legal-action cache's key (see ``Observations._legal_bytes``)."""
+
 OUTCOME_PB = {
     1: common_pb2.OUTCOME_KIND_WIN,
     -1: common_pb2.OUTCOME_KIND_LOSS,
@@ -100,7 +104,7 @@ class Observations:
 
     def __init__(self) -> None:
         self._legal_by_id: dict[int, tuple[tuple[LegalAction, ...], bytes]] = {}
-        self._legal_by_value: dict[tuple[LegalAction, ...], bytes] = {}
+        self._legal_by_value: dict[tuple[tuple[str, tuple[int, ...], bool], ...], bytes] = {}
 
     def observation(
         self,
@@ -156,15 +160,19 @@ class Observations:
     def _legal_bytes(self, legal: tuple[LegalAction, ...]) -> bytes:
         """``legal`` encoded as Observation.legal_actions entries, cached by value (vote templates recur
         across seats and games), with the tuple's identity as a cheaper first key: engines reuse tuples
-        within a phase. The identity cache holds the tuple, so its id cannot be reused while cached."""
+        within a phase. The identity cache holds the tuple, so its id cannot be reused while cached. The
+        value key is the entries' fields as plain tuples, hashed and compared in C: keyed by the
+        ``LegalAction`` dataclasses themselves, every identity miss (engines build a new tuple per seat and
+        phase) ran their Python ``__hash__`` and, on a hit, ``__eq__`` for each entry."""
         hit = self._legal_by_id.get(id(legal))
         if hit is not None and hit[0] is legal:
             return hit[1]
-        encoded = self._legal_by_value.get(legal)
+        key = tuple(map(_LEGAL_FIELDS, legal))
+        encoded = self._legal_by_value.get(key)
         if encoded is None:
             if len(self._legal_by_value) >= 8192:
                 self._legal_by_value.clear()
-            encoded = self._legal_by_value[legal] = pb.Observation(
+            encoded = self._legal_by_value[key] = pb.Observation(
                 legal_actions=[
                     pb.LegalAction(kind=la.kind, targets=la.targets, needs_text=la.needs_text) for la in legal
                 ]
