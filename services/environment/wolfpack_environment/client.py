@@ -445,7 +445,8 @@ class PlayStream:
         act.token = token
         act.turn_id = turn_id
         if isinstance(decision, str):
-            act.raw_text = wire_text(decision)
+            # ``wire_text``'s ASCII test here: most answers are ASCII, and a call per act is not free
+            act.raw_text = decision if decision.isascii() else wire_text(decision)
         else:
             act.action.CopyFrom(decision)
         self.mail.set()
