@@ -301,10 +301,12 @@ def main() -> None:
         targets["service twice"] = targets["service"]
         once["service twice"] = False
         delta["service twice"] = False
+        final["service twice"] = False
     if args.delta:
         targets["service delta"] = targets["service"]
         once["service delta"] = True
         delta["service delta"] = True
+        final["service delta"] = False  # as the main row: the in-process cell renders no final prompt
     if args.final_text:
         targets["service final"] = targets["service"]
         once["service final"] = True

@@ -18,6 +18,10 @@ Cells, each in a fresh process under ``valgrind --tool=callgrind --collect-atsta
   Its games are not the same games (their answers come from another random stream), so compare it per
   action, not in total.
 
+Each cell first plays as many uncounted warm-up games of the same shape (other seeds), as a long-running
+server has: the prompt pack's YAML, the render memos and the legal-action encodings are loaded once per
+process and were counted otherwise (~30k instructions per action at 9 players, 64 games, in both cells).
+
 ``server part - engine alone`` is the session and proto layer (and the creates' own work).
 
     .venv/bin/python bench/env/bench_layer_instructions.py --players 6 9 12 --games 64 --compare HEAD~2
@@ -39,8 +43,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
+WARM_SEED = 100_000
+"""Seeds of the warm-up games (``child``): not the counted games' (7 onwards)."""
 TOGGLE_C = "#include <valgrind/callgrind.h>\nvoid toggle(void) { CALLGRIND_TOGGLE_COLLECT; }\n"
 
 
@@ -59,14 +66,29 @@ def child(kind: str, players: int, games: int, lib: str) -> None:
 
     from wolfpack_games.werewolf import WerewolfEnv
 
-    # Imports first, then the collector as ``wolfpack.rpc.tune_gc`` sets it in a server: start-up frozen
-    # (else the full collections that fall inside the counted sections walk every module object, and
-    # whether one does moves a count by ±2 % between trees that differ by a few instructions).
+    # A warm-up of the same shape first (other seeds), as a long-running server is: the prompt pack's YAML,
+    # the render memos and the legal-action encodings are loaded or filled once per process, and counted
+    # they added ~30k instructions per action at 9 players to both cells (64 games). The server cell's
+    # ``Observations`` is shared by warm-up and count, as one servicer's is by all its streams.
+    observations = None
+    if kind == "engine":
+        env = WerewolfEnv(f"{players}p")
+        for seed in range(WARM_SEED, WARM_SEED + games):
+            env.start(seed=seed, options={})
+            play_engine_game(env, random.Random(seed))
+    else:
+        from wolfpack_environment.convert import Observations
+
+        observations = Observations()
+        asyncio.run(session_layer(players, 32, 0.0, WARM_SEED, "once", None, final_text=False, games=games,
+                                  observations=observations))  # fmt: skip
+    # Then the collector as ``wolfpack.rpc.tune_gc`` sets it in a server: start-up frozen (else the full
+    # collections that fall inside the counted sections walk every module object, and whether one does
+    # moves a count by ±2 % between trees that differ by a few instructions).
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
     if kind == "engine":
-        env = WerewolfEnv(f"{players}p")
         actions = 0
         toggle()
         for seed in range(7, 7 + games):
@@ -83,8 +105,11 @@ def child(kind: str, players: int, games: int, lib: str) -> None:
         def disable(self) -> None:
             toggle()
 
+    toggler: Any = Toggle()  # stands in for the cProfile.Profile that ``session_layer`` switches
     n, _s, _c, _parts = asyncio.run(
-        session_layer(players, 32, 0.0, 7, "once", Toggle(), final_text=False, games=games)  # type: ignore[arg-type]
+        session_layer(
+            players, 32, 0.0, 7, "once", toggler, final_text=False, games=games, observations=observations
+        )
     )
     print(n)
 

@@ -70,14 +70,17 @@ async def session_layer(
     prof: cProfile.Profile | None,
     final_text: bool = True,
     games: int = 0,
+    observations: Observations | None = None,
 ) -> tuple[int, float, float, dict[str, float]]:
     """(actions, server CPU s, client CPU s, server CPU µs/action by section): ``episodes`` in flight on
     one PlayStream for ``seconds``. ``final_text=False``: final observations without their prompt
     (``omit_final_text``, what ``bench_env_cpu.py``'s main row asks for; ignored by a tree without it).
     ``games``: play exactly this many episodes instead (``seconds`` ignored): the same seeded games, so the
-    same work, whatever the machine's load (``--games``, for instruction counts under valgrind)."""
+    same work, whatever the machine's load (``--games``, for instruction counts under valgrind).
+    ``observations``: the legal-action encoding cache to use (a server's lives as long as the process);
+    a fresh one by default."""
     manager = EpisodeManager(Limits(acts_per_second=1e9, burst=10**9))
-    stream = PlayStream(manager, EpisodeFactory(manager), Observations())
+    stream = PlayStream(manager, EpisodeFactory(manager), observations or Observations())
     rng = random.Random(seed)
     clock = time.process_time
     server = client = 0.0
