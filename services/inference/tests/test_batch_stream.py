@@ -12,12 +12,15 @@ from pathlib import Path
 import grpc
 import pytest
 
+from wolfpack import rpc
 from wolfpack.errors import code_of
+from wolfpack.settings import load_settings
 from wolfpack.v1 import inference_service_pb2 as pb
 from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
 from wolfpack_inference import server as server_module
 from wolfpack_inference.client import BatchItem, BatchStream, generate_batch_ordered
 from wolfpack_inference.policies import Policy, PolicyRegistry, build_backend
+from wolfpack_inference.server import InferenceServicer, register
 
 from .conftest import tiny_config  # type: ignore[import-not-found]
 from .test_batch import (  # type: ignore[import-not-found]
@@ -205,3 +208,27 @@ async def test_closing_fails_waiting_batches_and_the_next_opens_a_new_call(
         async for _ in stream.generate_batch([], timeout=5):
             pass
     assert empty.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_an_undecodable_message_ends_the_stream_invalid_argument(registry: PolicyRegistry) -> None:
+    """A message that is not a GenerateBatchStreamRequest ends the call INVALID_ARGUMENT (the batch before
+    it was admitted), instead of gRPC's own UNKNOWN from a failed parse."""
+    settings = load_settings(rpc_timeout_s=60)
+    servicer = InferenceServicer(registry)
+    server = await rpc.start_server("inference", lambda s: register(s, servicer), settings, "127.0.0.1:0")
+    try:
+        async with rpc.channel(f"127.0.0.1:{server.port}", settings) as channel:
+            raw = channel.stream_stream(
+                "/wolfpack.v1.InferenceService/GenerateBatchStream",
+                request_serializer=lambda b: b,
+                response_deserializer=pb.GenerateBatchStreamResponse.FromString,
+            )
+            good = _batch([tokens([5, 6], "strict", max_tokens=2)]).SerializeToString()
+            call = raw(_requests([good, b"\xff\xff\xff"]), timeout=60)
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async for _ in call:
+                    pass
+    finally:
+        await server.stop(0)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid message" in (err.value.details() or "")
