@@ -78,20 +78,22 @@ def actor_weights(learner: Any) -> dict[str, torch.Tensor]:
 
 
 def test_the_fused_forward_is_bound_to_the_learners_model_only(
-    pair: tuple[Any, Any], model_dir: Path
+    pair: tuple[Any, Any], model_dir: Path, tmp_path: Path
 ) -> None:
     """The policy's model runs verl's fused forward; a model of the same class loaded afterwards in the same
-    process (the reference of another learner, the transformers inference backend) still returns logits."""
+    process (the reference of another learner, the transformers inference backend) still returns logits.
+    The policy's log-probs are those of its weights as they are now (another test may have trained it), the
+    reference's those of the initial model."""
     fused, plain = pair
     module = fused.engine.module
     assert getattr(module, "forward").__func__.__name__ == "forward_with_torch_backend"  # noqa: B009
     assert "forward" not in vars(plain.engine.module)
     batch = batch_for(fused)
-    ref, out = hf_logprobs(model_dir, batch)
+    now, out = hf_logprobs(fused.save_pretrained(tmp_path / "now"), batch)
     assert out.logits is not None and out.logits.shape[-1] == module.config.vocab_size
-    got = fused.compute_log_probs(batch)
-    assert (got - ref).abs().max().item() < 1e-4
-    assert (fused.compute_ref_log_probs(batch) - ref).abs().max().item() < 1e-4
+    assert (fused.compute_log_probs(batch) - now).abs().max().item() < 1e-4
+    initial, _ = hf_logprobs(model_dir, batch)
+    assert (fused.compute_ref_log_probs(batch) - initial).abs().max().item() < 1e-4
 
 
 def prepared(learner: Any, seed: int) -> TrainBatch:
