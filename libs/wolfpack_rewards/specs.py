@@ -13,7 +13,7 @@ scenario's ``no_deal`` (credit-assigned like the outcome); per seat the terminal
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,6 +157,15 @@ def _check_seats(trajectory: trajectory_pb2.Trajectory, known: set[int], where: 
             raise ScoreError(f"turn {position} is by seat {turn.seat}, which is not in trajectory.seats")
 
 
+def seat_credit(
+    turns: Sequence[trajectory_pb2.Turn], seat: int, value: float, config: SpecConfig
+) -> dict[int, float]:
+    """A seat-level ``value`` spread over ``seat``'s turns (positions in ``turns``) as ``config.credit``
+    says; empty when the seat has no turns, where the caller keeps it as a terminal-only component."""
+    positions = [p for p, t in enumerate(turns) if t.seat == seat]
+    return credit.assign(positions, value, config.credit.mode, config.credit.gamma)
+
+
 def compose(
     trajectory: trajectory_pb2.Trajectory,
     results: Mapping[int, outcome.SeatResult],
@@ -176,10 +185,10 @@ def compose(
     seat_terminal: dict[int, dict[str, float]] = {s: dict((terminal or {}).get(s, {})) for s in results}
     for seat, res in results.items():
         value = outcome.outcome_value(res, config.outcome)
-        positions = [p for p, t in enumerate(turns) if t.seat == seat]
-        if not positions:
+        spread = seat_credit(turns, seat, value, config)
+        if not spread:
             seat_terminal[seat]["outcome"] = seat_terminal[seat].get("outcome", 0.0) + value
-        for p, amount in credit.assign(positions, value, config.credit.mode, config.credit.gamma).items():
+        for p, amount in spread.items():
             components[p]["outcome"] = amount
     for p, turn in enumerate(turns):
         components[p].update(shaping.penalty_components(turn, config.penalties))
@@ -303,9 +312,9 @@ def score_scenario(trajectory: trajectory_pb2.Trajectory, config: SpecConfig) ->
     if value and outcome.ended_without_deal(scenario, verdict):
         # Credited as the outcome is (the verifier's draw stays the seat's outcome; this is on top of it).
         for seat in results:
-            positions = [p for p, t in enumerate(trajectory.turns) if t.seat == seat]
-            if not positions:
+            spread = seat_credit(trajectory.turns, seat, value, config)
+            if not spread:
                 terminal[seat] = {"no_deal": value}
-            for p, amount in credit.assign(positions, value, config.credit.mode, config.credit.gamma).items():
+            for p, amount in spread.items():
                 extra[p] = {"no_deal": amount}
     return compose(trajectory, results, config, terminal, notes, extra)
