@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
 
 import torch
 
@@ -316,6 +316,25 @@ def collate(samples: Sequence[Sample], pad_token_id: int = 0) -> TrainBatch:
         policy_versions=[s.policy_version for s in samples],
         turn_indices=[s.turn_index for s in samples],
     )
+
+
+def narrow(batch: TrainBatch) -> TrainBatch:
+    """``batch`` without the columns that are padding in every row: the leading prompt columns and the
+    trailing response columns no row reaches. A ``select`` of some rows of ``collate(samples)`` narrowed is
+    ``collate`` of just those rows' samples (a shared learner's batch holds several policies' samples, each
+    policy's advantages are computed on its own rows at its own widths)."""
+    p_len = batch.prompts.shape[1]
+    attention = batch.attention_mask
+    lead = p_len - int(attention[:, :p_len].sum(dim=1).max()) if len(batch) else p_len
+    r_keep = int(attention[:, p_len:].sum(dim=1).max()) if len(batch) else 0
+    updates: dict[str, Any] = {"prompts": batch.prompts[:, lead:]}
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        updates[key] = getattr(batch, key)[:, lead : p_len + r_keep]
+    for f in fields(batch):
+        value = getattr(batch, f.name)
+        if f.name not in updates and isinstance(value, torch.Tensor):
+            updates[f.name] = value[:, :r_keep]  # every other tensor is [B, R]
+    return replace(batch, **updates)
 
 
 def split_by_policy(samples: Sequence[Sample]) -> dict[str, list[Sample]]:

@@ -171,7 +171,9 @@ class TrainSection(_Strict):
     ``path`` for an inference service on a loopback address, else ``push``, and falls back to ``push`` if
     inference cannot read the directory (``wolfpack_trainer.publish``)."""
     share_policy: bool = False
-    """True: one learner for all policies (role in the prompt); False: IPPO, one learner per policy."""
+    """True: one learner for all policies (role in the prompt), updated once per training step on the samples
+    of every policy (each policy's advantages computed on its own samples, then one batch: one old-log-prob
+    pass, one optimiser step sequence); False: IPPO, one learner per policy, each updated on its own samples."""
     tracking: list[str] = Field(default_factory=list)
     """Experiment trackers through verl's ``Tracking`` (``wandb``, ``mlflow``, ``swanlab``, ``clearml``,
     ``trackio``, ``file``, ...), fed the same rows as ``metrics.jsonl``. ``console`` and ``tensorboard`` are

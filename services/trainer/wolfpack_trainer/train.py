@@ -5,8 +5,10 @@ One update (CleanRL style):
    and appends them; service mode leaves it to the rollout service);
 2. read them through the trainer's consumer group, skip trajectory ids already used (idempotency) and
    drop those more than ``max_staleness`` versions behind (counted);
-3. token-exact samples (``batch.py``) → advantages (``algos.py``, verl's estimators) → per policy:
-   recompute old logprobs, log their mismatch with the sampler's, truncated IS weights → ``update``;
+3. token-exact samples (``batch.py``) → advantages (``algos.py``, verl's estimators, each policy's on its
+   own samples) → per learner (one per policy, or one for all under ``train.share_policy``: one batch of
+   every policy's samples): recompute old logprobs, log their mismatch with the sampler's, truncated IS
+   weights → one ``update``;
 4. checkpoint (learners + used ids + versions), *then* ack: a crash before the checkpoint re-delivers
    the entries to the resumed run, a crash after it finds their ids already used (named crash points,
    ``WOLFPACK_TRAINER_CRASH_AT``, let tests end the process exactly between the two);
@@ -50,7 +52,7 @@ from wolfpack.files import write_text_atomic
 from wolfpack.stream import Delivery, ProtoStreamConsumer, ProtoStreamProducer, StreamUnavailableError
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_trainer import algos
-from wolfpack_trainer.batch import BuildStats, build_samples, collate, split_by_policy
+from wolfpack_trainer.batch import BuildStats, Sample, build_samples, collate, narrow, split_by_policy
 from wolfpack_trainer.config import TrainConfig
 from wolfpack_trainer.intake import unusable, vocab_size
 from wolfpack_trainer.learners.base import Learner, TrainBatch, get_learner
@@ -696,7 +698,8 @@ class Trainer:
         return False
 
     def train_step(self, trajectories: Sequence[trajectory_pb2.Trajectory]) -> dict[str, float]:
-        """One update of every policy on ``trajectories``; returns the step's metrics."""
+        """One update of every learner on ``trajectories``; returns the step's metrics. A learner shared by
+        several policies (``train.share_policy``) takes one update over all their samples."""
         t0 = time.monotonic()
         stats = BuildStats()
         pad = int(self.tokenizer.pad_token_id or 0) if self.tokenizer is not None else 0
@@ -715,19 +718,21 @@ class Trainer:
         if lags:
             metrics["staleness/mean_versions"] = sum(lags) / len(lags)
         tokens = seq_tokens = 0  # trained (sampled) tokens; every real token the learner's passes read
-        for policy_id, own in split_by_policy(samples).items():
-            learner = self.learners.get(policy_id)
-            if learner is None:
-                continue
-            batch = collate(own, pad)
+        by_policy = split_by_policy(samples)
+        for pids in self._learner_groups(by_policy):
+            learner = self.learners[pids[0]]
+            batch = collate([s for pid in pids for s in by_policy[pid]], pad)
             if self.cfg.algo_config().estimator == "gae":
                 batch.values = learner.compute_values(batch)  # GAE needs V(s) before the advantages
-            adv = algos.compute_advantages(batch, own, self.cfg.algo_config())
+            adv = self._advantages(batch, pids, by_policy, metrics)
             m = self._update(learner, batch, adv)
             tokens += int(batch.response_mask.sum())
             seq_tokens += int(batch.attention_mask.sum())
-            for k, v in {**adv.metrics, **m}.items():
-                metrics[k if len(self.learners) == 1 else f"{policy_id}/{k}"] = v
+            for k, v in m.items():
+                if len(pids) > 1:  # a shared learner's metrics, once: its one update over every policy's rows
+                    metrics[k] = v
+                    continue
+                metrics[k if len(self.learners) == 1 else f"{pids[0]}/{k}"] = v
                 metrics.setdefault(k, v)
         for traj in trajectories:
             self._used.add(traj.trajectory_id)
@@ -740,6 +745,48 @@ class Trainer:
         metrics["batch/sequence_tokens"] = float(seq_tokens)
         metrics["batch/trajectories"] = float(len(trajectories))
         return metrics
+
+    def _learner_groups(self, by_policy: dict[str, list[Sample]]) -> list[list[str]]:
+        """The policy ids with samples, grouped by the learner that trains them (first-seen order): one id
+        each under IPPO, every id in one group under ``train.share_policy``. Ids without a learner (frozen
+        opponents) are left out."""
+        groups: dict[int, list[str]] = {}
+        for pid in by_policy:
+            learner = self.learners.get(pid)
+            if learner is not None:
+                groups.setdefault(id(learner), []).append(pid)
+        return list(groups.values())
+
+    def _advantages(
+        self,
+        batch: TrainBatch,
+        pids: list[str],
+        by_policy: dict[str, list[Sample]],
+        metrics: dict[str, float],
+    ) -> algos.Advantages:
+        """Advantages of one learner's ``batch`` (``pids``' samples in that order), each policy's computed on
+        its own rows at its own padding widths (``narrow``), exactly as it would be alone, and written into
+        ``metrics`` (``<policy>/adv/...`` with several policies)."""
+        config = self.cfg.algo_config()
+        advantages = torch.zeros_like(batch.response_mask)
+        returns = torch.zeros_like(batch.response_mask)
+        start = 0
+        for pid in pids:
+            own = by_policy[pid]
+            rows = slice(start, start + len(own))
+            start += len(own)
+            part = batch if len(pids) == 1 else narrow(batch.select(list(range(rows.start, rows.stop))))
+            adv = algos.compute_advantages(part, own, config)
+            if len(pids) == 1:
+                advantages, returns = adv.advantages, adv.returns
+            else:
+                width = adv.advantages.shape[1]
+                advantages[rows, :width] = adv.advantages
+                returns[rows, :width] = adv.returns
+            for k, v in adv.metrics.items():
+                metrics[k if len(self.learners) == 1 else f"{pid}/{k}"] = v
+                metrics.setdefault(k, v)
+        return algos.Advantages(advantages, returns)
 
     def _update(self, learner: Learner, batch: TrainBatch, adv: algos.Advantages) -> dict[str, float]:
         """verl's recompute mode: old logprobs from the learner before the update (the ratio's anchor);
