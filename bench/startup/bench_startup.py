@@ -20,16 +20,25 @@ Cells, in interleaved rounds (the order rotates each round), min / median / max 
 - ``up parts``: ``wolfpack up --base-port 0`` until its table, then each process's own CPU seconds at that
   moment (the launcher, every service, the web view, Redis) — where ``up --check``'s CPU goes — and the
   seconds from SIGTERM to the launcher's exit;
-- ``play werewolf``: ``wolfpack play werewolf`` (a local command: no RPC, no Redis).
+- ``play werewolf``: ``wolfpack play werewolf --seed 3`` (a local command: no RPC, no Redis); ``play
+  werewolf 12p``: the README's first ``play`` line (12 players, heuristic bots); ``play help``: ``wolfpack
+  play --help``.
 
 ``--revs REV...`` measures other revisions in the same rounds, side by side (``.``: this working tree;
 another: ``git archive REV libs services``, first on ``PYTHONPATH`` for every process it starts, its own
 launcher included), and prints each cell's ratio to the first revision per round (CPU and wall), because
 this machine's load swings between rounds.
 
+``--bytecode cached`` (or ``both``, side by side) runs every command with Python's bytecode cache on, in a
+``PYTHONPYCACHEPREFIX`` of the bench filled by one unrecorded run of each command first: as on a normal
+install, where the first run writes ``__pycache__``. ``off`` (the default) runs them as this environment
+does (``PYTHONDONTWRITEBYTECODE=1``, no ``__pycache__`` in the checkout): every process compiles the
+repository's own modules from source each time. A variant ``REV+pyc`` in the tables is ``REV`` cached.
+
     .venv/bin/python bench/startup/bench_startup.py                 # ~2-3 minutes
     .venv/bin/python bench/startup/bench_startup.py --rounds 3 --cells up play
     .venv/bin/python bench/startup/bench_startup.py --revs 1f766e4 . --cells up parts --rounds 5
+    .venv/bin/python bench/startup/bench_startup.py --cells up play --bytecode both --rounds 5
 """
 
 from __future__ import annotations
@@ -183,8 +192,12 @@ def main() -> None:
     ap.add_argument("--cells", nargs="+", default=["serve", "import", "up", "parts", "play"],
                     choices=["serve", "import", "up", "parts", "play"])  # fmt: skip
     ap.add_argument("--revs", nargs="+", default=["."], help="Revisions side by side ('.': this tree).")
+    ap.add_argument("--bytecode", choices=["off", "cached", "both"], default="off",
+                    help="Python's bytecode cache: off (as here), cached (warmed first), or both.")  # fmt: skip
     ap.add_argument("--verbose", action="store_true", help="Print each measurement (stderr) as it comes.")
     args = ap.parse_args()
+    suffixes = {"off": [""], "cached": ["+pyc"], "both": ["", "+pyc"]}[args.bytecode]
+    variants = [rev + suffix for rev in args.revs for suffix in suffixes]  # measured side by side
     results: dict[tuple[str, str], dict[str, list[float]]] = {}
     parts: dict[str, dict[str, list[float]]] = {}
     loads: list[float] = []
@@ -210,10 +223,14 @@ def main() -> None:
             }
         )
 
-        def env_for(rev: str, run: str, **extra: str) -> dict[str, str]:
+        def env_for(variant: str, run: str, **extra: str) -> dict[str, str]:
             env = {**base_env, "WOLFPACK_RUN_DIR": str(scratch / run), **extra}
+            rev = variant.removesuffix("+pyc")
             if paths[rev]:
                 env["PYTHONPATH"] = paths[rev]
+            if variant.endswith("+pyc"):  # bytecode written once, then read (a path per source file)
+                env.pop("PYTHONDONTWRITEBYTECODE", None)
+                env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
             return env
 
         cells: list[str] = []
@@ -226,11 +243,24 @@ def main() -> None:
         if "parts" in args.cells:
             cells.append("up parts")
         if "play" in args.cells:
-            cells.append("play werewolf")
+            cells += ["play werewolf", "play werewolf 12p", "play help"]
+        play_args = {
+            "play werewolf": ["werewolf", "--seed", "3"],
+            "play werewolf 12p": ["werewolf", "--players", "12", "--seed", "3", "--bots", "heuristic"],
+            "play help": ["--help"],
+        }
         try:
+            for variant in variants:  # the cache filled before any measurement (not recorded)
+                if variant.endswith("+pyc"):
+                    print(f"filling the bytecode cache for {variant}", file=sys.stderr, flush=True)
+                    run_command([*WOLFPACK, "play", "werewolf", "--seed", "3"], env_for(variant, "warm"))
+                    run_command([*WOLFPACK, "up", "--check", "--base-port", "0"], env_for(variant, "warm"))
+                    for service in ("reward", "environment"):  # what the serve/import cells add
+                        run_command([sys.executable, "-c", f"import wolfpack_{service}.server"],
+                                    env_for(variant, "warm"))  # fmt: skip
             for r in range(args.rounds):
                 shift = r % len(cells)
-                revs = args.revs if r % 2 == 0 else args.revs[::-1]  # each cell's revisions back to back
+                revs = variants if r % 2 == 0 else variants[::-1]  # each cell's variants back to back
                 for name, rev in [(c, v) for c in cells[shift:] + cells[:shift] for v in revs]:
                     served = env_for(rev, "run", WOLFPACK_REDIS_URL=redis.url)
                     if name.startswith("serve "):
@@ -257,8 +287,7 @@ def main() -> None:
                         for proc_name, cpu in got.items():
                             parts.setdefault(rev, {}).setdefault(proc_name, []).append(cpu)
                     else:
-                        cmd = [*WOLFPACK, "play", "werewolf", "--seed", "3"]
-                        wall, cpu = run_command(cmd, served)
+                        wall, cpu = run_command([*WOLFPACK, "play", *play_args[name]], served)
                         record(name, rev, serving=wall, cpu=cpu)
                 loads.append(os.getloadavg()[0])
                 print(f"round {r + 1}/{args.rounds} done (load {loads[-1]:.1f})", file=sys.stderr, flush=True)
@@ -272,8 +301,8 @@ def main() -> None:
 
     def ratio(name: str, rev: str, key: str) -> str:
         """Per round, this revision's value over the first revision's; median (min–max)."""
-        first, mine = results.get((name, args.revs[0]), {}).get(key), results.get((name, rev), {}).get(key)
-        if rev == args.revs[0] or not first or not mine:
+        first, mine = results.get((name, variants[0]), {}).get(key), results.get((name, rev), {}).get(key)
+        if rev == variants[0] or not first or not mine:
             return ""
         per_round = [m / f for m, f in zip(mine, first, strict=False) if f > 0]
         return f"{statistics.median(per_round):.2f} ({min(per_round):.2f}–{max(per_round):.2f})"
@@ -282,12 +311,12 @@ def main() -> None:
         f"{args.rounds} interleaved rounds; median (min–max) seconds; load average per round "
         f"{', '.join(f'{x:.1f}' for x in loads)}\n"
     )
-    many = len(args.revs) > 1
+    many = len(variants) > 1
     head = "| cell | rev | to ready file | wall (to SERVING / table / exit) | CPU s | stop after SIGTERM |"
     print(head + (" CPU / first rev | wall / first rev |" if many else ""))
     print("| --- " * (head.count("|") - 1 + (2 if many else 0)) + "|")
     for name in cells:
-        for rev in args.revs:
+        for rev in variants:
             values = results.get((name, rev), {})
             row = (
                 f"| {name} | {rev} | {stat(values.get('ready'))} | {stat(values.get('serving'))} "
@@ -298,11 +327,11 @@ def main() -> None:
             print(row)
     if parts:
         print("\n`up parts`: each process's own CPU seconds when the table printed, median (min–max)\n")
-        names = list(dict.fromkeys(n for rev in args.revs for n in parts.get(rev, {})))
-        print("| process | " + " | ".join(args.revs) + " |")
-        print("| --- " * (len(args.revs) + 1) + "|")
+        names = list(dict.fromkeys(n for rev in variants for n in parts.get(rev, {})))
+        print("| process | " + " | ".join(variants) + " |")
+        print("| --- " * (len(variants) + 1) + "|")
         for n in names:
-            print(f"| {n} | " + " | ".join(stat(parts.get(rev, {}).get(n)) for rev in args.revs) + " |")
+            print(f"| {n} | " + " | ".join(stat(parts.get(rev, {}).get(n)) for rev in variants) + " |")
 
 
 if __name__ == "__main__":
