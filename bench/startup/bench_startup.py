@@ -39,6 +39,7 @@ repository's own modules from source each time. A variant ``REV+pyc`` in the tab
     .venv/bin/python bench/startup/bench_startup.py --rounds 3 --cells up play
     .venv/bin/python bench/startup/bench_startup.py --revs 1f766e4 . --cells up parts --rounds 5
     .venv/bin/python bench/startup/bench_startup.py --cells up play --bytecode both --rounds 5
+    .venv/bin/python bench/startup/bench_startup.py --cells up --entries app main --rounds 8
 """
 
 from __future__ import annotations
@@ -63,6 +64,17 @@ from wolfpack import SERVICES, rpc
 from wolfpack.redis_server import EmbeddedRedis
 
 WOLFPACK = [sys.executable, "-m", "wolfpack.cli.main"]
+SCRIPT = "import sys; sys.argv[0] = 'wolfpack'; from wolfpack.cli.main import {0}; sys.exit({0}())"
+"""What the installed ``wolfpack`` script does for the entry point ``wolfpack.cli.main:{0}`` (``--entries``)."""
+
+
+def wolfpack_command(variant: str) -> list[str]:
+    """How ``variant`` runs ``wolfpack``: ``REV[+pyc]@app`` / ``@main`` as the console script with that entry
+    point does, otherwise ``python -m wolfpack.cli.main``."""
+    entry = variant.rpartition("@")[2] if "@" in variant else ""
+    return [sys.executable, "-c", SCRIPT.format(entry)] if entry else WOLFPACK
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -125,13 +137,15 @@ def free_range(count: int) -> int:
     raise RuntimeError("no free port range")
 
 
-async def serve_one(service: str, env: dict[str, str], scratch: Path) -> dict[str, float]:
+async def serve_one(
+    service: str, env: dict[str, str], scratch: Path, wolfpack: list[str]
+) -> dict[str, float]:
     """Start ``wolfpack serve SERVICE`` on port 0; seconds to ready file and SERVING, CPU at SERVING."""
     ready = scratch / f"{service}.ready.json"
     ready.unlink(missing_ok=True)
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [*WOLFPACK, "serve", service, "--address", "127.0.0.1:0", "--ready-file", str(ready)],
+        [*wolfpack, "serve", service, "--address", "127.0.0.1:0", "--ready-file", str(ready)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -155,11 +169,11 @@ async def serve_one(service: str, env: dict[str, str], scratch: Path) -> dict[st
             proc.wait()
 
 
-def up_parts(env: dict[str, str], run_dir: Path) -> dict[str, float]:
+def up_parts(env: dict[str, str], run_dir: Path, wolfpack: list[str]) -> dict[str, float]:
     """``wolfpack up --base-port 0`` until its table; each process's CPU then; SIGTERM to exit."""
     cpu0, t0 = children_cpu(), time.perf_counter()
     launcher = subprocess.Popen(
-        [*WOLFPACK, "up", "--base-port", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        [*wolfpack, "up", "--base-port", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     assert launcher.stdout is not None
     seen = b""
@@ -194,10 +208,14 @@ def main() -> None:
     ap.add_argument("--revs", nargs="+", default=["."], help="Revisions side by side ('.': this tree).")
     ap.add_argument("--bytecode", choices=["off", "cached", "both"], default="off",
                     help="Python's bytecode cache: off (as here), cached (warmed first), or both.")  # fmt: skip
+    ap.add_argument("--entries", nargs="+", default=["module"], choices=["module", "app", "main"],
+                    help="How wolfpack runs: python -m wolfpack.cli.main (module), or as the installed script "
+                    "does with the entry point wolfpack.cli.main:app or :main; several: side by side.")  # fmt: skip
     ap.add_argument("--verbose", action="store_true", help="Print each measurement (stderr) as it comes.")
     args = ap.parse_args()
     suffixes = {"off": [""], "cached": ["+pyc"], "both": ["", "+pyc"]}[args.bytecode]
-    variants = [rev + suffix for rev in args.revs for suffix in suffixes]  # measured side by side
+    entries = ["" if e == "module" else f"@{e}" for e in args.entries]
+    variants = [rev + s + e for rev in args.revs for s in suffixes for e in entries]  # side by side
     results: dict[tuple[str, str], dict[str, list[float]]] = {}
     parts: dict[str, dict[str, list[float]]] = {}
     loads: list[float] = []
@@ -225,10 +243,12 @@ def main() -> None:
 
         def env_for(variant: str, run: str, **extra: str) -> dict[str, str]:
             env = {**base_env, "WOLFPACK_RUN_DIR": str(scratch / run), **extra}
-            rev = variant.removesuffix("+pyc")
+            rev = variant.partition("@")[0].removesuffix("+pyc")
             if paths[rev]:
                 env["PYTHONPATH"] = paths[rev]
-            if variant.endswith("+pyc"):  # bytecode written once, then read (a path per source file)
+            if variant.partition("@")[0].endswith(
+                "+pyc"
+            ):  # bytecode written once, then read (a path per source file)
                 env.pop("PYTHONDONTWRITEBYTECODE", None)
                 env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
             return env
@@ -251,10 +271,11 @@ def main() -> None:
         }
         try:
             for variant in variants:  # the cache filled before any measurement (not recorded)
-                if variant.endswith("+pyc"):
+                if variant.partition("@")[0].endswith("+pyc"):
                     print(f"filling the bytecode cache for {variant}", file=sys.stderr, flush=True)
-                    run_command([*WOLFPACK, "play", "werewolf", "--seed", "3"], env_for(variant, "warm"))
-                    run_command([*WOLFPACK, "up", "--check", "--base-port", "0"], env_for(variant, "warm"))
+                    wolfpack = wolfpack_command(variant)
+                    run_command([*wolfpack, "play", "werewolf", "--seed", "3"], env_for(variant, "warm"))
+                    run_command([*wolfpack, "up", "--check", "--base-port", "0"], env_for(variant, "warm"))
                     for service in ("reward", "environment"):  # what the serve/import cells add
                         run_command([sys.executable, "-c", f"import wolfpack_{service}.server"],
                                     env_for(variant, "warm"))  # fmt: skip
@@ -263,31 +284,32 @@ def main() -> None:
                 revs = variants if r % 2 == 0 else variants[::-1]  # each cell's variants back to back
                 for name, rev in [(c, v) for c in cells[shift:] + cells[:shift] for v in revs]:
                     served = env_for(rev, "run", WOLFPACK_REDIS_URL=redis.url)
+                    wolfpack = wolfpack_command(rev)
                     if name.startswith("serve "):
                         service = name.split()[1]
-                        record(name, rev, **asyncio.run(serve_one(service, served, scratch)))
+                        record(name, rev, **asyncio.run(serve_one(service, served, scratch, wolfpack)))
                     elif name.startswith("import "):
                         module = f"wolfpack_{name.split()[1]}.server"
                         wall, cpu = run_command([sys.executable, "-c", f"import {module}"], served)
                         record(name, rev, serving=wall, cpu=cpu)
                     elif name == "up --check (port 0)":  # up starts its own Redis
-                        cmd = [*WOLFPACK, "up", "--check", "--base-port", "0"]
+                        cmd = [*wolfpack, "up", "--check", "--base-port", "0"]
                         wall, cpu = run_command(cmd, env_for(rev, f"up-{r}"))
                         record(name, rev, serving=wall, cpu=cpu)
                     elif name == "up --check (fixed ports)":
                         base = free_range(len(SERVICES) + 1)
                         web = f"127.0.0.1:{base + len(SERVICES)}"
-                        cmd = [*WOLFPACK, "up", "--check", "--base-port", str(base)]
+                        cmd = [*wolfpack, "up", "--check", "--base-port", str(base)]
                         wall, cpu = run_command(cmd, env_for(rev, f"upf-{r}", WOLFPACK_WEB_ADDR=web))
                         record(name, rev, serving=wall, cpu=cpu)
                     elif name == "up parts":
-                        got = up_parts(env_for(rev, f"parts-{r}"), scratch / f"parts-{r}")
+                        got = up_parts(env_for(rev, f"parts-{r}"), scratch / f"parts-{r}", wolfpack)
                         record(name, rev, serving=got.pop("to table"), stop=got.pop("stop"),
                                cpu=got.pop("all (to exit)"))  # fmt: skip
                         for proc_name, cpu in got.items():
                             parts.setdefault(rev, {}).setdefault(proc_name, []).append(cpu)
                     else:
-                        wall, cpu = run_command([*WOLFPACK, "play", *play_args[name]], served)
+                        wall, cpu = run_command([*wolfpack, "play", *play_args[name]], served)
                         record(name, rev, serving=wall, cpu=cpu)
                 loads.append(os.getloadavg()[0])
                 print(f"round {r + 1}/{args.rounds} done (load {loads[-1]:.1f})", file=sys.stderr, flush=True)
