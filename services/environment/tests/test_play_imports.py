@@ -54,7 +54,12 @@ def test_wolfpack_play_loads_no_rpc_telemetry_redis_or_torch() -> None:
     assert heavy_in(modules) == []
     # nor what only other commands use: the event loop, protobuf, the rollout's config and summary
     # (every service's CLI module is imported to mount its commands; ~0.1 s of the command's ~0.5 s)
-    unused = ("asyncio", "google.protobuf", "wolfpack_rollout.config", "wolfpack_rollout.summary")
+    unused: tuple[str, ...] = (
+        "asyncio",
+        "google.protobuf",
+        "wolfpack_rollout.config",
+        "wolfpack_rollout.summary",
+    )
     unused += ("wolfpack_games.scenarios",)  # a Werewolf game loads only the Werewolf package
     assert sorted(m for m in unused if m in modules) == []
 
