@@ -385,3 +385,51 @@ def test_dataset_writer(tmp_path: Path) -> None:
     specs = [json.loads(x["wolfpack"]) for x in df["extra_info"]]
     assert [(s["seed"], s["seat"]) for s in specs] == [(7, 0), (8, 2), (9, 0), (10, 2)]
     assert set(df["agent_name"]) == {AGENT_NAME}
+
+
+VILLAGE = ("villager", "seer", "witch")
+
+
+def test_dataset_rows_by_roles_are_the_seats_dealt_those_roles() -> None:
+    from wolfpack_games import make_game
+
+    rows = dataset_rows(10, {"game_id": "werewolf_v1", "variant": "6p"}, seed0=3, roles=VILLAGE)
+    picks = [(s["seed"], s["seat"]) for s in (json.loads(r["extra_info"]["wolfpack"]) for r in rows)]
+    assert len(picks) == 10 and [r["extra_info"]["index"] for r in rows] == list(range(10))
+    by_seed: dict[int, list[int]] = {}
+    for seed, seat in picks:
+        by_seed.setdefault(seed, []).append(seat)
+    assert sorted(by_seed) == [3, 4, 5]  # 4 village seats a 6p game: 4 + 4 + the first 2 of seed 5
+    for seed, seats in by_seed.items():
+        env = make_game("werewolf_v1", "6p")
+        env.reset(seed=seed)
+        village = [s for s in sorted(env.possible_agents) if env.role(s) in VILLAGE]
+        assert seats == (village if seed < 5 else village[:2])
+        assert all(env.role(s) != "werewolf" for s in seats)
+    with pytest.raises(ValueError, match="not both"):
+        dataset_rows(2, {"game_id": "werewolf_v1"}, seats=[0], roles=VILLAGE)
+    with pytest.raises(ValueError, match="is dealt any of"):
+        dataset_rows(2, {"game_id": "werewolf_v1", "variant": "6p"}, roles=["seeer"])
+
+
+async def test_a_role_row_plays_the_seat_dealt_that_role(tokenizer: Any, servers: Servers) -> None:
+    """The environment service deals the roles the dataset builder read off the engine for that seed."""
+    row = dataset_rows(1, {"game_id": "werewolf_v1", "variant": "6p"}, seed0=21, roles=["seer"])[0]
+    server = FakeServer(tokenizer)
+    loop = make_loop(tokenizer, server, servers)
+    await loop.run(dict(SAMPLING), raw_prompt=[], extra_info=row["extra_info"], index=0)
+    first = tokenizer.decode(server.calls[0]["prompt_ids"])
+    seat = json.loads(row["extra_info"]["wolfpack"])["seat"]
+    assert f"You are Player {seat + 1}. Your role: Seer." in first
+
+
+def test_dataset_writer_roles_and_reward_spec(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    from wolfpack_trainer.learners.verl.agent_loop import main
+
+    out = tmp_path / "v.parquet"
+    main([str(out), "--rows", "8", "--roles", "villager,seer,witch", "--reward-spec", "werewolf_role@1"])
+    specs = [json.loads(x["wolfpack"]) for x in pd.read_parquet(out)["extra_info"]]
+    assert len(specs) == 8 and {s["reward_spec"] for s in specs} == {"werewolf_role@1"}
+    assert [s["seed"] for s in specs] == [0] * 4 + [1] * 4
+    EpisodeSpec.from_mapping(specs[0])  # a row the loop accepts

@@ -60,7 +60,7 @@ from wolfpack.v1 import environment_service_pb2 as env_pb
 from wolfpack.v1 import inference_service_pb2 as inf_pb
 from wolfpack.v1 import reward_service_pb2 as rew_pb
 from wolfpack_environment.client import EnvironmentClient
-from wolfpack_games import get_game
+from wolfpack_games import get_game, make_game
 from wolfpack_games.scenarios import GAME_CLASSES as SCENARIO_GAMES
 from wolfpack_rollout.client import BatchItem, EpisodeStream, RolloutConfig, RolloutDriver, SamplingConfig
 
@@ -644,15 +644,30 @@ def dataset_rows(
     seed0: int = 0,
     system_prompt: str = "",
     seats: Sequence[int] = (),
+    roles: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """``n`` verl dataset rows (RLHFDataset columns) that play ``spec`` with seeds ``seed0 ..``; ``seats``
-    cycles the policy's seat across rows (default: ``spec``'s seat)."""
+    cycles the policy's seat across rows (default: ``spec``'s seat). With ``roles`` (e.g. Werewolf's
+    village: villager, seer, witch) each seed instead gives one row per seat dealt one of those roles, in
+    seat order, until ``n`` rows: the seats a ``wolfpack train`` policy with ``roles`` trains. The deal is
+    the game engine's for that seed (``reset(seed)``, the environment service's and the trainer's
+    evaluation's deal); a seed that deals none of the roles gives no row."""
+    if seats and roles:
+        raise ValueError("give seats or roles, not both")
     base = EpisodeSpec.from_mapping(spec)  # validate once
+    picks: list[tuple[int, int]] = []  # (seed, seat) per row
+    seed = seed0
+    while len(picks) < n:
+        if roles:
+            picks += [(seed, s) for s in role_seats(base, seed, roles)][: n - len(picks)]
+            if not picks and seed - seed0 >= 100:  # a typo ("seeer") must not loop for ever
+                raise ValueError(f"no seat of {base.game_id} is dealt any of {list(roles)} in 100 seeds")
+        else:
+            picks.append((seed, seats[len(picks) % len(seats)] if seats else base.seat))
+        seed += 1
     rows = []
-    for i in range(n):
-        row_spec = dict(spec) | {"seed": seed0 + i}
-        if seats:
-            row_spec["seat"] = seats[i % len(seats)]
+    for i, (row_seed, seat) in enumerate(picks):
+        row_spec = dict(spec) | {"seed": row_seed, "seat": seat}
         prompt = [{"role": "system", "content": system_prompt}] if system_prompt else []
         rows.append(
             {
@@ -665,6 +680,15 @@ def dataset_rows(
             }
         )
     return rows
+
+
+def role_seats(spec: EpisodeSpec, seed: int, roles: Sequence[str]) -> list[int]:
+    """The seats of ``spec``'s game dealt one of ``roles`` on ``seed`` (the engine's deal, in seat order)."""
+    game = get_game(spec.game_id)
+    env = make_game(spec.game_id, spec.variant or game.default_variant, **dict(spec.options))
+    env.reset(seed=seed)
+    wanted = set(roles)
+    return [s for s in sorted(env.possible_agents) if env.role(s) in wanted]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -680,6 +704,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--variant", default="6p")
     ap.add_argument("--seats", default="0", help="comma-separated seats the policy plays, cycled over rows")
     ap.add_argument(
+        "--roles", default="", help="comma-separated roles (e.g. villager,seer,witch): each seed gives one row per "
+        "seat dealt one of them, instead of --seats",
+    )  # fmt: skip
+    ap.add_argument(
+        "--reward-spec", default="", help="reward spec (e.g. werewolf_role@1; default: the game's)"
+    )
+    ap.add_argument(
         "--seed0", type=int, default=0, help="seed of the first row (rows use seed0, seed0+1, ...)"
     )
     ap.add_argument("--default-bot", default="heuristic", help="scripted bot for the other seats")
@@ -690,11 +721,17 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     spec = {"game_id": args.game, "variant": args.variant, "default_bot": args.default_bot,
             "max_turn_tokens": args.max_turn_tokens}  # fmt: skip
-    seats = [int(s) for s in args.seats.split(",") if s.strip()]
-    rows = dataset_rows(args.rows, spec, seed0=args.seed0, system_prompt=args.system_prompt, seats=seats)
+    if args.reward_spec:
+        spec["reward_spec"] = args.reward_spec
+    roles = [r.strip() for r in args.roles.split(",") if r.strip()]
+    seats = [] if roles else [int(s) for s in args.seats.split(",") if s.strip()]
+    rows = dataset_rows(
+        args.rows, spec, seed0=args.seed0, system_prompt=args.system_prompt, seats=seats, roles=roles
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(args.out)
-    print(f"wrote {len(rows)} rows ({args.game}/{args.variant}, seats {seats}) to {args.out}")
+    who = f"roles {roles}" if roles else f"seats {seats}"
+    print(f"wrote {len(rows)} rows ({args.game}/{args.variant}, {who}) to {args.out}")
 
 
 if __name__ == "__main__":
