@@ -18,20 +18,30 @@ inference cannot load the named directory (another container, another mount name
 
 Why disk at all: the directory is what a later ``LoadPolicy(model_path=…)`` or a league opponent loads
 from, and the record of which weights a version number meant.
+
+A learner shared by several policy ids (``train.share_policy``) is published once per version
+(``publish_learner``): its directory written once (the other ids' directories hard-link its files), its
+weights exported once for ``PushWeights``; every id still gets the version, each served by its own engine.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from wolfpack.auth import is_loopback
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
-from wolfpack_trainer.learners.base import Learner
+from wolfpack_trainer.learners.base import ExportedWeights, Learner
+
+if TYPE_CHECKING:
+    from wolfpack.v1 import inference_service_pb2 as inf_pb
 
 log = logging.getLogger(__name__)
 
@@ -97,27 +107,49 @@ class Publisher:
     async def publish(
         self, policy_id: str, version: int, learner: Learner, *, freeze: bool = False
     ) -> Published:
-        path = ""
-        t0 = time.monotonic()
-        if self.save_dirs:
-            path = str(learner.save_pretrained(self.root / policy_id / f"v{version:06d}"))
-        t1 = time.monotonic()
-        pushed, sync = False, ""
-        if self.inference_addr:
-            sync = self.sync_mode
-            if sync == "path":
-                sync = await self._load_path(policy_id, version, Path(path), learner)
-            else:
-                await self._push(policy_id, version, learner)
-            pushed = True
-        t2 = time.monotonic()
-        frozen = False
-        if freeze and self.curriculum_addr:
-            await self._freeze(policy_id, version)
-            frozen = True
-        return Published(policy_id, version, path, pushed, frozen, save_s=t1 - t0, push_s=t2 - t1, sync=sync)
+        (done,) = await self.publish_learner(learner, [(policy_id, version)], freeze=freeze)
+        return done
 
-    async def _load_path(self, policy_id: str, version: int, directory: Path, learner: Learner) -> str:
+    async def publish_learner(
+        self, learner: Learner, versions: Sequence[tuple[str, int]], *, freeze: bool = False
+    ) -> list[Published]:
+        """A new version of each policy id ``learner`` trains (``versions``: (id, version) pairs; several
+        under ``train.share_policy``). The weights leave the learner once: one ``save_pretrained`` (the other
+        ids' directories hard-link its files) and at most one ``export_weights``; then every id's inference
+        gets its version, by path or push, and a league snapshot when ``freeze``. One ``Published`` per id
+        (the first id's ``save_s``/``push_s`` carry the learner's save and export)."""
+        weights = _Weights(learner, shared=len(versions) > 1)
+        written: Path | None = None
+        out: list[Published] = []
+        for policy_id, version in versions:
+            path = ""
+            t0 = time.monotonic()
+            if self.save_dirs:
+                target = self.root / policy_id / f"v{version:06d}"
+                if written is None:
+                    path = str(written := learner.save_pretrained(target))
+                else:
+                    path = str(_link_tree(written, target))
+            t1 = time.monotonic()
+            pushed, sync = False, ""
+            if self.inference_addr:
+                sync = self.sync_mode
+                if sync == "path":
+                    sync = await self._load_path(policy_id, version, Path(path), weights)
+                else:
+                    await self._push(policy_id, version, weights)
+                pushed = True
+            t2 = time.monotonic()
+            frozen = False
+            if freeze and self.curriculum_addr:
+                await self._freeze(policy_id, version)
+                frozen = True
+            out.append(
+                Published(policy_id, version, path, pushed, frozen, save_s=t1 - t0, push_s=t2 - t1, sync=sync)
+            )
+        return out
+
+    async def _load_path(self, policy_id: str, version: int, directory: Path, weights: _Weights) -> str:
         """``LoadPolicy`` of the version's directory; under ``auto`` a directory inference cannot load
         (INVALID_ARGUMENT: it does not see this host's files) falls back to ``push`` for good. Returns the
         way the version went."""
@@ -145,27 +177,19 @@ class Publisher:
                 raise
             self.fallback = f"inference at {self.inference_addr} cannot load {directory}: {exc.details()}"
             log.warning("weight sync: %s; pushing the weights over gRPC from now on", self.fallback)
-            await self._push(policy_id, version, learner)
+            await self._push(policy_id, version, weights)
             return "push"
         if resp.policy.policy.version != version:
             raise RuntimeError(f"inference serves {policy_id}@{resp.policy.policy.version}, loaded {version}")
         return "path"
 
-    async def _push(self, policy_id: str, version: int, learner: Learner) -> None:
+    async def _push(self, policy_id: str, version: int, weights: _Weights) -> None:
         from wolfpack import rpc
         from wolfpack.settings import load_settings
         from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
-        from wolfpack_inference.client import tensor_chunks
 
         assert self.inference_addr is not None
-        exported = learner.export_weights()
-        chunks = tensor_chunks(
-            policy_id,
-            version,
-            exported.tensors,
-            is_adapter=exported.is_adapter,
-            adapter_config_json=exported.adapter_config_json,
-        )
+        chunks = weights.chunks(policy_id, version)
         async with rpc.channel(self.inference_addr, self.settings or load_settings()) as ch:
             resp = await inf_grpc.InferenceServiceStub(ch).PushWeights(chunks)
         if resp.policy.policy.version != version:
@@ -184,3 +208,45 @@ class Publisher:
         )
         async with CurriculumClient(self.curriculum_addr, self.settings or load_settings()) as client:
             await client.register_opponent(opponent)
+
+
+class _Weights:
+    """One learner's weights for ``PushWeights``, exported at most once however many policy ids it serves
+    (none when every id loads its directory by path). With several ids the export is moved to host memory
+    once, and each id's stream chunks those tensors under its own id and version."""
+
+    def __init__(self, learner: Learner, *, shared: bool) -> None:
+        self.learner = learner
+        self.shared = shared
+        self._exported: ExportedWeights | None = None
+
+    def chunks(self, policy_id: str, version: int) -> Iterator[inf_pb.PushWeightsRequest]:
+        from wolfpack_inference.client import tensor_chunks
+
+        if self._exported is None:
+            exported = self.learner.export_weights()
+            if self.shared:  # device -> host once, not once per id's stream
+                tensors = {k: v.detach().to("cpu") for k, v in exported.tensors.items()}
+                exported = ExportedWeights(tensors, exported.is_adapter, exported.adapter_config_json)
+            self._exported = exported
+        e = self._exported
+        return tensor_chunks(
+            policy_id, version, e.tensors, is_adapter=e.is_adapter, adapter_config_json=e.adapter_config_json
+        )
+
+
+def _link_tree(source: Path, target: Path) -> Path:
+    """``target`` as a copy of the version directory ``source`` made of hard links to its files (a copy
+    where the filesystem has none): another id's directory of the same weights, no second write."""
+    if target.exists():  # a version re-published after a crash
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, target, copy_function=link)
+    return target

@@ -9,12 +9,13 @@ One update (CleanRL style):
    own samples) → per learner (one per policy, or one for all under ``train.share_policy``: one batch of
    every policy's samples): recompute old logprobs, log their mismatch with the sampler's, truncated IS
    weights → one ``update``;
-4. checkpoint (learners + used ids + versions), *then* ack: a crash before the checkpoint re-delivers
-   the entries to the resumed run, a crash after it finds their ids already used (named crash points,
-   ``WOLFPACK_TRAINER_CRASH_AT``, let tests end the process exactly between the two);
-5. every ``push_every`` updates a new policy version (weights to inference in service mode, a versioned
-   directory always); every ``eval.every`` updates the held-out evaluation. A fresh run with ``eval.base``
-   (by default when warm-started) first evaluates the base models the run started from (``evaluate_base``).
+4. checkpoint (each learner once + used ids + versions), *then* ack: a crash before the checkpoint
+   re-delivers the entries to the resumed run, a crash after it finds their ids already used (named crash
+   points, ``WOLFPACK_TRAINER_CRASH_AT``, let tests end the process exactly between the two);
+5. every ``push_every`` updates a new version of every policy (weights to inference in service mode, a
+   versioned directory always; taken from each learner once, a shared one's too); every ``eval.every``
+   updates the held-out evaluation. A fresh run with ``eval.base`` (by default when warm-started) first
+   evaluates the base models the run started from (``evaluate_base``).
 
 Model work (updates, local play, evaluation, checkpoints) runs in a worker thread, so the event loop keeps
 answering TrainerService and its health checks meanwhile; the lock keeps an update and a checkpoint
@@ -39,7 +40,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -200,7 +201,7 @@ class Trainer:
                 self.state.versions.setdefault(p.id, 0)
                 continue
             learner = get_learner(p.learner)(self.cfg.learner_config(p, str(self.cache_dir), model=base))
-            if resumed is not None:
+            if resumed is not None:  # a shared learner's state is under its first id (``checkpoint``)
                 learner.load(resumed / f"learner-{p.id}")
             self.learners[p.id] = shared = learner
             self.state.versions.setdefault(p.id, 0)
@@ -746,12 +747,12 @@ class Trainer:
         metrics["batch/trajectories"] = float(len(trajectories))
         return metrics
 
-    def _learner_groups(self, by_policy: dict[str, list[Sample]]) -> list[list[str]]:
-        """The policy ids with samples, grouped by the learner that trains them (first-seen order): one id
-        each under IPPO, every id in one group under ``train.share_policy``. Ids without a learner (frozen
-        opponents) are left out."""
+    def _learner_groups(self, pids: Iterable[str]) -> list[list[str]]:
+        """``pids`` (the policy ids with samples, or every trained id: ``self.learners``) grouped by the
+        learner that trains them, in first-seen order: one id each under IPPO, every id in one group under
+        ``train.share_policy``. Ids without a learner (frozen opponents) are left out."""
         groups: dict[int, list[str]] = {}
-        for pid in by_policy:
+        for pid in pids:
             learner = self.learners.get(pid)
             if learner is not None:
                 groups.setdefault(id(learner), []).append(pid)
@@ -814,15 +815,19 @@ class Trainer:
         self.progress("publish", 1, 1)
 
     async def _publish(self, freeze: bool | None = None) -> None:
-        """A new version of each trained policy: directory, push to inference, league snapshot."""
+        """A new version of each trained policy: directory, push to inference, league snapshot. The weights
+        leave each learner once (a shared learner's too: ``Publisher.publish_learner``), and every policy id
+        it trains gets the version (each is served by its own engine)."""
         if freeze is None:
             every = self.cfg.train.freeze_every
             freeze = every > 0 and self.state.step % every == 0
-        for pid, learner in self.learners.items():
-            version = self.state.versions.get(pid, 0) + 1
-            self.state.versions[pid] = version
-            done = await self.publisher.publish(pid, version, learner, freeze=freeze)
-            self.state.published.append(done.__dict__)
+        for pids in self._learner_groups(self.learners):
+            versions = []
+            for pid in pids:
+                self.state.versions[pid] = self.state.versions.get(pid, 0) + 1
+                versions.append((pid, self.state.versions[pid]))
+            for done in await self.publisher.publish_learner(self.learners[pids[0]], versions, freeze=freeze):
+                self.state.published.append(done.__dict__)
 
     def checkpoint(self) -> Path:
         """Write learners + state to a new directory, then atomically point LATEST at it.
@@ -830,7 +835,11 @@ class Trainer:
         A directory LATEST may point at is never rewritten: a second checkpoint of one update (after its
         evaluation, or SaveCheckpoint) gets the next free name (``update_000004.1``), so a crash at any
         moment leaves LATEST on a complete checkpoint. Thread-safe (the lock): the loop's worker thread and
-        TrainerService's SaveCheckpoint both call it."""
+        TrainerService's SaveCheckpoint both call it.
+
+        One ``learner-<id>`` per learner: a shared learner (``train.share_policy``) is saved once, under its
+        first policy id, where ``setup`` resumes it from (checkpoints written before saved the same state
+        again under every other id; those copies are left unread)."""
         with self._lock:
             root = self.run_dir / "checkpoints"
             base = name = f"update_{self.state.step:06d}"
@@ -841,8 +850,8 @@ class Trainer:
             tmp = root / f".{name}.tmp"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-            for pid, learner in self.learners.items():
-                learner.save(tmp / f"learner-{pid}")
+            for pids in self._learner_groups(self.learners):
+                self.learners[pids[0]].save(tmp / f"learner-{pids[0]}")
             self.state.used_ids = self.state.used_ids[-MAX_USED_IDS:]
             (tmp / "state.json").write_text(json.dumps(self.state.__dict__))
             final = root / name
