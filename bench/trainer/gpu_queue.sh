@@ -17,17 +17,23 @@
 # PARALLEL=SECONDS runs the recipes side by side on the one card instead, each started SECONDS after the
 # previous (vLLM profiles the card's free memory at start-up; staggering keeps one start from seeing another's
 # allocations). Give each recipe a smaller vLLM share then (e.g. `EXTRA=inference.gpu_memory_utilization=0.1`,
-# applied to every recipe). Either way a sampler writes the card's utilisation and memory and the host's load
-# average every 10 s to $OUT/gpu-samples.csv, which is what says whether the recipes were waiting on the card.
+# applied to every recipe). With CARDS="0 1" (a host with several GPUs) recipe i runs on card CARDS[i mod n]
+# alone (its CUDA_VISIBLE_DEVICES), so two one-GPU recipes take one lent 2-GPU machine's hold together, each
+# with a card to itself (stagger them anyway: the first one converts the carried SmolLM2 into the shared
+# model cache):
+#   CARDS="0 1" PARALLEL=60 SMOL=/tmp/smol OUT=/tmp/out setsid nohup bash bench/trainer/gpu_queue.sh A.yaml:15 B.yaml:15 ...
+# Either way a sampler writes each card's utilisation and memory and the host's load average every 10 s to
+# $OUT/gpu-samples.csv (one row per card), which is what says whether the recipes were waiting on a card.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : > /tmp/queue.done
 out=${OUT:-/tmp}
 mkdir -p "$out"  # else the sampler and every recipe's tee fail (and pipefail turns a finished run into exit 1)
-( echo "time,gpu_util_pct,mem_used_mib,load1"
+( echo "time,gpu_util_pct,mem_used_mib,load1,gpu_index"
   while true; do
-    g=$(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
-    echo "$(date +%T),$g,$(cut -d' ' -f1 /proc/loadavg)"
+    now=$(date +%T) load=$(cut -d' ' -f1 /proc/loadavg)
+    nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader,nounits 2>/dev/null \
+      | tr -d ' ' | while IFS=, read -r idx util mem; do echo "$now,$util,$mem,$load,$idx"; done
     sleep 10
   done ) > "$out/gpu-samples.csv" 2>/dev/null &
 sampler=$!
@@ -44,13 +50,23 @@ run_one() {
   fi
   echo "$name $?" >> /tmp/queue.done
 }
+read -r -a cards <<< "${CARDS:-}"
 if [ -n "${PARALLEL:-}" ]; then
+  i=0 pids=()
   for item in "$@"; do
     cfg=${item%%:*}; minutes=${item#*:}; [ "$minutes" = "$item" ] && minutes=""
-    run_one "$cfg" "$minutes" > "/tmp/$(basename "$cfg" .yaml).queue.log" 2>&1 &
+    (
+      if [ "${#cards[@]}" -gt 0 ]; then
+        export CUDA_VISIBLE_DEVICES=${cards[$((i % ${#cards[@]}))]}
+        echo "== $(basename "$cfg" .yaml) on card $CUDA_VISIBLE_DEVICES"
+      fi
+      run_one "$cfg" "$minutes"
+    ) > "/tmp/$(basename "$cfg" .yaml).queue.log" 2>&1 &
+    pids+=($!)
+    i=$((i + 1))
     sleep "$PARALLEL"
   done
-  wait
+  wait "${pids[@]}"  # not a bare wait: that would wait for the sampler too, i.e. forever
   echo "== $(date +%T) queue done"
   exit 0
 fi
