@@ -185,10 +185,6 @@ async def register_policies(
     an OpenAI-backed opponent the stack lacks (``LoadPolicy`` builds local backends only), a ``curriculum``
     section (the running curriculum keeps its own configuration), an unreachable or refusing inference.
     Returns what was registered, one line each."""
-    from wolfpack.v1 import inference_service_pb2 as pb
-    from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
-    from wolfpack_trainer.learners.cpu import resolve_model_path
-
     if cfg.curriculum is not None:
         raise StackError(
             f"curriculum: the running stack of {settings.run_dir} keeps its own curriculum configuration; "
@@ -197,19 +193,18 @@ async def register_policies(
     cache = str(settings.run_dir / "models")
     done: list[str] = []
     async with rpc.channel(target, settings) as channel:
-        stub = pb_grpc.InferenceServiceStub(channel)
+        inference = _Inference(channel)
         try:
-            listed = await stub.ListPolicies(pb.ListPoliciesRequest())
+            served = await inference.served()
         except grpc.aio.AioRpcError as exc:
             raise StackError(f"the running stack's inference at {target}: {exc.details()}") from None
-        served = {p.policy.policy_id: p.base_model for p in listed.policies}
         wanted = [(pid, path, "") for pid, path in models.items()]
         wanted += [(o.id, o.model, o.backend) for o in cfg.opponent_policies]
         missing = []
         for pid, path, backend in wanted:  # every refusal before the first load: nothing half-registered
             base = served.get(pid)
             if base is not None:
-                if backend or base == path or resolve_model_path(base, cache) == path:
+                if backend or _same_checkpoint(base, path, cache):
                     continue
                 raise StackError(
                     f"the running stack serves policy {pid!r} from {base}, this run trains it from {path}: "
@@ -223,12 +218,8 @@ async def register_policies(
                 )
             missing.append((pid, path))
         for pid, path in missing:
-            try:
-                await stub.LoadPolicy(pb.LoadPolicyRequest(policy_id=pid, version=0, model_path=path))
-            except grpc.aio.AioRpcError as exc:
-                raise StackError(
-                    f"the running stack could not load policy {pid!r} from {path}: {exc.details()}"
-                ) from None
+            if (error := await inference.load(pid, path)) is not None:
+                raise StackError(f"the running stack could not load policy {pid!r} from {path}: {error}")
             done.append(f"registered policy {pid} ({path}) on the running inference at {target}")
     return done
 
@@ -239,30 +230,54 @@ async def serve_missing(settings: Settings, target: str, models: dict[str, str])
     is a ``StackError`` (a measurement of other weights under the same name). The trainer's guarantee for the
     base models' evaluation where no job set up the stack (a stack built by hand, a test's servers); a job's
     own or running stack already serves them. Returns the ids loaded."""
-    from wolfpack.v1 import inference_service_pb2 as pb
-    from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
-    from wolfpack_trainer.learners.cpu import resolve_model_path
-
     cache = str(settings.run_dir / "models")
     loaded = []
     async with rpc.channel(target, settings) as channel:
-        stub = pb_grpc.InferenceServiceStub(channel)
-        listed = await stub.ListPolicies(pb.ListPoliciesRequest())
-        served = {p.policy.policy_id: p.base_model for p in listed.policies}
+        inference = _Inference(channel)
+        served = await inference.served()
         for pid, path in models.items():
             base = served.get(pid)
             if base is not None:
-                if base != path and resolve_model_path(base, cache) != path:
+                if not _same_checkpoint(base, path, cache):
                     raise StackError(f"inference at {target} serves policy {pid!r} from {base}, not {path}")
                 continue
-            try:
-                await stub.LoadPolicy(pb.LoadPolicyRequest(policy_id=pid, version=0, model_path=path))
-            except grpc.aio.AioRpcError as exc:
-                raise StackError(
-                    f"inference at {target} could not load policy {pid!r} from {path}: {exc.details()}"
-                ) from None
+            if (error := await inference.load(pid, path)) is not None:
+                raise StackError(f"inference at {target} could not load policy {pid!r} from {path}: {error}")
             loaded.append(pid)
     return loaded
+
+
+def _same_checkpoint(base: str, path: str, cache: str) -> bool:
+    """Whether inference's ``base`` (a spec such as ``smollm2`` or a directory) is the checkpoint ``path``."""
+    from wolfpack_trainer.learners.cpu import resolve_model_path
+
+    return base == path or resolve_model_path(base, cache) == path
+
+
+class _Inference:
+    """The two calls ``register_policies`` and ``serve_missing`` make on a running inference service."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        from wolfpack.v1 import inference_service_pb2_grpc as pb_grpc
+
+        self._stub = pb_grpc.InferenceServiceStub(channel)
+
+    async def served(self) -> dict[str, str]:
+        """Policy id -> the base model it is served from."""
+        from wolfpack.v1 import inference_service_pb2 as pb
+
+        listed = await self._stub.ListPolicies(pb.ListPoliciesRequest())
+        return {p.policy.policy_id: p.base_model for p in listed.policies}
+
+    async def load(self, policy_id: str, path: str) -> str | None:
+        """``LoadPolicy`` of ``path`` as ``policy_id`` at version 0; the refusal's details, else None."""
+        from wolfpack.v1 import inference_service_pb2 as pb
+
+        try:
+            await self._stub.LoadPolicy(pb.LoadPolicyRequest(policy_id=policy_id, version=0, model_path=path))
+        except grpc.aio.AioRpcError as exc:
+            return str(exc.details())
+        return None
 
 
 def stack_policies(
