@@ -32,7 +32,8 @@
 #     (lr 1e-5, critic lr 5e-5, 2 PPO epochs; from the config: clip 0.2, value clip 0.2, entropy 0.001,
 #     token-mean, lam 0.95, gamma 1, temperature 1; no KL, as the recipe), vLLM async
 #     rollout at gpu_memory_utilization 0.35. WALL-CLOCK BOUND: verl counts steps, not minutes, so the step
-#     budget is left large and a watchdog ends the run: the clock starts when verl's "Training Progress" bar
+#     budget is left large and a watchdog (bench/trainer/stop_after_checkpoint.sh) ends the run: the clock
+#     starts when verl's "Training Progress" bar (or its first step line)
 #     appears (after set-up); once MINUTES have passed it waits for the next checkpoint verl completes
 #     (save_freq=SAVE_FREQ, default every step; verl writes latest_checkpointed_iteration.txt only after
 #     the whole save) and then stops main_ppo (SIGTERM to its process group, then `ray stop --force` when
@@ -255,29 +256,13 @@ setsid "${CMD[@]}" > "$LOGS/main_ppo.log" 2>&1 &
 PPO_PID=$!
 tracker=$CKPT/latest_checkpointed_iteration.txt
 saved() { cat "$tracker" 2> /dev/null || echo 0; }
-started=""
-while kill -0 "$PPO_PID" 2> /dev/null; do
-  # the clock starts at verl's progress bar (tqdm's carriage returns may keep it from the log until a
-  # newline), else at the first step's metrics line (then a step late: training lasts longer, never shorter)
-  if [ -z "$started" ] && grep -qE "Training Progress|step:1 - " "$LOGS/main_ppo.log" 2> /dev/null; then
-    started=$(date +%s); say "training started; stopping after the first checkpoint past $MINUTES minutes"
-  fi
-  if [ -n "$started" ] && [ $(($(date +%s) - started)) -ge $((MINUTES * 60)) ]; then
-    at=$(saved)
-    say "$MINUTES minutes done at checkpoint step $at; waiting for the next checkpoint"
-    while kill -0 "$PPO_PID" 2> /dev/null && [ "$(saved)" = "$at" ]; do sleep 2; done
-    say "checkpoint step $(saved) saved after $(($(date +%s) - started)) s of training: stopping main_ppo"
-    kill -TERM -- "-$PPO_PID" 2> /dev/null || true
-    for _ in $(seq 60); do kill -0 "$PPO_PID" 2> /dev/null || break; sleep 1; done
-    kill -KILL -- "-$PPO_PID" 2> /dev/null || true
-    break
-  fi
-  sleep 5
-done
+t0=$(date +%s)
+bash "$ROOT/bench/trainer/stop_after_checkpoint.sh" "$PPO_PID" "$LOGS/main_ppo.log" "$tracker" "$((MINUTES * 60))" \
+  | tee "$LOGS/watchdog.log"
 wait "$PPO_PID" 2> /dev/null || true
 PPO_PID=""
 [ -n "$RAY_OURS" ] && { ray stop --force > "$LOGS/ray_stop.log" 2>&1 || true; }
-trained_s=$(( $(date +%s) - ${started:-$(date +%s)} ))
+trained_s=$(( $(date +%s) - t0 ))  # main_ppo from its start (set-up included); watchdog.log has the training time
 STEP=$(saved)
 FINAL=$CKPT/global_step_$STEP/actor/huggingface
 if [ "$STEP" = 0 ] || ! ls "$FINAL"/*.safetensors > /dev/null 2>&1; then
@@ -285,7 +270,7 @@ if [ "$STEP" = 0 ] || ! ls "$FINAL"/*.safetensors > /dev/null 2>&1; then
   tail -30 "$LOGS/main_ppo.log" >&2
   exit 1
 fi
-say "final model: $FINAL (step $STEP, ~$trained_s s of training)"
+say "final model: $FINAL (step $STEP; main_ppo ran $trained_s s with its set-up, the training time is in watchdog.log)"
 for _ in $(seq 60); do  # vLLM and the FSDP workers must have let go of the card before the evaluation's stack
   [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2> /dev/null)" ] && break
   sleep 2
@@ -297,7 +282,8 @@ evaluate eval-final warmstart=null "policies.0.model=$FINAL"
 START_IS_BASE=()
 [ "$START" = base ] && START_IS_BASE=(--start-is-base)
 {
-  echo "agent-loop village: start $START ($START_MODEL), final $FINAL after $STEP steps, ~$trained_s s of training"
+  echo "agent-loop village: start $START ($START_MODEL), final $FINAL after $STEP steps; main_ppo ran $trained_s s (set-up included)"
+  tail -2 "$LOGS/watchdog.log"
   "$PY" -m wolfpack_trainer.learning -c "$CONFIG" --start "$WORK/eval-start" --final "$WORK/eval-final" \
     "${START_IS_BASE[@]}" "${EVAL_OVR[@]}"
 } | tee "$LOGS/learning.txt"

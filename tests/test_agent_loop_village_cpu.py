@@ -1,0 +1,116 @@
+"""``bench/trainer/agent_loop_village.sh`` on a CPU: what can run without the GPU.
+
+* The wall-clock bound (``stop_after_checkpoint.sh``) against a stand-in trainer process that behaves as
+  verl's ``main_ppo`` does towards it (a progress line, then a checkpoint tracker written after each step's
+  save): it lets the trainer run for the budget, stops it only after a checkpoint completed past the budget,
+  and stops the whole process group.
+* ``DRY_RUN=1``: the plan from the recipe's config, the dataset of village rows, and verl's own config
+  composed from the command's overrides, validated and the dataset loaded through verl's ``RLHFDataset``
+  (``main_ppo_config_check.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+WATCHDOG = ROOT / "bench" / "trainer" / "stop_after_checkpoint.sh"
+
+FAKE_TRAINER = r"""
+import os, signal, sys, time
+ckpt, out = sys.argv[1], sys.argv[2]
+def stop(signum, frame):
+    open(out, "w").write(f"SIGTERM after step {step}\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+child = os.fork()
+if child == 0:  # a worker in the same process group (as verl's Ray workers started by the driver are not)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    time.sleep(600)
+    os._exit(0)
+print("Training Progress:   0%|", flush=True)
+step = 0
+while True:
+    time.sleep(2.0)  # one step (the watchdog polls every second; verl steps take 10+ s)
+    step += 1
+    os.makedirs(f"{ckpt}/global_step_{step}", exist_ok=True)
+    open(f"{ckpt}/latest_checkpointed_iteration.txt", "w").write(str(step))  # after the save
+    print(f"step:{step} - critic/score/mean:0.0", flush=True)
+"""
+
+
+def test_watchdog_stops_after_the_first_checkpoint_past_the_budget(tmp_path: Path) -> None:
+    script = tmp_path / "fake.py"
+    script.write_text(FAKE_TRAINER)
+    log, out, ckpt = tmp_path / "main_ppo.log", tmp_path / "stopped", tmp_path / "ckpt"
+    with log.open("w") as f:
+        trainer = subprocess.Popen(
+            [sys.executable, str(script), str(ckpt), str(out)], stdout=f, stderr=f, start_new_session=True
+        )
+    t0 = time.monotonic()
+    try:
+        done = subprocess.run(
+            ["bash", str(WATCHDOG), str(trainer.pid), str(log), str(ckpt / "latest_checkpointed_iteration.txt"), "3"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        elapsed = time.monotonic() - t0
+        assert trainer.wait(timeout=10) == 0, done.stdout
+    finally:
+        if trainer.poll() is None:
+            os.killpg(trainer.pid, 9)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = done.stdout
+    assert "training started" in said and "waiting for the next checkpoint" in said, said
+    at = int(said.split("done at checkpoint step ")[1].split(";")[0])
+    last = int((ckpt / "latest_checkpointed_iteration.txt").read_text())
+    assert last == at + 1  # one more checkpoint completed after the budget, then the stop
+    assert out.read_text() == f"SIGTERM after step {last}\n"  # stopped right after that save, by SIGTERM
+    assert elapsed >= 3  # never before the budget
+    assert f"last checkpoint step {last}" in said
+    # the group stop reached the trainer's child too (same process group)
+    for _ in range(50):  # a signalled process takes a moment to go
+        alive = subprocess.run(
+            ["pgrep", "-g", str(trainer.pid)], capture_output=True, text=True
+        ).stdout.split()
+        if not alive:
+            break
+        time.sleep(0.1)
+    assert alive == []
+
+
+def test_watchdog_returns_when_the_trainer_ends_by_itself(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    log.write_text("")
+    trainer = subprocess.Popen(["sleep", "1"], start_new_session=True)
+    done = subprocess.run(
+        ["bash", str(WATCHDOG), str(trainer.pid), str(log), str(tmp_path / "none.txt"), "600"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    trainer.wait()
+    assert done.returncode == 0 and "last checkpoint step 0" in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_dry_run_plans_the_recipe_and_checks_verls_config(tmp_path: Path) -> None:
+    pytest.importorskip("verl")
+    env = {**os.environ, "DRY_RUN": "1", "PY": sys.executable, "WOLFPACK_RUN_DIR": str(tmp_path / "wp"),
+           "ROWS": "64", "EVAL": "eval.episodes=16"}  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(ROOT / "bench" / "trainer" / "agent_loop_village.sh")],
+        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert f"start clone: {tmp_path}/wp/models/warm-smollm2-135m-instruct-" in out
+    assert "village roles villager,seer,witch vs heuristic wolves" in out and "eval 16 held-out seeds" in out
+    assert "wrote 64 rows (werewolf_v1/6p, roles ['villager', 'seer', 'witch'])" in out
+    assert "adv_estimator gae: critic True, reference policy False" in out
+    assert "actor checkpoint save_contents ['hf_model']" in out
+    assert "training rows verl keeps: 64" in out and "main_ppo config check: ok" in out
+    assert "policies.0.model=" in out and "--start" in out
