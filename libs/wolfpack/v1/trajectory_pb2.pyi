@@ -260,6 +260,8 @@ class Trajectory(_message.Message):
     GROUP_SIZE_FIELD_NUMBER: _builtins.int
     SCENARIO_FIELD_NUMBER: _builtins.int
     TRAINEE_SEATS_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    SCORE_MS_FIELD_NUMBER: _builtins.int
     trajectory_id: _builtins.str
     """Unique id; consumers are idempotent by it. Required."""
     episode_id: _builtins.str
@@ -278,6 +280,10 @@ class Trajectory(_message.Message):
     """
     group_size: _builtins.int
     """Planned number of episodes in the group (>= 1), so a consumer knows when a group is complete."""
+    score_ms: _builtins.float
+    """Milliseconds the reward service took to score this trajectory (the driver's Score call, retries
+    included); after `finished_at`. 0: not measured (a trajectory scored elsewhere).
+    """
     @_builtins.property
     def game(self) -> _common_pb2.GameRef:
         """Game and variant played. Required."""
@@ -324,6 +330,12 @@ class Trajectory(_message.Message):
         trainee seat. The curriculum's outcomes and the rollout summary count these seats only.
         """
 
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp:
+        """When the rollout driver began the episode (before the environment created it); with `finished_at` and
+        each turn's `started_at` + `generate_ms` it splits the episode's time into generation and the rest.
+        """
+
     def __init__(
         self,
         *,
@@ -345,10 +357,12 @@ class Trajectory(_message.Message):
         group_size: _builtins.int = ...,
         scenario: _common_pb2.Scenario | None = ...,
         trainee_seats: _abc.Iterable[_builtins.int] | None = ...,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        score_ms: _builtins.float = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "game", b"game", "scenario", b"scenario", "trace", b"trace"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "game", b"game", "scenario", b"scenario", "started_at", b"started_at", "trace", b"trace"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "finished_at", b"finished_at", "game", b"game", "group_id", b"group_id", "group_size", b"group_size", "metadata", b"metadata", "outcomes", b"outcomes", "policy_versions", b"policy_versions", "reward_spec", b"reward_spec", "scenario", b"scenario", "seats", b"seats", "seed", b"seed", "task_id", b"task_id", "trace", b"trace", "trainee_seats", b"trainee_seats", "trajectory_id", b"trajectory_id", "turns", b"turns", "winner", b"winner"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "finished_at", b"finished_at", "game", b"game", "group_id", b"group_id", "group_size", b"group_size", "metadata", b"metadata", "outcomes", b"outcomes", "policy_versions", b"policy_versions", "reward_spec", b"reward_spec", "scenario", b"scenario", "score_ms", b"score_ms", "seats", b"seats", "seed", b"seed", "started_at", b"started_at", "task_id", b"task_id", "trace", b"trace", "trainee_seats", b"trainee_seats", "trajectory_id", b"trajectory_id", "turns", b"turns", "winner", b"winner"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

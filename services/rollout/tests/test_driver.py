@@ -60,6 +60,12 @@ async def test_werewolf_and_bargaining_concurrently_reach_the_stream_token_exact
     for traj in received:
         assert traj.reward_spec, "scored by the reward service"
         assert traj.group_id and traj.group_size == 1
+        # the episode's timing survives scoring and the stream: begun before its first turn, ended after its
+        # last answer, and the reward service's scoring time measured
+        begun, ended = traj.started_at.ToNanoseconds(), traj.finished_at.ToNanoseconds()
+        asked = [t.started_at.ToNanoseconds() for t in traj.turns if t.HasField("started_at")]
+        assert asked and begun <= min(asked) and max(asked) <= ended, traj.trajectory_id
+        assert traj.score_ms > 0
         assert {o.seat for o in traj.outcomes} == {b.seat for b in traj.seats}
         for turn in traj.turns:
             if turn.seat not in traj.trainee_seats:

@@ -157,6 +157,12 @@ def test_timestamps_and_metadata() -> None:
     assert not second.HasField("started_at") and second.generate_ms == 0.0, "unknown timing stays unset"
     # a float of seconds near 1.7e9 resolves ~0.24 µs: compare within 1 µs
     assert traj.finished_at.seconds == 1_700_000_100 and abs(traj.finished_at.nanos - 250_000_000) < 1000
+    assert not traj.HasField("started_at"), "not given: unset"
+    begun = build_trajectory(
+        t, trajectory_id="tr", episode_id="ep", records=[timed], started_at=1_699_999_999.75,
+        result=EpisodeResult(winner="wolves", roles={3: "seer"}, outcomes={3: 2}), finished_at=1_700_000_100.25,
+    )  # fmt: skip
+    assert begun.started_at.seconds == 1_699_999_999 and abs(begun.started_at.nanos - 750_000_000) < 1000
     meta = dict(traj.metadata)
     assert meta == {
         "bucket": "b", "opponent_id": "scripted:heuristic", "opponent_kind": "OPPONENT_KIND_SCRIPTED",

@@ -161,6 +161,8 @@ class _Episode:
     truncated: str = ""
     failure: EpisodeFailed | None = None
     stream: _PlayStream | None = None
+    started_at: float = field(default_factory=time.time)
+    """Wall clock when the driver began the episode (``Trajectory.started_at``)."""
 
     @property
     def closed(self) -> bool:
@@ -538,11 +540,12 @@ class RolloutDriver:
         traj = build_trajectory(
             ep.task, trajectory_id=ep.trajectory_id, episode_id=ep.episode_id, records=ep.records,
             result=EpisodeResult.from_pb(state), trace=ep.trace, truncated=ep.truncated,
-            worker_id=self.worker_id,
+            worker_id=self.worker_id, started_at=ep.started_at,
         )  # fmt: skip
         if not traj.turns:
             raise EpisodeFailed("no_turns", _no_turns_detail(ep, self.config))
         token = otel_context.attach(ep.context)
+        t0 = time.monotonic()
         try:
             scored = await self._retrying(
                 lambda: self.reward.score(rew_pb.ScoreRequest(trajectory=traj, spec=self.config.reward_spec)),
@@ -551,6 +554,7 @@ class RolloutDriver:
         finally:
             otel_context.detach(token)
         out: trajectory_pb2.Trajectory = scored.trajectory
+        out.score_ms = (time.monotonic() - t0) * 1e3
         return out
 
     # ------------------------------------------------------------------ generation

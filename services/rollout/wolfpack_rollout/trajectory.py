@@ -204,8 +204,10 @@ def build_trajectory(
     worker_id: str = "",
     finished_at: float | None = None,
     extra_metadata: Mapping[str, str] | None = None,
+    started_at: float | None = None,
 ) -> trajectory_pb2.Trajectory:
-    """The unscored ``Trajectory`` of one episode (the reward service fills the rewards)."""
+    """The unscored ``Trajectory`` of one episode (the reward service fills the rewards); ``started_at``:
+    when the driver began it (wall clock, seconds), unset when not given."""
     game_id = task.game.game_id
     policy_seats = {b.seat for b in task.seats if b.controller == common_pb2.SEAT_CONTROLLER_POLICY}
     traj = trajectory_pb2.Trajectory(
@@ -238,6 +240,8 @@ def build_trajectory(
     if trace is not None:
         traj.trace.CopyFrom(trace)
     traj.finished_at.CopyFrom(_timestamp(finished_at if finished_at is not None else time.time()))
+    if started_at is not None:
+        traj.started_at.CopyFrom(_timestamp(started_at))
     meta = traj.metadata
     meta["bucket"] = task.bucket
     meta["opponent_id"] = task.opponent_id

@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from wolfpack.v1 import trajectory_pb2
-from wolfpack_trainer.metrics import TRAIN_MINUTES, MetricsWriter, transcript, update_line, wall_clock_evals
+from wolfpack_trainer.metrics import (
+    TRAIN_MINUTES,
+    MetricsWriter,
+    episode_time_split,
+    transcript,
+    update_line,
+    wall_clock_evals,
+)
 
 
 def test_update_line_names_every_number_and_marks_missing_ones() -> None:
@@ -166,3 +173,36 @@ def test_verl_tracking_is_an_extra_backend(tmp_path: Path, monkeypatch: pytest.M
     assert any((tmp_path / "run" / "tb").iterdir())
     with pytest.raises(ValueError, match="already written"):
         MetricsWriter(tmp_path / "other", tracking=["console"])
+
+
+def _timed(
+    begin: float, end: float, calls: list[tuple[float, float]], score_ms: float
+) -> trajectory_pb2.Trajectory:
+    """A trajectory begun at ``begin`` and finished at ``end`` (seconds) whose turns asked at each
+    ``(started, generate_ms)``."""
+    traj = trajectory_pb2.Trajectory(score_ms=score_ms)
+    traj.started_at.FromNanoseconds(int(begin * 1e9))
+    traj.finished_at.FromNanoseconds(int(end * 1e9))
+    for started, ms in calls:
+        turn = traj.turns.add(generate_ms=ms)
+        turn.started_at.FromNanoseconds(int(started * 1e9))
+    traj.turns.add()  # a scripted turn: no timing
+    return traj
+
+
+def test_episode_time_split_counts_overlapping_answers_once() -> None:
+    # episode 1: 10 s; answers 1-3 s and 2-4 s (two seats at once: 3 s of waiting, not 4) and 6-7 s -> 4 s
+    # episode 2: 6 s; one answer 1-3 s -> 2 s. Scoring 0.5 s and 0.1 s.
+    one = _timed(100.0, 110.0, [(101.0, 2000.0), (102.0, 2000.0), (106.0, 1000.0)], 500.0)
+    two = _timed(200.0, 206.0, [(201.0, 2000.0)], 100.0)
+    untimed = trajectory_pb2.Trajectory()  # built elsewhere, no driver timing: left out
+    split = episode_time_split([one, two, untimed])
+    assert split == pytest.approx(
+        {
+            "perf/episode_s": 8.0,
+            "perf/episode_generate_s": 3.0,
+            "perf/episode_env_s": 5.0,
+            "perf/episode_score_s": 0.3,
+        }
+    )
+    assert episode_time_split([untimed]) == {}

@@ -95,6 +95,41 @@ def episode_metrics(
     return out
 
 
+def episode_time_split(trajectories: Sequence[trajectory_pb2.Trajectory]) -> dict[str, float]:
+    """Where an episode's time went, mean seconds per episode over those the driver timed
+    (``Trajectory.started_at`` set): ``perf/episode_s`` from the driver beginning it to its end,
+    ``perf/episode_generate_s`` the part it waited for its policies' answers (the union of its turns'
+    ``[started_at, started_at + generate_ms]``: seats answering together count once),
+    ``perf/episode_env_s`` the rest of that span (environment, scripted bots, the driver's own work) and
+    ``perf/episode_score_s`` the reward service's scoring after it ended. Episodes run concurrently, so these
+    say what one episode waits on, not how the collection's wall time divides."""
+    timed = [t for t in trajectories if t.HasField("started_at") and t.HasField("finished_at")]
+    if not timed:
+        return {}
+    spans, generate, score = [], [], []
+    for traj in timed:
+        begin, end = traj.started_at.ToNanoseconds() / 1e9, traj.finished_at.ToNanoseconds() / 1e9
+        spans.append(max(0.0, end - begin))
+        calls = sorted(
+            (t.started_at.ToNanoseconds() / 1e9, t.started_at.ToNanoseconds() / 1e9 + t.generate_ms / 1e3)
+            for t in traj.turns
+            if t.generate_ms > 0 and t.HasField("started_at")
+        )
+        waited, reach = 0.0, float("-inf")
+        for lo, hi in calls:  # the union of the intervals, in start order
+            waited += max(0.0, hi - max(lo, reach))
+            reach = max(reach, hi)
+        generate.append(waited)
+        score.append(traj.score_ms / 1e3)
+    out = {
+        "perf/episode_s": statistics.fmean(spans),
+        "perf/episode_generate_s": statistics.fmean(generate),
+        "perf/episode_score_s": statistics.fmean(score),
+    }
+    out["perf/episode_env_s"] = max(0.0, out["perf/episode_s"] - out["perf/episode_generate_s"])
+    return out
+
+
 def _first(values: Mapping[str, float], *keys: str) -> float | None:
     for k in keys:
         if k in values and math.isfinite(float(values[k])):

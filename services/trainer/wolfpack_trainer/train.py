@@ -73,6 +73,7 @@ from wolfpack_trainer.metrics import (
     Estimate,
     MetricsWriter,
     episode_metrics,
+    episode_time_split,
     transcript,
 )
 from wolfpack_trainer.publish import Publisher
@@ -705,7 +706,7 @@ class Trainer:
         stats = BuildStats()
         pad = int(self.tokenizer.pad_token_id or 0) if self.tokenizer is not None else 0
         samples = build_samples(trajectories, self.cfg.batch_config(pad), stats)
-        metrics: dict[str, float] = episode_metrics(trajectories)
+        metrics: dict[str, float] = {**episode_metrics(trajectories), **episode_time_split(trajectories)}
         metrics.update(
             {"batch/samples": float(stats.samples), "batch/dropped_too_long": float(stats.dropped_too_long)}
         )
