@@ -278,7 +278,7 @@ def comparable(traj: trajectory_pb2.Trajectory) -> trajectory_pb2.Trajectory:
     """``traj`` without what differs between two plays of one game: ids, times, trace, worker."""
     out = trajectory_pb2.Trajectory()
     out.CopyFrom(traj)
-    for name in ("trajectory_id", "episode_id", "group_id", "finished_at", "trace"):
+    for name in ("trajectory_id", "episode_id", "group_id", "started_at", "finished_at", "score_ms", "trace"):
         out.ClearField(name)
     del out.metadata["worker_id"]
     for turn in out.turns:
