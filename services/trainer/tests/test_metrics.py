@@ -16,6 +16,7 @@ from wolfpack_trainer.metrics import (
     TRAIN_MINUTES,
     MetricsWriter,
     episode_time_split,
+    time_split_line,
     transcript,
     update_line,
     wall_clock_evals,
@@ -206,3 +207,29 @@ def test_episode_time_split_counts_overlapping_answers_once() -> None:
         }
     )
     assert episode_time_split([untimed]) == {}
+
+
+def test_time_split_line_gives_medians_and_leaves_out_what_was_not_reported() -> None:
+    rows = [
+        {"step": 0, "eval/win_rate": 0.1},  # an evaluation row: not an update
+        {"perf/update_s": 9.0, "perf/collect_s": 20.0, "perf/train_s": 8.0, "perf/publish_s": 0.5,
+         "perf/commit_s": 0.5, "perf/episode_s": 10.0, "perf/episode_generate_s": 6.0,
+         "perf/episode_env_s": 4.0, "perf/episode_score_s": 0.01},
+        {"perf/update_s": 11.0, "perf/collect_s": 30.0, "perf/train_s": 10.0, "perf/publish_s": 0.7,
+         "perf/commit_s": 0.3, "perf/episode_s": 12.0, "perf/episode_generate_s": 7.0,
+         "perf/episode_env_s": 5.0, "perf/episode_score_s": 0.03},
+        {"perf/update_s": 10.0, "perf/collect_s": 25.0, "perf/train_s": 9.0, "perf/publish_s": 0.6,
+         "perf/commit_s": 0.4, "perf/episode_s": 11.0, "perf/episode_generate_s": 6.5,
+         "perf/episode_env_s": 4.5, "perf/episode_score_s": 0.02},
+    ]  # fmt: skip
+    assert time_split_line(rows) == (
+        "time per update (median of 3): collect 25.0 s (an episode: 11.0 s, waiting for answers 6.5 s, "
+        "environment 4.5 s, scoring 0.02 s) · train 9.0 s · publish 0.6 s · commit 0.4 s"
+    )
+    learner = [
+        {"perf/update_s": 3.0, "perf/train_s": 2.0, "perf/learner_infer_s": 0.5, "perf/learner_train_s": 1.2}
+    ]
+    assert time_split_line(learner) == (
+        "time per update (median of 1): train 2.0 s (learner forward-only 0.5 s, update 1.2 s)"
+    )
+    assert time_split_line([{"step": 0}]) == ""
