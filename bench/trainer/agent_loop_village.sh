@@ -7,8 +7,8 @@
 #
 # NOT RUN ON A GPU YET (written without one). See "Untested" below.
 #
-#   . bench/trainer/gpu_env.sh
-#   OUT=/tmp/out setsid nohup bash bench/trainer/agent_loop_village.sh > /tmp/village.log 2>&1 &
+#   . bench/trainer/gpu_env.sh        # on a fresh machine staged by stage.sh; SMOL as for gpu_train.sh
+#   SMOL=/tmp/smol OUT=/tmp/out setsid nohup bash bench/trainer/agent_loop_village.sh > /tmp/village.log 2>&1 &
 #   sleep 500; tail -5 /tmp/village.log          # keep polling: a lent machine goes back when no call runs
 #   DRY_RUN=1 bash bench/trainer/agent_loop_village.sh    # any host: the plan, dataset and main_ppo command
 #
@@ -50,7 +50,8 @@
 #     holds verl's time split: timing_s/gen, /update_actor, /update_critic, /values, /old_log_prob, ...),
 #     the dataset summary and learning.txt.
 #
-# Env: CONFIG (default configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml), START (clone|base),
+# Env: SMOL (the SmolLM2 GGUF pieces, joined by `gpu_train.sh prepare`; not needed where an earlier run
+# converted SmolLM2 into $WOLFPACK_RUN_DIR/models), CONFIG (default configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml), START (clone|base),
 # MODEL (START=base only: a model dir instead of the config's), MINUTES (15), WORK
 # ($WOLFPACK_RUN_DIR/agent-loop-village), OUT, EVAL (extra key=value overrides for both evaluations, e.g.
 # "eval.episodes=64"; the learning line is read with the same), BATCH (games per step, 32), MINI (PPO
@@ -62,12 +63,13 @@
 # (agent-loop workers, 4), SKIP_START_EVAL=1 (reuse $WORK/eval-start from an earlier call), DRY_RUN=1.
 # Extra arguments are passed to main_ppo as Hydra overrides.
 #
-# Time on a lent machine (30 minutes held at most): clone ~5 min when not cached + start evaluation (stack
-# start-up, base + clone, 128 games each) + main_ppo set-up ~1-2 min + MINUTES + final evaluation. With
-# MINUTES=15 that is near the limit: run it in the background as above and poll; if the machine is short,
-# EVAL=eval.episodes=64 and a cached clone help, or run steps 1-2 first (SKIP_TRAIN=1) and the rest with
-# SKIP_START_EVAL=1 on a machine that still has /tmp/wp (the same warm machine).
-#
+# Time on a lent machine (30 minutes held at most; estimates, none measured for this script): a fresh
+# machine has no cached clone, so step 2 builds it (283 s on an H100 for this config, fp32) inside a
+# `wolfpack train` start-up (stack + vLLM) and then plays 2 x eval.episodes games (base, clone); main_ppo's
+# set-up (Ray, vLLM, FSDP actor + critic) ~1-2 min; MINUTES; the final evaluation another stack start-up +
+# eval.episodes games. With MINUTES=15 and 128 evaluation games that is close to 30 minutes: run it in the
+# background as above and poll; EVAL=eval.episodes=64 (wider intervals) saves a few minutes; SKIP_TRAIN=1
+# (steps 1-2 only) then SKIP_START_EVAL=1 (the rest) splits it over two calls on the same warm machine.
 # Untested (no GPU in the session that wrote it): the whole main_ppo part with adv_estimator=gae (only GRPO
 # ran through the agent loop, 2026-11-26), the critic keys (critic.model.*, critic.optim.lr,
 # critic.checkpoint.save_contents=[extra]), actor save_contents=[hf_model] without 'model', the watchdog's
@@ -79,8 +81,10 @@
 # verl's RLHFDataset: bench/trainer/main_ppo_config_check.py) and `bash -n`.
 # Known difference from the wolfpack recipe: the agent loop trains on one continuous conversation per
 # seat (delta observations), while the evaluation (and the clone's warm start) uses the rollout driver's
-# memory prompts (rollout.prompt: observation); a policy that learns the conversation format may not
-# carry all of it to the evaluation's prompts. verl puts the seat's whole reward (outcome + per-turn role
+# memory prompts (rollout.prompt: observation). A seat's first decision has the same prompt in both (one
+# user message, the whole observation, no system message); from the second on, the agent loop's prompt is
+# the conversation so far, the evaluation's one message (opening context + what is new). A policy that
+# learns in the conversation format may not carry all of it to the evaluation's prompts. verl puts the seat's whole reward (outcome + per-turn role
 # rewards) on its last token, so GAE sees the role rewards at the end, not at their turns.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -113,6 +117,9 @@ export PYTHONPATH=$ROOT/libs:$ROOT/services/environment:$ROOT/services/reward:$R
 export HYDRA_FULL_ERROR=1 PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 say() { echo "== $(date +%T) $*"; }
+
+# SMOL (as gpu_train.sh): the SmolLM2 GGUF pieces, joined where the model resolver converts them once
+[ -n "${SMOL:-}" ] && [ -z "${DRY_RUN:-}" ] && bash "$ROOT/bench/trainer/gpu_train.sh" prepare
 
 MODEL_SET=${MODEL:+1}
 case "$START" in

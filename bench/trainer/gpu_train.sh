@@ -3,6 +3,7 @@
 # halves, then the GPU end-to-end test and/or a recipe.
 #
 #   SMOL=/tmp/smol bash bench/trainer/gpu_train.sh test                       # pytest -m gpu tests/test_train_gpu.py
+#   SMOL=/tmp/smol bash bench/trainer/gpu_train.sh prepare                    # only join the GGUF (see SMOL)
 #   SMOL=/tmp/smol bash bench/trainer/gpu_train.sh recipe configs/gpu-bargaining-smollm2.yaml [key=value ...]
 #   RUN=medium-seller SMOL=/tmp/smol bash bench/trainer/gpu_train.sh recipe configs/gpu-bargaining-smollm2.yaml \
 #       game.variant=medium policies.0.seats=[1] policies.0.id=seller
@@ -36,5 +37,6 @@ case "${1:-test}" in
       done
       cp "$WOLFPACK_RUN_DIR/train/$name/stack/up.log" "$OUT/$name-up.log" 2>/dev/null || true
     fi ;;
-  *) echo "usage: gpu_train.sh test | recipe CONFIG [key=value ...]" >&2; exit 2 ;;
+  prepare) ;;  # only the SmolLM2 GGUF joined from $SMOL (above): e.g. before agent_loop_village.sh
+  *) echo "usage: gpu_train.sh test | recipe CONFIG [key=value ...] | prepare" >&2; exit 2 ;;
 esac
