@@ -117,6 +117,25 @@ export PYTHONPATH=$ROOT/libs:$ROOT/services/environment:$ROOT/services/reward:$R
 export HYDRA_FULL_ERROR=1 PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 say() { echo "== $(date +%T) $*"; }
+ENV_PID="" PPO_PID=""
+finish() {  # on every exit, a failed one too: stop what this script started, then copy what comes back
+  local rc=$?
+  [ -n "$PPO_PID" ] && { kill -TERM -- "-$PPO_PID" 2> /dev/null || true; }
+  [ -n "$ENV_PID" ] && { kill "$ENV_PID" 2> /dev/null || true; }
+  [ -n "${DRY_RUN:-}" ] && return
+  [ -s "$LOGS/main_ppo.log" ] && { "$PY" bench/trainer/main_ppo_curves.py "$LOGS/main_ppo.log" "$LOGS/main_ppo-curves" || true; }
+  if [ -n "${OUT:-}" ]; then
+    cp "$LOGS"/* "$OUT/" 2> /dev/null || true
+    for run in eval-start eval-final; do
+      for f in metrics.jsonl metrics.csv curves.png; do
+        cp "$WORK/$run/$f" "$OUT/$run-$f" 2> /dev/null || true
+      done
+      cp "$WORK/$run/stack/up.log" "$OUT/$run-up.log" 2> /dev/null || true
+    done
+    say "exit $rc; logs, metrics and curves in $OUT"
+  fi
+}
+trap finish EXIT
 
 # SMOL (as gpu_train.sh): the SmolLM2 GGUF pieces, joined where the model resolver converts them once
 [ -n "${SMOL:-}" ] && [ -z "${DRY_RUN:-}" ] && bash "$ROOT/bench/trainer/gpu_train.sh" prepare
@@ -241,12 +260,6 @@ ENV_PID=$!
 RAY_OURS=""
 ray_cli() { if command -v ray > /dev/null; then ray "$@"; else "$PY" -m ray.scripts.scripts "$@"; fi; }
 ray_cli status > /dev/null 2>&1 || RAY_OURS=1  # no Ray before us: main_ppo starts one, which we stop after
-PPO_PID=""
-cleanup() {
-  [ -n "$PPO_PID" ] && kill -TERM -- "-$PPO_PID" 2> /dev/null || true
-  kill "$ENV_PID" 2> /dev/null || true
-}
-trap cleanup EXIT
 "$PY" - "$ENV_ADDR" <<'PY'
 import asyncio, sys, time
 from wolfpack.rpc import check_health
@@ -298,15 +311,4 @@ START_IS_BASE=()
     "${START_IS_BASE[@]}" "${EVAL_OVR[@]}"
 } | tee "$LOGS/learning.txt"
 
-# 7: what comes back.
-"$PY" bench/trainer/main_ppo_curves.py "$LOGS/main_ppo.log" "$LOGS/main_ppo-curves" || true
-if [ -n "${OUT:-}" ]; then
-  cp "$LOGS"/* "$OUT/" 2> /dev/null || true
-  for run in eval-start eval-final; do
-    for f in metrics.jsonl metrics.csv curves.png; do
-      cp "$WORK/$run/$f" "$OUT/$run-$f" 2> /dev/null || true
-    done
-    cp "$WORK/$run/stack/up.log" "$OUT/$run-up.log" 2> /dev/null || true
-  done
-fi
-say "done"
+say "done"  # 7: the EXIT trap (finish) copies what comes back
