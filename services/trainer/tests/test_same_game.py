@@ -177,7 +177,7 @@ def _comparable(traj: Any) -> Any:
     """The trajectory without what differs between any two plays of one game: ids, times, trace, worker."""
     out = type(traj)()
     out.CopyFrom(traj)
-    for name in ("trajectory_id", "episode_id", "trace", "finished_at"):
+    for name in ("trajectory_id", "episode_id", "trace", "started_at", "finished_at", "score_ms"):
         out.ClearField(name)
     for turn in out.turns:
         turn.ClearField("started_at")
