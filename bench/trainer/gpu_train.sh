@@ -36,6 +36,8 @@ case "${1:-test}" in
         cp "$WOLFPACK_RUN_DIR/train/$name/$f" "$OUT/$name-$f" 2>/dev/null || true
       done
       cp "$WOLFPACK_RUN_DIR/train/$name/stack/up.log" "$OUT/$name-up.log" 2>/dev/null || true
+      # the episodes each evaluation kept (a few binary Trajectory files per update: transcripts to read)
+      tar -czf "$OUT/$name-eval.tar.gz" -C "$WOLFPACK_RUN_DIR/train/$name" eval 2>/dev/null || true
     fi ;;
   prepare) ;;  # only the SmolLM2 GGUF joined from $SMOL (above): e.g. before agent_loop_village.sh
   *) echo "usage: gpu_train.sh test | recipe CONFIG [key=value ...] | prepare" >&2; exit 2 ;;
