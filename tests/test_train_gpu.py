@@ -42,15 +42,39 @@ CONFIG = {
 }
 
 
-def test_wolfpack_train_uses_the_gpu_for_learner_and_inference(tmp_path: Path) -> None:
+SHARED = {
+    **CONFIG,
+    "name": "gpu-e2e-shared",
+    "description": "both ultimatum seats one LoRA policy (share_policy): one learner, two vLLM engines",
+    "policies": [
+        {
+            "id": pid,
+            "seats": [seat],
+            "learner": "verl_fsdp",
+            "model": "tiny",
+            "lora_rank": 8,
+            "lora_alpha": 16,
+            "lr": 1.0e-4,
+            "micro_batch_size": 8,
+            "device": "cuda",
+        }
+        for pid, seat in (("proposer", 0), ("responder", 1))
+    ],
+    "train": {"updates": 2, "push_every": 1, "checkpoint_every": 1, "share_policy": True},
+}
+
+
+def _train_on_the_gpu(tmp_path: Path, config: dict[str, object]) -> tuple[str, Path, list[dict[str, float]]]:
+    """``wolfpack train`` of ``config`` in a subprocess (as a user runs it); its output, run directory and
+    metrics rows."""
     import torch
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     pytest.importorskip("vllm")
     pytest.importorskip("verl")
-    cfg = tmp_path / "gpu-e2e.yaml"
-    cfg.write_text(yaml.safe_dump(CONFIG))
+    cfg = tmp_path / f"{config['name']}.yaml"
+    cfg.write_text(yaml.safe_dump(config))
     run = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k != "WOLFPACK_REDIS_URL"}
     env.update(WOLFPACK_RUN_DIR=str(tmp_path / "wp"), WOLFPACK_BASE_PORT="0")
@@ -62,6 +86,11 @@ def test_wolfpack_train_uses_the_gpu_for_learner_and_inference(tmp_path: Path) -
     assert proc.returncode == 0, out[-6000:]
     assert "learning: win_rate" in out, out[-3000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return out, run, rows
+
+
+def test_wolfpack_train_uses_the_gpu_for_learner_and_inference(tmp_path: Path) -> None:
+    out, run, rows = _train_on_the_gpu(tmp_path, CONFIG)
     updates = [r for r in rows if "perf/learner_max_memory_gb" in r]
     assert len(updates) == 2, rows
     assert all(r["perf/learner_max_memory_gb"] > 0 for r in updates)  # the update ran on the card
@@ -70,3 +99,20 @@ def test_wolfpack_train_uses_the_gpu_for_learner_and_inference(tmp_path: Path) -
     assert versions[-1] == "v000003", versions  # v1 = initial weights pushed, then one per update
     stack_log = (run / "stack" / "up.log").read_text() if (run / "stack" / "up.log").exists() else ""
     assert "vllm" in stack_log.lower() or "vllm" in out.lower(), stack_log[-2000:]
+
+
+def test_a_shared_lora_policy_updates_once_and_serves_both_engines(tmp_path: Path) -> None:
+    """``train.share_policy`` on the card: one learner update per step over both seats' samples, each version
+    written once (the other id's directory hard links) and served by both ids' vLLM engines."""
+    out, run, rows = _train_on_the_gpu(tmp_path, SHARED)
+    updates = [r for r in rows if "perf/learner_max_memory_gb" in r]
+    assert len(updates) == 2, rows
+    for r in updates:
+        assert r["actor/optimizer_steps"] >= 1 and not any(k.startswith("proposer/actor/") for k in r), r
+        assert abs(r["mismatch/abs_logprob_diff"]) < 0.1, r  # both engines sample the pushed adapter
+        assert r["perf/episode_s"] >= r["perf/episode_generate_s"] > 0, r  # the episodes' time split
+    last = {pid: sorted((run / "policies" / pid).iterdir())[-1] for pid in ("proposer", "responder")}
+    assert [p.name for p in last.values()] == ["v000003", "v000003"], last
+    for written in last["proposer"].iterdir():
+        assert (last["responder"] / written.name).stat().st_ino == written.stat().st_ino, written.name
+    assert "time per update" in out, out[-3000:]
