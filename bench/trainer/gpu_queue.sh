@@ -24,6 +24,8 @@
 #   CARDS="0 1" PARALLEL=60 SMOL=/tmp/smol OUT=/tmp/out setsid nohup bash bench/trainer/gpu_queue.sh A.yaml:15 B.yaml:15 ...
 # Either way a sampler writes each card's utilisation and memory and the host's load average every 10 s to
 # $OUT/gpu-samples.csv (one row per card), which is what says whether the recipes were waiting on a card.
+# EXTRA applies to every recipe; EXTRA_1, EXTRA_2, ... to the first, second, ... recipe only (e.g. a faster
+# learner for one of two recipes sharing a hold: EXTRA_2="policies.0.extra.fused_kernels=true ...").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : > /tmp/queue.done
@@ -38,15 +40,15 @@ mkdir -p "$out"  # else the sampler and every recipe's tee fail (and pipefail tu
   done ) > "$out/gpu-samples.csv" 2>/dev/null &
 sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
-run_one() {
-  local cfg=$1 minutes=$2 name
+run_one() {  # CONFIG MINUTES POSITION (1-based: EXTRA_<POSITION> adds overrides for that recipe only)
+  local cfg=$1 minutes=$2 own="EXTRA_$3" name
   name=$(basename "$cfg" .yaml)
   echo "== $(date +%T) $name ${minutes:+($minutes min)}"
-  # shellcheck disable=SC2086  # EXTRA is a list of key=value overrides
+  # shellcheck disable=SC2086  # EXTRA and EXTRA_<n> are lists of key=value overrides
   if [ -n "$minutes" ]; then
-    RUN=$name bash "$here/gpu_train.sh" recipe "$cfg" "train.max_minutes=$minutes" ${EXTRA:-}
+    RUN=$name bash "$here/gpu_train.sh" recipe "$cfg" "train.max_minutes=$minutes" ${EXTRA:-} ${!own:-}
   else
-    RUN=$name bash "$here/gpu_train.sh" recipe "$cfg" ${EXTRA:-}
+    RUN=$name bash "$here/gpu_train.sh" recipe "$cfg" ${EXTRA:-} ${!own:-}
   fi
   echo "$name $?" >> /tmp/queue.done
 }
@@ -60,7 +62,7 @@ if [ -n "${PARALLEL:-}" ]; then
         export CUDA_VISIBLE_DEVICES=${cards[$((i % ${#cards[@]}))]}
         echo "== $(basename "$cfg" .yaml) on card $CUDA_VISIBLE_DEVICES"
       fi
-      run_one "$cfg" "$minutes"
+      run_one "$cfg" "$minutes" $((i + 1))
     ) > "/tmp/$(basename "$cfg" .yaml).queue.log" 2>&1 &
     pids+=($!)
     i=$((i + 1))
@@ -70,10 +72,12 @@ if [ -n "${PARALLEL:-}" ]; then
   echo "== $(date +%T) queue done"
   exit 0
 fi
+n=0
 for item in "$@"; do
   cfg=${item%%:*}
   minutes=${item#*:}
   [ "$minutes" = "$item" ] && minutes=""
-  run_one "$cfg" "$minutes"
+  n=$((n + 1))
+  run_one "$cfg" "$minutes" "$n"
 done
 echo "== $(date +%T) queue done"
