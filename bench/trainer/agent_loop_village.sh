@@ -295,10 +295,11 @@ if [ "$STEP" = 0 ] || ! ls "$FINAL"/*.safetensors > /dev/null 2>&1; then
 fi
 say "final model: $FINAL (step $STEP; main_ppo ran $trained_s s with its set-up, the training time is in watchdog.log)"
 for _ in $(seq 60); do  # vLLM and the FSDP workers must have let go of the card before the evaluation's stack
-  [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2> /dev/null)" ] && break
+  # only this run's card: on a host shared with other recipes (one card each) the others never let go
+  [ -z "$(nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} --query-compute-apps=pid --format=csv,noheader 2> /dev/null)" ] && break
   sleep 2
 done
-nvidia-smi --query-gpu=memory.used --format=csv,noheader 2> /dev/null || true
+nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} --query-gpu=memory.used --format=csv,noheader 2> /dev/null || true
 
 # 5 + 6: the final model's evaluation and the learning line.
 evaluate eval-final warmstart=null "policies.0.model=$FINAL"
