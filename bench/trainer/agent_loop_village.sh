@@ -241,7 +241,11 @@ CMD=("$PY" -m verl.trainer.main_ppo
   trainer.save_freq="$SAVE_FREQ" trainer.max_actor_ckpt_to_keep=2 trainer.max_critic_ckpt_to_keep=1
   trainer.default_local_dir="$CKPT" trainer.resume_mode=disable
   trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.total_epochs=1
-  trainer.project_name=wolfpack trainer.experiment_name=agent_loop_village "$@")
+  trainer.project_name=wolfpack trainer.experiment_name=agent_loop_village
+  # verl 0.9.1 loads the critic with flash_attention_2 hard-coded (no flash-attn wheel on these hosts: the first
+  # GPU run died there); every Ray worker first runs the trainer's own sdpa loader patch, as `wolfpack train` does
+  +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=wolfpack_trainer.learners.verl.learner.use_sdpa_value_model
+  "$@")
 if [ -n "${DRY_RUN:-}" ]; then
   say "DRY_RUN: would evaluate the start: wolfpack train -c $CONFIG --run-dir $WORK/eval-start --fresh train.updates=0 ${START_OVR[*]} ${EVAL_OVR[*]}"
   say "DRY_RUN: would train for $MINUTES minutes (then stop after the next checkpoint):"
