@@ -82,6 +82,11 @@ def test_summary_of_two_evaluation_only_runs(redis_url: str, tmp_path: Path, cap
     assert b0["eval/win_rate"] == s0["reference/base/win_rate"]  # the base model: the start's base line
     assert b0["eval/reward_mean"] == s0["reference/base/reward_mean"]
     assert s0["eval/win_rate"] != b0["eval/win_rate"]  # the clone and the base play differently here
+    # each evaluation's wall time and its episodes' split, logged beside its numbers
+    assert s0["perf/eval_s"] > 0 and s0["perf/eval_base_s"] > 0 and b0["perf/eval_s"] > 0
+    for run in (s0, b0):
+        assert run["perf/eval_episode_s"] >= run["perf/eval_episode_generate_s"] > 0, run
+    assert s0["perf/eval_base_episode_s"] >= s0["perf/eval_base_episode_generate_s"] > 0, s0
     # token for token: the directory's episodes are the start's update-0 episodes, the base's its base ones
     assert _answers(ev.episodes_dir(same, 0)) == _answers(ev.episodes_dir(start, 0))
     assert _answers(ev.episodes_dir(base, 0)) == _answers(ev.base_episodes_dir(start))

@@ -514,10 +514,12 @@ class Trainer:
         sample transcripts to TensorBoard text and a few of its episodes as ``Trajectory`` files in the run
         dir (``evaluate.save_episodes``: the web view's training page replays them)."""
         evaluate: Callable[[], Any] = self.evaluate
+        t0 = time.monotonic()
         if asyncio.iscoroutinefunction(evaluate):
             res = await evaluate()
         else:
             res = await _off_loop(evaluate)
+        self._log_eval_time("eval", res, time.monotonic() - t0)
         decode = self.tokenizer.decode if self.tokenizer is not None else None
         for i, traj in enumerate(list(getattr(res, "trajectories", None) or [])[:TRANSCRIPTS_PER_EVAL]):
             self.metrics.text(f"transcripts/eval/{i}", transcript(traj, decode), res.step)
@@ -532,7 +534,9 @@ class Trainer:
         episodes as files in ``<run>/eval/base/`` (``evaluate.base_episodes_dir``)."""
         from wolfpack_trainer.evaluate import base_episodes_dir, save_episodes
 
+        t0 = time.monotonic()
         res = await self.evaluate_base()
+        self._log_eval_time("eval_base", res, time.monotonic() - t0)
         decode = self.tokenizer.decode if self.tokenizer is not None else None
         for i, traj in enumerate(res.trajectories[:TRANSCRIPTS_PER_EVAL]):
             self.metrics.text(f"transcripts/eval_base/{i}", transcript(traj, decode), res.step)
@@ -542,6 +546,19 @@ class Trainer:
                 self.run_dir, res.step, res.trajectories,
             )  # fmt: skip
         return res
+
+    def _log_eval_time(self, name: str, res: Any, seconds: float) -> None:
+        """An evaluation's wall time (``perf/<name>_s``) and where its episodes' time went
+        (``perf/<name>_episode_s``, ``..._generate_s``, ``..._env_s``, ``..._score_s``: the training
+        batches' split, ``metrics.episode_time_split``): held-out games are sequential in a way training
+        batches are not (one game's turns one after another, nothing to overlap), so their time is its own
+        question (a 12-player evaluation took 85-98 s with the card ~10 % busy)."""
+        from wolfpack_trainer.metrics import episode_time_split
+
+        split = episode_time_split(list(getattr(res, "trajectories", None) or []))
+        out = {f"perf/{name}_s": seconds}
+        out.update({k.replace("perf/episode", f"perf/{name}_episode"): v for k, v in split.items()})
+        self.metrics.log(res.step, out)
 
     def _train_update(self, trajectories: Sequence[trajectory_pb2.Trajectory]) -> dict[str, float]:
         """``train_step`` and the step count as one change under the lock (a worker thread runs it): a
