@@ -2,8 +2,8 @@
 
 * The wall-clock bound (``stop_after_checkpoint.sh``) against a stand-in trainer process that behaves as
   verl's ``main_ppo`` does towards it (a progress line, then a checkpoint tracker written after each step's
-  save): it lets the trainer run for the budget, stops it only after a checkpoint completed past the budget,
-  and stops the whole process group.
+  save, then the step's metrics line): it lets the trainer run for the budget, stops it only after a
+  checkpoint completed past the budget and its step's metrics were logged, and stops the whole process group.
 * ``DRY_RUN=1``: the plan from the recipe's config, the dataset of village rows, and verl's own config
   composed from the command's overrides, validated and the dataset loaded through verl's ``RLHFDataset``
   (``main_ppo_config_check.py``).
@@ -26,7 +26,7 @@ FAKE_TRAINER = r"""
 import os, signal, sys, time
 ckpt, out = sys.argv[1], sys.argv[2]
 def stop(signum, frame):
-    open(out, "w").write(f"SIGTERM after step {step}\n")
+    open(out, "w").write(f"SIGTERM after step {step}, logged {logged}\n")
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 child = os.fork()
@@ -35,13 +35,15 @@ if child == 0:  # a worker in the same process group (as verl's Ray workers star
     time.sleep(600)
     os._exit(0)
 print("Training Progress:   0%|", flush=True)
-step = 0
+step = logged = 0
 while True:
     time.sleep(2.0)  # one step (the watchdog polls every second; verl steps take 10+ s)
     step += 1
     os.makedirs(f"{ckpt}/global_step_{step}", exist_ok=True)
     open(f"{ckpt}/latest_checkpointed_iteration.txt", "w").write(str(step))  # after the save
-    print(f"step:{step} - critic/score/mean:0.0", flush=True)
+    time.sleep(2.5)  # verl logs the step's metrics after its checkpoint
+    print(f"(TaskRunner pid=1) step:{step} - critic/score/mean:0.0", flush=True)
+    logged = step
 """
 
 
@@ -70,7 +72,8 @@ def test_watchdog_stops_after_the_first_checkpoint_past_the_budget(tmp_path: Pat
     at = int(said.split("done at checkpoint step ")[1].split(";")[0])
     last = int((ckpt / "latest_checkpointed_iteration.txt").read_text())
     assert last == at + 1  # one more checkpoint completed after the budget, then the stop
-    assert out.read_text() == f"SIGTERM after step {last}\n"  # stopped right after that save, by SIGTERM
+    # stopped by SIGTERM after that save and after the step's metrics line, which verl prints after the save
+    assert out.read_text() == f"SIGTERM after step {last}, logged {last}\n"
     assert elapsed >= 3  # never before the budget
     assert f"last checkpoint step {last}" in said
     # the group stop reached the trainer's child too (same process group)

@@ -5,7 +5,11 @@
 # as the `wolfpack train` recipe judges its policy: the same held-out seeds, opponents, prompts and
 # references, printed as the trainer's `reference:` lines and `learning:` line.
 #
-# NOT RUN ON A GPU YET (written without one). See "Untested" below.
+# FIRST GPU RUNS (2026-11-27, 4 x H200, bench/results/2026-11-27-h200x4-hold-s18.md): the clone's start
+# evaluation ran (64 games: clone 0.20, base 0.00, heuristic 0.41); main_ppo first died loading verl's critic
+# (flash_attention_2 hard-coded; fixed below with a Ray worker setup hook); with START=base it then trained one
+# GAE step with verl's critic (set-up 5 min, the step ~90 s, checkpoint saved, the watchdog stopped it); the
+# final evaluation's stack exited (1) with a cause that did not come back. No learning line yet.
 #
 #   . bench/trainer/gpu_env.sh        # on a fresh machine staged by stage.sh; SMOL as for gpu_train.sh
 #   SMOL=/tmp/smol OUT=/tmp/out setsid nohup bash bench/trainer/agent_loop_village.sh > /tmp/village.log 2>&1 &

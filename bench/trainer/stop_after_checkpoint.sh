@@ -29,7 +29,15 @@ while alive; do
     at=$(saved)
     say "$limit s of training done at checkpoint step $at; waiting for the next checkpoint"
     while alive && [ "$(saved)" = "$at" ]; do sleep 1; done
-    say "checkpoint step $(saved) saved after $(($(date +%s) - started)) s of training: stopping $pid"
+    step=$(saved)
+    say "checkpoint step $step saved after $(($(date +%s) - started)) s of training"
+    # verl logs a step's metrics after its checkpoint: stopping at the checkpoint lost them (seen on the
+    # first GPU run: a step trained, saved, and no 'step:1 - ' line to read its time split from)
+    for _ in $(seq 120); do
+      { ! alive || grep -qE "(^|[ )])step:$step - " "$log" 2> /dev/null; } && break
+      sleep 1
+    done
+    say "stopping $pid"
     kill -TERM -- "-$pid" 2> /dev/null || true
     for _ in $(seq 60); do alive || break; sleep 1; done
     kill -KILL -- "-$pid" 2> /dev/null || true

@@ -30,3 +30,17 @@ def test_an_unpreparable_model_stops_the_job_with_the_reason(tmp_path: Path) -> 
     assert "cannot serve" in message and "cannot be prepared" in message, message
     assert str(missing) in message or "no-such-model" in message, message
     assert took < 120, f"waited {took:.0f}s: the reason was known long before the 300 s timeout"
+
+
+@pytest.mark.slow
+def test_a_stack_that_exits_says_why_in_the_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error carries the end of ``up.log``, not only its path (a lent machine's run directory is gone
+    by the time anyone looks). Real ``wolfpack up``, refused at start by a bad setting."""
+    monkeypatch.setenv("WOLFPACK_LOG_LEVEL", "CHATTY")
+    cfg = load_config(DEMO)
+    stack = child_stack(cfg, tmp_path / "stack", {"responder": str(tmp_path / "any")}, timeout_s=120)
+    with pytest.raises(RuntimeError) as err, stack:
+        pytest.fail("wolfpack up cannot start with an invalid log level")
+    message = str(err.value)
+    assert message.startswith("wolfpack up exited") and "its last lines:" in message, message
+    assert "CHATTY" in message or "log_level" in message, message

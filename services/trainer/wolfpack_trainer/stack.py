@@ -300,6 +300,17 @@ def stack_policies(
     return policies + [opponent_entry(cfg, o, engines, resolved.get(o.id)) for o in cfg.opponent_policies]
 
 
+def _log_tail(run_dir: Path, lines: int = 15) -> str:
+    """The end of the stack's ``up.log``, for the error that stops the job: on a lent machine the run
+    directory is often gone before anyone reads it (seen: a GPU evaluation whose stack exited with only
+    "see up.log" to go on)."""
+    with contextlib.suppress(OSError):
+        tail = (run_dir / "up.log").read_text(errors="replace").rstrip().splitlines()[-lines:]
+        if tail:
+            return "; its last lines:\n" + "\n".join(tail)
+    return ""
+
+
 @contextlib.contextmanager
 def child_stack(
     cfg: TrainConfig,
@@ -332,7 +343,9 @@ def child_stack(
         up = run_dir / "up.json"
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"wolfpack up exited ({proc.returncode}); see {run_dir / 'up.log'}")
+                raise RuntimeError(
+                    f"wolfpack up exited ({proc.returncode}); see {run_dir / 'up.log'}{_log_tail(run_dir)}"
+                )
             if up.exists():
                 services = json.loads(up.read_text()).get("services", {})
                 if set(services) >= set(SERVICES) and _healthy(services):
@@ -345,6 +358,7 @@ def child_stack(
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"the stack did not become healthy in {timeout_s:.0f}s; see {run_dir / 'up.log'}"
+                    f"{_log_tail(run_dir)}"
                 )
             time.sleep(0.5)
         yield run_dir
