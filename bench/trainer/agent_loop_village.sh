@@ -302,12 +302,17 @@ if [ "$STEP" = 0 ] || ! ls "$FINAL"/*.safetensors > /dev/null 2>&1; then
   exit 1
 fi
 say "final model: $FINAL (step $STEP; main_ppo ran $trained_s s with its set-up, the training time is in watchdog.log)"
-for _ in $(seq 60); do  # vLLM and the FSDP workers must have let go of the card before the evaluation's stack
-  # only this run's card: on a host shared with other recipes (one card each) the others never let go
-  [ -z "$(nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} --query-compute-apps=pid --format=csv,noheader 2> /dev/null)" ] && break
+# vLLM and the FSDP workers must have let go of the card before the evaluation's stack (its vLLM sizes itself
+# from the free memory). Judged by the card's used memory, not its process list: in a container nvidia-smi may
+# list no processes while their memory is still held. Only this run's card: on a host shared with other
+# recipes (one card each) the others never let go.
+card=(${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"})
+for _ in $(seq 90); do
+  used=$(nvidia-smi "${card[@]}" --query-gpu=memory.used --format=csv,noheader,nounits 2> /dev/null | head -1)
+  [ -z "$used" ] || [ "$used" -lt 2048 ] && break
   sleep 2
 done
-nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} --query-gpu=memory.used --format=csv,noheader 2> /dev/null || true
+say "card memory before the final evaluation: $(nvidia-smi "${card[@]}" --query-gpu=memory.used --format=csv,noheader 2> /dev/null)"
 
 # 5 + 6: the final model's evaluation and the learning line.
 evaluate eval-final warmstart=null "policies.0.model=$FINAL"
