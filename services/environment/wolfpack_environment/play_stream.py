@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,8 +189,7 @@ class PlayStream:
                 created.append(pb.CreatedEpisode(request_id=create.request_id, error=to_status(exc)))
                 continue
             self.owned.add(ep.episode_id)
-            for seat in ep.tokens.values():
-                self._join_seat(ep, seat)
+            self._join(ep, ep.tokens.values())  # every played seat of the new episode, in one call
             created.append(pb.CreatedEpisode(episode=created_pb(ep), request_id=create.request_id))
         for ref in req.join:
             if clock() > yield_at:
@@ -202,57 +201,66 @@ class PlayStream:
             except SessionError as exc:
                 results.append(pb.SeatActResult(episode_id=ref.episode_id, error=to_status(exc)))
                 continue
-            self._join_seat(ep, seat)
+            self._join(ep, (seat,))
+        # Each act is applied in this loop's own frame (no method call per act of its own): the episode, then
+        # ``EpisodeManager.act`` (the checks and the rules), each proto field read once.
+        manager = self.manager
+        episodes = manager.episodes
+        rejected_only = self.rejected_results_only
         for act in req.acts:
             if clock() > yield_at:
                 await asyncio.sleep(0)
                 yield_at = clock() + HANDLE_SLICE_S
-            result = self._act(act)
-            if result is None:
+            episode_id = act.episode_id
+            token = act.token
+            turn_id = act.turn_id
+            try:
+                hosted = episodes.get(episode_id)
+                if hosted is None:
+                    hosted = manager.get(episode_id)  # raises NotFoundError, with its message
+                # ``HasField`` first: reading ``act.action`` of a text answer (the common case) builds an
+                # empty sub-message object only to find its kind empty
+                if act.HasField("action") and act.action.kind:
+                    result = manager.act(hosted, token, turn_id, action_from_pb(act.action), "")
+                else:
+                    result = manager.act(hosted, token, turn_id, None, act.raw_text)
+            except SessionError as exc:
+                known = episodes.get(episode_id)
+                seat = known.tokens.get(token, 0) if known is not None else 0
+                results.append(
+                    pb.SeatActResult(episode_id=episode_id, seat=seat, turn_id=turn_id, error=to_status(exc))
+                )
                 continue
-            results.append(result)
-            if not (result.accepted or result.defaulted or result.HasField("error")):
+            accepted = result.accepted
+            if accepted and rejected_only:
+                continue
+            seat = hosted.tokens[token]
+            out = pb.SeatActResult(
+                episode_id=episode_id, seat=seat, turn_id=turn_id, accepted=accepted, reason=result.reason,
+                defaulted=result.defaulted, duplicate=result.duplicate,
+            )  # fmt: skip
+            if result.action is not None:
+                out.action.CopyFrom(action_to_pb(result.action))
+            results.append(out)
+            if not (accepted or result.defaulted):
                 # re-prompt: the same turn id is due again, now with feedback
-                joined = self.joined.get(result.episode_id)
+                joined = self.joined.get(episode_id)
                 if joined is not None:
-                    joined.sent.pop(result.seat, None)
-                    self.dirty.add(result.episode_id)
+                    joined.sent.pop(seat, None)
+                    self.dirty.add(episode_id)
 
-    def _join_seat(self, ep: Episode, seat: int) -> None:
+    def _join(self, ep: Episode, seats: Iterable[int]) -> None:
+        """This stream plays ``seats`` of ``ep`` from now on (a join: one seat; a create: all its played
+        seats at once)."""
         joined = self.joined.get(ep.episode_id)
         if joined is None:
             joined = self.joined[ep.episode_id] = _Joined(ep)
             ep.listeners.add(self.on_change)
-        joined.seats.add(seat)
-        joined.sent.pop(seat, None)  # a (re-)join sends the seat's pending decision again
+        joined_seats, sent = joined.seats, joined.sent
+        for seat in seats:
+            joined_seats.add(seat)
+            sent.pop(seat, None)  # a (re-)join sends the seat's pending decision again
         self.dirty.add(ep.episode_id)
-
-    def _act(self, act: pb.SeatAct) -> pb.SeatActResult | None:
-        """Apply one act; its result, or ``None`` for an accepted act when only rejections are wanted."""
-        try:
-            ep = self.manager.get(act.episode_id)
-            # ``HasField`` first: reading ``act.action`` of a text answer (the common case) builds an
-            # empty sub-message object only to find its kind empty
-            if act.HasField("action") and act.action.kind:
-                result = self.manager.act(ep, act.token, act.turn_id, action_from_pb(act.action), "")
-            else:
-                result = self.manager.act(ep, act.token, act.turn_id, None, act.raw_text)
-        except SessionError as exc:
-            known = self.manager.episodes.get(act.episode_id)
-            seat = known.tokens.get(act.token, 0) if known is not None else 0
-            return pb.SeatActResult(
-                episode_id=act.episode_id, seat=seat, turn_id=act.turn_id, error=to_status(exc)
-            )
-        if result.accepted and self.rejected_results_only:
-            return None
-        out = pb.SeatActResult(
-            episode_id=act.episode_id, seat=ep.tokens[act.token], turn_id=act.turn_id,
-            accepted=result.accepted, reason=result.reason, defaulted=result.defaulted,
-            duplicate=result.duplicate,
-        )  # fmt: skip
-        if result.action is not None:
-            out.action.CopyFrom(action_to_pb(result.action))
-        return out
 
     def decisions(self, out: Any) -> None:
         """Append to ``out`` (the response's repeated ``decisions``) the observations of joined seats

@@ -428,15 +428,28 @@ class EpisodeManager:
         prev = ep.acted.get(key)
         if prev is not None:  # a retry of an act that was applied: same answer, no second move
             return ActResult(prev.accepted, prev.reason, prev.action, prev.defaulted, True)
-        self._rate_limit(token, now)
+        # the seat token's bucket (``Limits.acts_per_second``, ``burst``), here rather than in a method of its own:
+        # this runs once per act
+        limits = self.limits
+        b = self._buckets.get(token)
+        if b is None:
+            b = self._buckets[token] = _Bucket(float(limits.burst), now)
+        tokens = b.tokens + (now - b.last) * limits.acts_per_second
+        if tokens >= limits.burst:
+            tokens = float(limits.burst)
+        b.last = now
+        if tokens < 1.0:
+            b.tokens = tokens
+            raise ResourceExhaustedError(f"too many acts; the limit is {limits.acts_per_second:g}/s per seat")
+        b.tokens = tokens - 1.0
         if ep.advancing:
             self._advance(ep, sliced=False)
-        limit = self.limits.max_text_chars
+        limit = limits.max_text_chars
         if action is not None and len(action.text) > limit:
             raise SessionError(f"action.text is {len(action.text)} characters; the limit is {limit}")
         if ep.closed or ep.env.done:  # ``ep.done`` without the property call
             raise FailedPreconditionError("the episode is over")
-        # ``open_turns`` holds exactly the non-scripted acting seats (kept in step by ``_open_turns``).
+        # ``open_turns`` holds exactly the non-scripted acting seats (kept in step by ``_advance``).
         current = ep.open_turns.get(seat, 0)
         if not current:
             raise FailedPreconditionError(
@@ -450,32 +463,35 @@ class EpisodeManager:
         # rules (an empty or unreadable answer is an invalid move: re-prompt, then the default), never a
         # request error that would cost the episode. Only its first ``max_text_chars`` characters are
         # read (bounded parse work and memory); a structured action over the limit is the caller's bug.
-        result = self._apply(ep, seat, action if action is not None else raw_text[:limit])
+        move = action if action is not None else raw_text[:limit]
+        # The rules (parse once, step, close the turn unless re-prompted), then the advance: the same two
+        # steps as a timeout's (``_timeout``), called from here, with a span around the first when exported.
+        result = self._apply_traced(ep, seat, move, False) if ep.traced else ep.apply(seat, move)
+        self._advance(ep)
         if result.accepted or result.defaulted:
             ep.acted[key] = result
         return result
 
-    def _apply(self, ep: Episode, seat: int, move: Action | str, timed_out: bool = False) -> ActResult:
-        traced = ep.traced
-        phase = ep.env.observe(seat).phase if traced else ""
-        started = time.time_ns() if traced else 0
-        a = ep.apply(seat, move)  # the rules: parse once, step, close the turn unless re-prompted
-        if traced:  # a span per turn, child of the episode span (skipped entirely when not exported)
-            tracer.start_span(
-                "turn",
-                context=trace.set_span_in_context(ep.span),  # type: ignore[arg-type]
-                start_time=started,
-                attributes={
-                    "wolfpack.episode.id": ep.episode_id,
-                    "wolfpack.seat": seat,
-                    "wolfpack.phase": phase,
-                    "wolfpack.action.kind": a.action.kind if a.action else "",
-                    "wolfpack.action.valid": a.accepted,
-                    "wolfpack.action.defaulted": a.defaulted,
-                    "wolfpack.turn.timed_out": timed_out,
-                },
-            ).end()
-        self._advance(ep)
+    def _apply_traced(self, ep: Episode, seat: int, move: Action | str, timed_out: bool) -> ActResult:
+        """``ep.apply`` with a span per turn, child of the episode span (only for an episode whose span
+        records: ``Episode.traced``; the others call ``ep.apply`` directly)."""
+        phase = ep.env.observe(seat).phase
+        started = time.time_ns()
+        a = ep.apply(seat, move)
+        tracer.start_span(
+            "turn",
+            context=trace.set_span_in_context(ep.span),  # type: ignore[arg-type]
+            start_time=started,
+            attributes={
+                "wolfpack.episode.id": ep.episode_id,
+                "wolfpack.seat": seat,
+                "wolfpack.phase": phase,
+                "wolfpack.action.kind": a.action.kind if a.action else "",
+                "wolfpack.action.valid": a.accepted,
+                "wolfpack.action.defaulted": a.defaulted,
+                "wolfpack.turn.timed_out": timed_out,
+            },
+        ).end()
         return a
 
     def _advance(self, ep: Episode, sliced: bool = True) -> None:
@@ -495,10 +511,16 @@ class EpisodeManager:
             self._finish(ep, aborted=False)
             self._notify(ep)  # again when ``_finish`` did (harmless; as before), once when it did not
             return
-        # ``_open_turns`` and ``_notify`` inlined: this runs once per applied answer
+        # ``_notify`` inlined, and the deadlines of the turns ``open_due_turns`` opened (it gave them turn
+        # ids and dropped turns that vanished) started here: this runs once per applied answer
         new = ep.open_due_turns()
         if new:
-            self._open_turns(ep, new)
+            deadline = time.monotonic() + ep.turn_timeout_s
+            deadlines = ep.turn_deadlines
+            for seat in new:
+                deadlines[seat] = deadline
+            if not ep.scheduled:
+                self._schedule(ep, deadline)
         for listener in ep.listeners:
             listener(ep)
         if ep.watchers:
@@ -532,16 +554,6 @@ class EpisodeManager:
         if self._advancing and not self._slicing:
             self._slicing = True
             asyncio.get_running_loop().call_soon(self._run_slice)
-
-    def _open_turns(self, ep: Episode, new: list[int]) -> None:
-        """Start the deadlines of the seats whose turns ``Session.open_due_turns`` just opened (it gave
-        them turn ids and dropped turns that vanished)."""
-        deadline = time.monotonic() + ep.turn_timeout_s
-        deadlines = ep.turn_deadlines
-        for seat in new:
-            deadlines[seat] = deadline
-        if not ep.scheduled:
-            self._schedule(ep, deadline)
 
     def _schedule(self, ep: Episode, deadline: float) -> None:
         """One heap entry per episode with open turns, at its earliest deadline (turns open in time
@@ -598,7 +610,9 @@ class EpisodeManager:
         if ep.done or ep.open_turns.get(seat) != turn_id:
             return
         ep.timeouts += 1
-        result = self._apply(ep, seat, ep.env.default_action(seat), timed_out=True)
+        move = ep.env.default_action(seat)
+        result = self._apply_traced(ep, seat, move, True) if ep.traced else ep.apply(seat, move)
+        self._advance(ep)
         ep.acted[(seat, turn_id)] = ActResult(
             result.accepted, "timed out: default action applied", result.action, True, False
         )
@@ -663,20 +677,6 @@ class EpisodeManager:
                     await ep.changed.wait()
 
     # ------------------------------------------------------------------ protections
-    def _rate_limit(self, token: str, now: float) -> None:
-        limits = self.limits
-        b = self._buckets.get(token)
-        if b is None:
-            b = self._buckets[token] = _Bucket(float(limits.burst), now)
-        tokens = b.tokens + (now - b.last) * limits.acts_per_second
-        b.tokens = tokens if tokens < limits.burst else float(limits.burst)
-        b.last = now
-        if b.tokens < 1.0:
-            raise ResourceExhaustedError(
-                f"too many acts; the limit is {self.limits.acts_per_second:g}/s per seat"
-            )
-        b.tokens -= 1.0
-
     def _collect_garbage(self, now: float | None = None) -> None:
         """Forget episodes finished longer than ``finished_ttl_s`` ago (``_finished`` is in finish order,
         so this looks only at the expired head), and, at most every ``collect_every_s``, abort and forget
