@@ -170,3 +170,88 @@ def test_local_mode_refuses_a_learner_that_cannot_sample(tmp_path: Path) -> None
     trainer.learners["p"] = NoSampler()  # type: ignore[assignment]
     with pytest.raises(RuntimeError, match="cannot evaluate them"):
         asyncio.run(trainer.evaluate())
+
+
+VILLAGE = ["villager", "seer", "witch"]
+
+
+def _selfplay(**eval_section: Any) -> TrainConfig:
+    return TrainConfig.model_validate(
+        {
+            "name": "ww-selfplay",
+            "game": {"id": "werewolf_v1", "variant": "6p", "bot": "heuristic"},
+            "policies": [{"id": "shared", "roles": ["werewolf", *VILLAGE], "model": "tiny"}],
+            "rollout": {"episodes_per_update": 8, "group_size": 8},
+            "eval": {"episodes": 24, **eval_section},
+        }
+    )
+
+
+def test_eval_roles_seat_a_self_play_policy_on_one_side_against_the_bot() -> None:
+    """``eval.roles``: the held-out games (the policy's, the base model's, the references') bind the
+    self-play policy to the village only, the wolves are ``game.bot``; training keeps every role."""
+    from wolfpack_games import make_game
+    from wolfpack_trainer.train import held_out_plan, plan_tasks, service_task
+
+    cfg = _selfplay(roles={"shared": VILLAGE})
+    seeds = ev.eval_seeds(cfg)
+    held_out = held_out_plan(cfg, seeds)
+    assert {tuple(sorted(t.trainee_roles)) for t in held_out} == {tuple(sorted(VILLAGE))}
+    training = plan_tasks(cfg, [0], 8, "u0")
+    assert set(training[0].trainee_roles) == {"werewolf", *VILLAGE}
+    for i, task in enumerate(held_out):
+        env = make_game("werewolf_v1", "6p")
+        env.start(seed=task.seed)
+        village = {s for s in env.possible_agents if env.role(s) != "werewolf"}
+        assert set(service_task(task, i).trainee_seats) == village  # the wolves are scripted
+    # the references play the same seats: exactly what a village-only policy's references are
+    village_only = TrainConfig.model_validate(
+        {
+            **cfg.model_dump(),
+            "policies": [{"id": "v", "roles": VILLAGE, "model": "tiny"}],
+            "eval": {"episodes": 24},
+        }
+    )
+    ours = {r.name: r.win_rate for r in ev.references(cfg)}
+    assert ours == {r.name: r.win_rate for r in ev.references(village_only)}
+    # and differ from the self-play references over every seat (the heuristic village wins some games only)
+    every_seat = {r.name: r.win_rate for r in ev.references(_selfplay())}
+    assert ours["heuristic"] != every_seat["heuristic"]
+
+
+@pytest.mark.parametrize(
+    ("roles", "message"),
+    [
+        ({"nobody": VILLAGE}, "no trained policy 'nobody'"),
+        ({"shared": []}, "give roles for a policy that trains by roles"),
+        ({"shared": ["hunter"]}, "role 'hunter' is not dealt"),
+    ],
+)
+def test_eval_roles_are_checked(roles: dict[str, list[str]], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        _selfplay(roles=roles)
+
+
+def test_eval_roles_of_a_seat_policy_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"give roles for a policy that trains by roles \(it trains seats"):
+        _cfg(eval={"roles": {"p": ["proposer"]}})
+
+
+def test_service_mode_evaluation_hands_the_driver_the_evaluation_roles(tmp_path: Path) -> None:
+    from wolfpack_games import make_game
+
+    tiny = str(tiny_model(tmp_path / "models"))
+    cfg = _selfplay(roles={"shared": VILLAGE}, episodes=4)
+    cfg = TrainConfig.model_validate(
+        {**cfg.model_dump(), "policies": [{**cfg.policies[0].model_dump(), "model": tiny}]}
+    )
+    trainer = Trainer(cfg, tmp_path / "run", "redis://unused", cache_dir=tmp_path)
+    trainer.setup()
+    driver = _Driver(lambda tasks: [])
+    trainer.driver = driver
+    res = asyncio.run(trainer.evaluate())
+    assert res.failed == 4 and len(driver.seen) == 4
+    for task in driver.seen:
+        env = make_game("werewolf_v1", "6p")
+        env.start(seed=task.seed)
+        assert set(task.trainee_seats) == {s for s in env.possible_agents if env.role(s) != "werewolf"}

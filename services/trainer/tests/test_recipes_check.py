@@ -55,6 +55,18 @@ def test_check_takes_overrides_and_refuses_unknown_keys() -> None:
     assert bad.exit_code == 2 and "updatez" in bad.output
 
 
+def test_check_says_where_a_self_play_policy_is_evaluated() -> None:
+    aiw = str(CONFIGS / "gpu-werewolf-gigpo-aiw-smollm2.yaml")
+    result = runner.invoke(app, ["train", "-c", aiw, "--check"], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert (
+        "eval roles: the held-out games seat shared on villager, seer, witch only (eval.roles; it trains on "
+        "werewolf, villager, seer, witch), every other role plays the heuristic bot"
+    ) in " ".join(result.output.split())
+    wolves = runner.invoke(app, ["train", "-c", aiw, "--check", "eval.roles={shared: [werewolf]}"])
+    assert wolves.exit_code == 0 and "seat shared on werewolf only" in " ".join(wolves.output.split())
+
+
 def test_option_files_are_not_in_configs_top_level() -> None:
     for path in RECIPES:
         data = yaml.safe_load(path.read_text())

@@ -65,6 +65,13 @@ def train(
             base = base_plan(cfg)
             if base:
                 console.print(f"  eval base: {base}", highlight=False, soft_wrap=True)
+            for pid, roles in cfg.eval.roles.items():
+                console.print(
+                    f"  eval roles: the held-out games seat {pid} on {', '.join(roles)} only (eval.roles; it "
+                    f"trains on {', '.join(next(p.roles for p in cfg.policies if p.id == pid))}), every other "
+                    f"role plays the {cfg.game.bot} bot, for the base model and the references too",
+                    highlight=False, soft_wrap=True,
+                )  # fmt: skip
             return
     except ConfigError as exc:
         console.print(f"[red]{exc}[/]", markup=True, highlight=False)
@@ -103,14 +110,14 @@ def check_plan(cfg: Any, path: Path) -> str:
     its seats bound by index and role), so what only shows when episodes are built fails here. Returns the
     summary line; raises ``ConfigError``."""
     from wolfpack_trainer.config import ConfigError
-    from wolfpack_trainer.train import plan_tasks, service_task
+    from wolfpack_trainer.train import held_out_plan, plan_tasks, service_task
 
     r = cfg.rollout
     try:
         groups = r.episodes_per_update // r.group_size
         tasks = plan_tasks(cfg, list(range(groups)), r.group_size, "u0")
         held_out = [cfg.eval.seed_offset + i for i in range(cfg.eval.episodes)]
-        tasks += plan_tasks(cfg, held_out, 1, "eval", False)
+        tasks += held_out_plan(cfg, held_out)
         bound = 0
         for i, task in enumerate(tasks):
             if r.mode == "service":

@@ -215,6 +215,14 @@ class EvalSection(_Strict):
     seed_offset: int = 1_000_000
     temperature: float = 1.0
     metric: Literal["win_rate", "reward"] = "win_rate"
+    roles: dict[str, list[str]] = Field(default_factory=dict)
+    """Per trained policy (by id), the roles it plays in the held-out games instead of the roles it trains
+    on; the seats of every other role play ``game.bot``, in the policy's evaluation, the base model's and the
+    references'. Why: a self-play policy (one policy on every role) evaluated on every seat plays itself, so
+    its win rate moves with which side improved, not with skill (the AIW recipe's first GPU run read 0.45 ->
+    0.44 that way). ``{shared: [villager, seer, witch]}`` measures the village against the heuristic wolves;
+    a second evaluation-only run with ``{shared: [werewolf]}`` (``train.updates=0``, ``python -m
+    wolfpack_trainer.learning``) the wolves. Only for policies that train by ``roles``."""
     base: bool | None = None
     """Also evaluate each trained policy's *base model* (its ``model`` as configured: before any warm start,
     without LoRA) once, at the start of a fresh run, on the same held-out seeds with the same temperature,
@@ -378,6 +386,12 @@ def start_game(cfg: TrainConfig, seed: int) -> Any:
     return env
 
 
+def eval_role_map(cfg: TrainConfig) -> dict[str, str]:
+    """Role -> policy id in the held-out games: each policy's ``eval.roles`` where given, else its own
+    ``roles`` (a role claimed twice keeps the last policy; ``check_config`` refuses that)."""
+    return {r: p.id for p in cfg.policies for r in cfg.eval.roles.get(p.id, p.roles)}
+
+
 def check_config(cfg: TrainConfig) -> None:
     """Everything a run needs that can be known without weights: names resolve, learners support what
     their policy asks, every seat, role, bot and opponent exists, and no section is silently unread.
@@ -449,6 +463,23 @@ def check_config(cfg: TrainConfig) -> None:
             if role in role_of:
                 raise ValueError(f"policy {p.id}: role {role!r} is already policy {role_of[role]}'s")
             role_of[role] = p.id
+    eval_role_of: dict[str, str] = {}
+    for pid, eval_roles in cfg.eval.roles.items():
+        policy = next((p for p in cfg.policies if p.id == pid), None)
+        if policy is None:
+            raise ValueError(f"eval.roles: no trained policy {pid!r}; policies: {', '.join(ids)}")
+        if not policy.roles or not eval_roles:
+            raise ValueError(
+                f"eval.roles.{pid}: give roles for a policy that trains by roles (it trains "
+                f"{'roles ' + ', '.join(policy.roles) if policy.roles else 'seats'})"
+            )
+        for role in eval_roles:
+            if role not in dealt:
+                raise ValueError(f"eval.roles.{pid}: role {role!r} is not dealt; roles: {', '.join(dealt)}")
+    for role, pid in eval_role_map(cfg).items():
+        if role in eval_role_of:
+            raise ValueError(f"eval.roles: role {role!r} is both policy {eval_role_of[role]}'s and {pid}'s")
+        eval_role_of[role] = pid
     if cfg.train.share_policy and len(cfg.policies) > 1:
         first = cfg.policies[0].model_dump(exclude={"id", "seats", "roles"})
         for p in cfg.policies[1:]:

@@ -294,8 +294,11 @@ Move = Callable[[GameEnv, int, random.Random], "Action | str"]
 
 
 def _trainee_seats(cfg: Any, env: GameEnv) -> set[int]:
+    """The seats the trained policies take in a held-out game (``eval.roles`` included)."""
+    from wolfpack_trainer.config import eval_role_map
+
     seats = {s for p in cfg.policies for s in p.seats}
-    roles = {r for p in cfg.policies for r in p.roles}
+    roles = set(eval_role_map(cfg))
     if roles:
         seats |= {s for s in env.possible_agents if env.role(s) in roles}
     return seats

@@ -40,7 +40,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,6 +257,10 @@ class Trainer:
         """The episodes to play for ``seeds`` (``plan_tasks``)."""
         return plan_tasks(self.cfg, seeds, group_size, group_prefix, bot_mix)
 
+    def held_out_tasks(self, seeds: Sequence[int]) -> list[Task]:
+        """The held-out games (``held_out_plan``)."""
+        return held_out_plan(self.cfg, seeds)
+
     async def service_tasks(self, tasks: Sequence[Task]) -> list[Any]:
         """Service mode: the curriculum ``Task`` the driver plays for each planned episode (``service_task``).
         With a ``curriculum`` section each planned group's seed, task id and group come from the stack's
@@ -347,7 +351,7 @@ class Trainer:
         seeds = ev.eval_seeds(self.cfg)
         temperature = self.cfg.eval.temperature
         self.progress("eval", 0, len(seeds))
-        tasks = self.tasks(seeds, 1, "eval", bot_mix=False)
+        tasks = self.held_out_tasks(seeds)
         if self.driver is not None:
             served = [service_task(t, i) for i, t in enumerate(tasks)]
             for task in served:
@@ -388,7 +392,7 @@ class Trainer:
 
         seeds = ev.eval_seeds(self.cfg)
         self.progress("eval base", 0, len(seeds))
-        served = [service_task(t, i) for i, t in enumerate(self.tasks(seeds, 1, "eval", bot_mix=False))]
+        served = [service_task(t, i) for i, t in enumerate(self.held_out_tasks(seeds))]
         for task in served:
             task.split = "eval"
         owners = ev.bind_base(served, ev.base_policy_ids(self.cfg))
@@ -889,17 +893,31 @@ def stable_seed(*parts: object) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
+def held_out_plan(cfg: TrainConfig, seeds: Sequence[int]) -> list[Task]:
+    """One held-out game per seed: the trained seats and the evaluation's roles (``eval.roles``, else the
+    training roles), every other seat ``game.bot`` (no opponent mix)."""
+    from wolfpack_trainer.config import eval_role_map
+
+    return plan_tasks(cfg, seeds, 1, "eval", False, roles=eval_role_map(cfg))
+
+
 def plan_tasks(
-    cfg: TrainConfig, seeds: Sequence[int], group_size: int, group_prefix: str, bot_mix: bool = True
+    cfg: TrainConfig,
+    seeds: Sequence[int],
+    group_size: int,
+    group_prefix: str,
+    bot_mix: bool = True,
+    roles: Mapping[str, str] | None = None,
 ) -> list[Task]:
     """``group_size`` episodes per seed: the config's game (variant, options, language), trained seats and
-    roles, and who plays the other seats. With ``bot_mix`` each group draws from ``rollout.opponents`` (a
-    scripted bot or a served opponent policy; ``game.bot`` for the remainder) with an RNG seeded by
-    (``seed``, ``group_prefix``) alone, so one config plans the same episodes in every process."""
+    roles (``roles``: role -> policy id instead of the policies' own), and who plays the other seats. With
+    ``bot_mix`` each group draws from ``rollout.opponents`` (a scripted bot or a served opponent policy;
+    ``game.bot`` for the remainder) with an RNG seeded by (``seed``, ``group_prefix``) alone, so one config
+    plans the same episodes in every process."""
     from wolfpack_trainer.config import game_options
 
     seats = {s: p.id for p in cfg.policies for s in p.seats}
-    roles = {r: p.id for p in cfg.policies for r in p.roles}
+    roles = dict(roles) if roles is not None else {r: p.id for p in cfg.policies for r in p.roles}
     options = game_options(cfg)
     rng = random.Random(stable_seed(cfg.seed, group_prefix))
     out = []
