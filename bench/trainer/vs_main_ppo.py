@@ -11,7 +11,7 @@ Two rows, medians over the steps after the first (the first pays for compilation
   The same verl FSDP engine does the work on both sides, so this ratio is what our learner wrapper (batch
   preparation, length sorting, padding rows) costs or saves.
 * *whole step*: the same tokens over the whole step (generation, environment, reward, log-probs, update,
-  weight sync): verl's ``perf/throughput``; ours ``batch/sequence_tokens / perf/update_s``.
+  weight sync): verl's ``perf/throughput``; ours ``batch/sequence_tokens / (perf/collect_s + perf/update_s)``.
 
 Runs are comparable only on the same model, card and batch shapes (rows per step, turns per row, tokens
 per turn); the table prints each side's tokens per step so a mismatch shows.
@@ -53,6 +53,13 @@ def wolfpack_steps(metrics: Path) -> list[dict[str, float]]:
     return [r for r in rows if "perf/update_s" in r and "batch/sequence_tokens" in r]
 
 
+def _step_s(row: dict[str, float]) -> float:
+    """A ``wolfpack train`` step's wall time: waiting for its batch (``perf/collect_s``, what generation the
+    previous update did not overlap) plus everything after it (``perf/update_s``). The update alone left out
+    the generation, which verl's step time includes."""
+    return row.get("perf/collect_s", 0.0) + row["perf/update_s"]
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -73,11 +80,15 @@ def main() -> int:
     v_tokens = _median([r["perf/total_num_tokens"] for r in verl])
     o_tokens = _median([r["batch/sequence_tokens"] for r in ours])
     v_update = _median([r["perf/total_num_tokens"] / r["timing_s/update_actor"] / args.gpus for r in verl])
-    o_update = _median([r["batch/sequence_tokens"] / r["perf/learner_train_s"] / args.gpus for r in ours])
+    # the verl learner's training passes; a learner that does not report them (the CPU one): its whole train
+    learner_key = "perf/learner_train_s" if all("perf/learner_train_s" in r for r in ours) else "perf/train_s"
+    o_update = _median([r["batch/sequence_tokens"] / r[learner_key] / args.gpus for r in ours])
     v_step = _median([r["perf/throughput"] for r in verl])
-    o_step = _median([r["batch/sequence_tokens"] / r["perf/update_s"] / args.gpus for r in ours])
+    o_step = _median([r["batch/sequence_tokens"] / _step_s(r) / args.gpus for r in ours])
     print(f"steps after the first: main_ppo {len(verl)}, wolfpack {len(ours)}; tokens per step: main_ppo "
           f"{v_tokens:,.0f}, wolfpack {o_tokens:,.0f}")  # fmt: skip
+    if learner_key != "perf/learner_train_s":
+        print(f"wolfpack's actor update from {learner_key} (the learner reported no perf/learner_train_s)")
     print("| tokens/s per GPU | main_ppo | wolfpack train | wolfpack / main_ppo |")
     print("| --- | --- | --- | --- |")
     print(f"| actor update | {v_update:,.0f} | {o_update:,.0f} | {o_update / v_update:.2f}x |")
