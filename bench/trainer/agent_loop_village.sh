@@ -9,7 +9,9 @@
 # evaluation ran (64 games: clone 0.20, base 0.00, heuristic 0.41); main_ppo first died loading verl's critic
 # (flash_attention_2 hard-coded; fixed below with a Ray worker setup hook); with START=base it then trained one
 # GAE step with verl's critic (set-up 5 min, the step ~90 s, checkpoint saved, the watchdog stopped it); the
-# final evaluation's stack exited (1) with a cause that did not come back. No learning line yet.
+# final evaluation's stack exited (1): its `wolfpack up` inherited the WOLFPACK_ENVIRONMENT_ADDR this script
+# exports for main_ppo and bound that taken address (reproduced on CPU; the trainer's stack no longer passes
+# service addresses on, and the script unsets it). No learning line yet.
 #
 #   . bench/trainer/gpu_env.sh        # on a fresh machine staged by stage.sh; SMOL as for gpu_train.sh
 #   SMOL=/tmp/smol OUT=/tmp/out setsid nohup bash bench/trainer/agent_loop_village.sh > /tmp/village.log 2>&1 &
@@ -292,6 +294,11 @@ bash "$ROOT/bench/trainer/stop_after_checkpoint.sh" "$PPO_PID" "$LOGS/main_ppo.l
   | tee "$LOGS/watchdog.log"
 wait "$PPO_PID" 2> /dev/null || true
 PPO_PID=""
+# main_ppo's environment server and its address go before the final evaluation: that run starts a stack of
+# its own, which (before the trainer stopped passing these on) bound the exported, taken address and exited
+kill "$ENV_PID" 2> /dev/null || true
+ENV_PID=""
+unset WOLFPACK_ENVIRONMENT_ADDR
 [ -n "$RAY_OURS" ] && { ray_cli stop --force > "$LOGS/ray_stop.log" 2>&1 || true; }
 trained_s=$(( $(date +%s) - t0 ))  # main_ppo from its start (set-up included); watchdog.log has the training time
 STEP=$(saved)

@@ -44,3 +44,32 @@ def test_a_stack_that_exits_says_why_in_the_error(tmp_path: Path, monkeypatch: p
     message = str(err.value)
     assert message.startswith("wolfpack up exited") and "its last lines:" in message, message
     assert "CHATTY" in message or "log_level" in message, message
+
+
+@pytest.mark.slow
+def test_the_jobs_stack_ignores_service_addresses_from_the_callers_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``WOLFPACK_ENVIRONMENT_ADDR`` exported for something else (the agent-loop script's own environment
+    server, which main_ppo needs) must not reach the job's stack: it would bind that taken address and exit.
+    Real ``wolfpack up`` with the tiny model, the address held by a listening socket."""
+    import json
+    import socket
+
+    from wolfpack_inference.models import tiny_model
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = f"127.0.0.1:{held.getsockname()[1]}"
+    monkeypatch.setenv("WOLFPACK_ENVIRONMENT_ADDR", taken)
+    monkeypatch.setenv("WOLFPACK_INFERENCE_BACKEND", "transformers")
+    monkeypatch.delenv("WOLFPACK_REDIS_URL", raising=False)
+    cfg = load_config(DEMO)
+    tiny = tiny_model(tmp_path / "models")
+    try:
+        with child_stack(cfg, tmp_path / "stack", {"responder": str(tiny)}, timeout_s=240) as run_dir:
+            services = json.loads((run_dir / "up.json").read_text())["services"]
+            assert services["environment"] != taken, services
+    finally:
+        held.close()

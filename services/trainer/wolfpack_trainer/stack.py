@@ -325,8 +325,15 @@ def child_stack(
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "policies.yaml").write_text(yaml.safe_dump(stack_policies(cfg, models, opponent_models)))
     (run_dir / "curriculum.yaml").write_text(yaml.safe_dump(curriculum_config(cfg)))
+    # The job's own stack binds free ports: a WOLFPACK_<SERVICE>_ADDR inherited from the caller's shell would
+    # make its service bind that address instead, which whatever the caller pointed it at already holds (seen
+    # on a GPU host: the agent-loop script's environment server, exported for main_ppo; the evaluation's
+    # stack then exited). The job reads its stack's addresses from the stack's up.json.
+    inherited = {
+        k: v for k, v in os.environ.items() if k not in {f"WOLFPACK_{s.upper()}_ADDR" for s in SERVICES}
+    }
     env = {
-        **os.environ,
+        **inherited,
         "WOLFPACK_RUN_DIR": str(run_dir),
         "WOLFPACK_BASE_PORT": "0",
         "WOLFPACK_INFERENCE_POLICIES_FILE": str(run_dir / "policies.yaml"),
