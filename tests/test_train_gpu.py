@@ -115,4 +115,4 @@ def test_a_shared_lora_policy_updates_once_and_serves_both_engines(tmp_path: Pat
     assert [p.name for p in last.values()] == ["v000003", "v000003"], last
     for written in last["proposer"].iterdir():
         assert (last["responder"] / written.name).stat().st_ino == written.stat().st_ino, written.name
-    assert "time per update" in out, out[-3000:]
+    assert "time per update" in out and "evaluation (median of" in out, out[-3000:]

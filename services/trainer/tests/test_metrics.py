@@ -16,6 +16,7 @@ from wolfpack_trainer.metrics import (
     TRAIN_MINUTES,
     MetricsWriter,
     episode_time_split,
+    eval_time_line,
     time_split_line,
     transcript,
     update_line,
@@ -233,3 +234,20 @@ def test_time_split_line_gives_medians_and_leaves_out_what_was_not_reported() ->
         "time per update (median of 1): train 2.0 s (learner forward-only 0.5 s, update 1.2 s)"
     )
     assert time_split_line([{"step": 0}]) == ""
+
+
+def test_eval_time_line_gives_medians_of_the_timed_evaluations() -> None:
+    rows = [
+        {"step": 0, "perf/eval_s": 30.0, "perf/eval_episode_s": 20.0, "perf/eval_episode_generate_s": 19.0,
+         "perf/eval_episode_env_s": 1.0, "perf/eval_base_s": 99.0},
+        {"step": 5, "perf/update_s": 3.0},  # an update row
+        {"step": 5, "perf/eval_s": 26.0, "perf/eval_episode_s": 21.0, "perf/eval_episode_generate_s": 20.5,
+         "perf/eval_episode_env_s": 0.5},
+        {"step": 10, "perf/eval_s": 28.0, "perf/eval_episode_s": 22.0, "perf/eval_episode_generate_s": 21.0,
+         "perf/eval_episode_env_s": 0.8},
+    ]  # fmt: skip
+    assert eval_time_line(rows) == (
+        "evaluation (median of 3): 28.0 s (an episode: 21.0 s, waiting for answers 20.5 s, environment 0.8 s)"
+    )
+    assert eval_time_line([{"step": 0, "perf/eval_s": 2.0}]) == "evaluation (median of 1): 2.0 s"
+    assert eval_time_line([{"step": 1, "perf/update_s": 1.0}]) == ""

@@ -317,7 +317,7 @@ def _run(
 ) -> None:
     from wolfpack_trainer.config import TrainConfig
     from wolfpack_trainer.evaluate import base_policy_lines, reference_lines
-    from wolfpack_trainer.metrics import time_split_line, update_line
+    from wolfpack_trainer.metrics import eval_time_line, time_split_line, update_line
     from wolfpack_trainer.train import ResumeError, learning_line, policy_learning_lines, run_training
 
     assert isinstance(cfg, TrainConfig)  # train() has refused a run of another config before calling this
@@ -398,6 +398,8 @@ def _run(
     )
     if split := time_split_line(rows):
         console.print(f"  {split}", highlight=False)
+    if evaluation := eval_time_line(rows):
+        console.print(f"  {evaluation}", highlight=False)
     console.print(
         f"  metrics: {out / 'metrics.jsonl'}  plot: {out / 'curves.png'}  tensorboard: {out / 'tb'}"
     )

@@ -170,6 +170,32 @@ def time_split_line(rows: Sequence[Mapping[str, float]]) -> str:
     return f"time per update (median of {len(updates)}): " + joined(sections, " · ")
 
 
+def eval_time_line(rows: Sequence[Mapping[str, float]]) -> str:
+    """The held-out evaluations' time, medians over them, for the closing summary: ``evaluation (median of
+    3): 26.4 s (an episode: 21.3 s, waiting for answers 21.1 s, environment 0.2 s)``; ``""`` when no
+    evaluation was timed. A held-out game's turns come one after another, so its episode split says
+    whether evaluations wait on the answers' latency or on the environment."""
+    evals = [r for r in rows if "perf/eval_s" in r]
+    if not evals:
+        return ""
+
+    def med(key: str) -> float | None:
+        values = [float(r[key]) for r in evals if key in r and math.isfinite(float(r[key]))]
+        return statistics.median(values) if values else None
+
+    parts = [
+        f"{label} {value:.1f} s"
+        for label, key in (
+            ("an episode:", "perf/eval_episode_s"),
+            ("waiting for answers", "perf/eval_episode_generate_s"),
+            ("environment", "perf/eval_episode_env_s"),
+        )
+        if (value := med(key)) is not None
+    ]
+    total = med("perf/eval_s") or 0.0
+    return f"evaluation (median of {len(evals)}): {total:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
+
+
 def _first(values: Mapping[str, float], *keys: str) -> float | None:
     for k in keys:
         if k in values and math.isfinite(float(values[k])):
