@@ -120,6 +120,11 @@ class OpponentMix(_Strict):
     bot: str = ""
     policy: str = ""
     fraction: float = Field(gt=0.0, le=1.0)
+    replaces: list[str] = Field(default_factory=list)
+    """Trained policy ids whose seats (and roles) this entry's groups hand to its ``bot`` / ``policy``: how a
+    self-play run, whose policies take every seat, plays some groups against a fixed opponent (e.g. the
+    bargaining seller's seat to the heuristic bot in 20 % of groups, so that the buyer keeps meeting deals a
+    skilled counterpart would make). The replaced policy trains on nothing from those groups."""
 
     @model_validator(mode="after")
     def _one(self) -> OpponentMix:
@@ -514,10 +519,18 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError("opponent_policies are served by inference: they need rollout.mode service")
     if sum(m.fraction for m in cfg.rollout.opponents) > 1.0 + 1e-9:
         raise ValueError("opponent mix fractions sum to more than 1")
+    for mix in cfg.rollout.opponents:
+        if unknown := sorted(set(mix.replaces) - set(ids)):
+            raise ValueError(
+                f"rollout.opponents: replaces {unknown}: no such trained policy ({', '.join(ids)})"
+            )
+        if set(mix.replaces) >= set(ids):
+            raise ValueError("rollout.opponents: replaces every trained policy, so its groups train nothing")
     trained = set(taken) | {s for s in env.possible_agents if env.role(s) in role_of}
-    if cfg.rollout.opponents and len(trained) == n_seats:
+    if any(not m.replaces for m in cfg.rollout.opponents) and len(trained) == n_seats:
         raise ValueError(
-            "rollout.opponents: the trained policies take every seat, so no opponent would ever play"
+            "rollout.opponents: the trained policies take every seat, so no opponent would ever play; "
+            "give the entry replaces: [<policy id>] to hand that policy's seats to it in its groups"
         )
     if cfg.rollout.episodes_per_update % cfg.rollout.group_size:
         raise ValueError("rollout.episodes_per_update must be a multiple of rollout.group_size")

@@ -912,8 +912,9 @@ def plan_tasks(
     """``group_size`` episodes per seed: the config's game (variant, options, language), trained seats and
     roles (``roles``: role -> policy id instead of the policies' own), and who plays the other seats. With
     ``bot_mix`` each group draws from ``rollout.opponents`` (a scripted bot or a served opponent policy;
-    ``game.bot`` for the remainder) with an RNG seeded by (``seed``, ``group_prefix``) alone, so one config
-    plans the same episodes in every process."""
+    ``game.bot`` for the remainder; an entry's ``replaces`` hands those trained policies' seats to it too)
+    with an RNG seeded by (``seed``, ``group_prefix``) alone, so one config plans the same episodes in every
+    process."""
     from wolfpack_trainer.config import game_options
 
     seats = {s: p.id for p in cfg.policies for s in p.seats}
@@ -922,22 +923,24 @@ def plan_tasks(
     rng = random.Random(stable_seed(cfg.seed, group_prefix))
     out = []
     for g, seed in enumerate(seeds):
-        bot, opponent = cfg.game.bot, ""
+        bot, opponent, replaced = cfg.game.bot, "", frozenset[str]()
         if bot_mix:
             draw = rng.random()
             for mix in cfg.rollout.opponents:
                 if draw < mix.fraction:
-                    bot, opponent = (mix.bot or bot), mix.policy
+                    bot, opponent, replaced = (mix.bot or bot), mix.policy, frozenset(mix.replaces)
                     break
                 draw -= mix.fraction
+        group_seats = {s: pid for s, pid in seats.items() if pid not in replaced}
+        group_roles = {r: pid for r, pid in roles.items() if pid not in replaced}
         for _ in range(group_size):
             out.append(
                 Task(
                     cfg.game.id,
                     cfg.game.variant,
                     seed,
-                    seats,
-                    roles,
+                    group_seats,
+                    group_roles,
                     bot=bot,
                     group_id=f"{group_prefix}-{g}" if group_size > 1 else "",
                     group_size=group_size,
