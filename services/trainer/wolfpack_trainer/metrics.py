@@ -130,6 +130,12 @@ def episode_time_split(trajectories: Sequence[trajectory_pb2.Trajectory]) -> dic
     return out
 
 
+def _median_of(rows: Sequence[Mapping[str, float]], key: str) -> float | None:
+    """The median of ``key`` over the rows that logged a finite value of it."""
+    values = [float(r[key]) for r in rows if key in r and math.isfinite(float(r[key]))]
+    return statistics.median(values) if values else None
+
+
 def time_split_line(rows: Sequence[Mapping[str, float]]) -> str:
     """The run's time split, medians over its updates, for the closing summary: ``time per update (median of
     12): collect 24.3 s (an episode: 9.8 s, waiting for answers 6.1 s, environment 3.7 s, scoring 0.02 s) ·
@@ -139,12 +145,8 @@ def time_split_line(rows: Sequence[Mapping[str, float]]) -> str:
     if not updates:
         return ""
 
-    def med(key: str) -> float | None:
-        values = [float(r[key]) for r in updates if key in r and math.isfinite(float(r[key]))]
-        return statistics.median(values) if values else None
-
     def part(label: str, key: str, digits: int = 1) -> str:
-        value = med(key)
+        value = _median_of(updates, key)
         return "" if value is None else f"{label} {value:.{digits}f} s"
 
     def joined(parts: Iterable[str], sep: str = ", ") -> str:
@@ -178,11 +180,6 @@ def eval_time_line(rows: Sequence[Mapping[str, float]]) -> str:
     evals = [r for r in rows if "perf/eval_s" in r]
     if not evals:
         return ""
-
-    def med(key: str) -> float | None:
-        values = [float(r[key]) for r in evals if key in r and math.isfinite(float(r[key]))]
-        return statistics.median(values) if values else None
-
     parts = [
         f"{label} {value:.1f} s"
         for label, key in (
@@ -190,9 +187,9 @@ def eval_time_line(rows: Sequence[Mapping[str, float]]) -> str:
             ("waiting for answers", "perf/eval_episode_generate_s"),
             ("environment", "perf/eval_episode_env_s"),
         )
-        if (value := med(key)) is not None
+        if (value := _median_of(evals, key)) is not None
     ]
-    total = med("perf/eval_s") or 0.0
+    total = _median_of(evals, "perf/eval_s") or 0.0
     return f"evaluation (median of {len(evals)}): {total:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
 
 
