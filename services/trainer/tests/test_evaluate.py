@@ -232,6 +232,21 @@ def test_eval_roles_are_checked(roles: dict[str, list[str]], message: str) -> No
         _selfplay(roles=roles)
 
 
+def test_eval_roles_may_not_give_one_role_to_two_policies() -> None:
+    with pytest.raises(ValueError, match="role 'werewolf' is both policy wolves's and village's"):
+        TrainConfig.model_validate(
+            {
+                "name": "two",
+                "game": {"id": "werewolf_v1", "variant": "6p", "bot": "heuristic"},
+                "policies": [
+                    {"id": "wolves", "roles": ["werewolf"], "model": "tiny"},
+                    {"id": "village", "roles": VILLAGE, "model": "tiny"},
+                ],
+                "eval": {"roles": {"village": ["werewolf"]}},
+            }
+        )
+
+
 def test_eval_roles_of_a_seat_policy_are_refused() -> None:
     with pytest.raises(ValueError, match=r"give roles for a policy that trains by roles \(it trains seats"):
         _cfg(eval={"roles": {"p": ["proposer"]}})

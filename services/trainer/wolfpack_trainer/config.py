@@ -481,7 +481,7 @@ def check_config(cfg: TrainConfig) -> None:
         for role in eval_roles:
             if role not in dealt:
                 raise ValueError(f"eval.roles.{pid}: role {role!r} is not dealt; roles: {', '.join(dealt)}")
-    for role, pid in eval_role_map(cfg).items():
+    for role, pid in ((r, p.id) for p in cfg.policies for r in cfg.eval.roles.get(p.id, p.roles)):
         if role in eval_role_of:
             raise ValueError(f"eval.roles: role {role!r} is both policy {eval_role_of[role]}'s and {pid}'s")
         eval_role_of[role] = pid
