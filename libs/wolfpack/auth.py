@@ -14,6 +14,10 @@ a Kubernetes Secret (``secrets.adminSecret`` in the Helm chart) puts the same va
   travels on ordinary calls.
 - Off only on a loopback-only dev stack: ``check_bind`` refuses to start a server on a non-loopback
   address without a secret, and says at start-up when privileged RPCs are open.
+
+The interceptors (gRPC classes) live in ``wolfpack.auth_grpc``, imported when one is made
+(``auth.CredentialInterceptor`` still names it): code that only asks ``is_loopback`` (the trainer's
+publisher, in local mode too) loads no gRPC.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-import grpc
+if TYPE_CHECKING:
+    import grpc
+
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +91,8 @@ class Credential:
         """None when the call may proceed, else the status and message to refuse it with."""
         if not self._secret:
             return None
+        import grpc
+
         given = self.from_metadata(metadata)
         if not given:
             return grpc.StatusCode.UNAUTHENTICATED, f"this call needs the service credential ({METADATA_KEY})"
@@ -133,82 +141,6 @@ def authorized(credential: Credential | None, context: Any) -> bool:
     return credential.check(context.invocation_metadata()) is None
 
 
-class CredentialInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Refuses ``methods`` without the credential, before the handler (or a streamed request) is read."""
-
-    def __init__(self, credential: Credential, methods: frozenset[str] = PRIVILEGED_METHODS) -> None:
-        self.credential = credential
-        self.methods = methods
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        method = details.method  # type: ignore[attr-defined]
-        if method not in self.methods or not self.credential.enabled:
-            return await continuation(details)
-        refusal = self.credential.check(details.invocation_metadata)  # type: ignore[attr-defined]
-        if refusal is None:
-            return await continuation(details)
-        handler = await continuation(details)
-        if handler is None:
-            return None
-        code, message = refusal
-
-        async def deny(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            await context.abort(code, message)
-
-        kwargs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.request_streaming and handler.response_streaming:
-            return grpc.stream_stream_rpc_method_handler(deny, **kwargs)  # type: ignore[arg-type]
-        if handler.request_streaming:
-            return grpc.stream_unary_rpc_method_handler(deny, **kwargs)
-        if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(deny, **kwargs)  # type: ignore[arg-type]
-        return grpc.unary_unary_rpc_method_handler(deny, **kwargs)
-
-
-def _with_credential(details: Any, secret: str) -> Any:
-    metadata = grpc.aio.Metadata(*(details.metadata or ()))
-    metadata.add(METADATA_KEY, secret)
-    return grpc.aio.ClientCallDetails(
-        method=details.method,
-        timeout=details.timeout,
-        metadata=metadata,
-        credentials=details.credentials,
-        wait_for_ready=details.wait_for_ready,
-    )
-
-
-def _method_name(details: Any) -> str:
-    method = details.method
-    return method.decode() if isinstance(method, bytes) else str(method)
-
-
-class _UnaryCredential(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    def __init__(self, secret: str) -> None:
-        self.secret = secret
-
-    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        if _method_name(details) in CLIENT_METHODS:
-            details = _with_credential(details, self.secret)
-        return await continuation(details, request)
-
-
-class _StreamUnaryCredential(grpc.aio.StreamUnaryClientInterceptor):  # type: ignore[misc]
-    def __init__(self, secret: str) -> None:
-        self.secret = secret
-
-    async def intercept_stream_unary(self, continuation: Any, details: Any, request_iterator: Any) -> Any:
-        if _method_name(details) in CLIENT_METHODS:
-            details = _with_credential(details, self.secret)
-        return await continuation(details, request_iterator)
-
-
 def client_interceptors(settings: Any) -> list[Any]:
     """Interceptors that attach the configured credential to privileged calls (none when unset).
     One class per call kind: a grpc.aio channel files an interceptor under its first kind only."""
@@ -216,4 +148,14 @@ def client_interceptors(settings: Any) -> list[Any]:
     value = secret.get_secret_value() if secret is not None else ""
     if not value:
         return []
-    return [_UnaryCredential(value), _StreamUnaryCredential(value)]
+    from wolfpack.auth_grpc import StreamUnaryCredential, UnaryCredential
+
+    return [UnaryCredential(value), StreamUnaryCredential(value)]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CredentialInterceptor":
+        from wolfpack.auth_grpc import CredentialInterceptor
+
+        return CredentialInterceptor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,27 +10,61 @@ INTERNAL without internals.
 
 Each service keeps its own subclasses for its vocabulary (``SessionError``, ``InferenceError``,
 ``ScoreError``); a subclass sets ``status``, or names it as a string class attribute ``code`` (e.g.
-``code = "NOT_FOUND"``), which is read once when the class is defined.
+``code = "NOT_FOUND"``), checked when the class is defined.
+
+gRPC itself is imported only where a status is read: code that runs in no service (the trainer's local
+mode, whose libraries define these errors) loads none of it. A ``code`` name becomes gRPC's
+``StatusCode`` member on first read of ``status``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import TYPE_CHECKING, Any
 
-import grpc
 from google.rpc import status_pb2
+
+if TYPE_CHECKING:
+    import grpc
+
+CODE_NAMES = frozenset(
+    {
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+        "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+        "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+    }
+)  # fmt: skip
+"""The names of gRPC's status codes (those of ``grpc.StatusCode``, fixed by the gRPC spec)."""
+
+
+class _NamedStatus:
+    """A class's ``status`` given by name: ``grpc.StatusCode[name]``, gRPC imported on first read. Not a
+    data descriptor, so an instance's own ``status`` (``ServiceError(msg, status)``) wins."""
+
+    def __init__(self, name: str) -> None:
+        if name not in CODE_NAMES:
+            raise ValueError(f"{name!r} is not a gRPC status code name")
+        self.name = name
+
+    def __get__(self, obj: object, cls: type | None = None) -> grpc.StatusCode:
+        import grpc
+
+        return grpc.StatusCode[self.name]
 
 
 class ServiceError(Exception):
     """An error the caller can act on; ``status`` is the gRPC status code it becomes."""
 
-    status: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    if TYPE_CHECKING:
+        status: grpc.StatusCode
+    else:
+        status = _NamedStatus("INTERNAL")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         code = cls.__dict__.get("code")
         if isinstance(code, str):
-            cls.status = grpc.StatusCode[code]
+            cls.status = _NamedStatus(code)  # type: ignore[assignment]  # over a parent's own ``status``
 
     def __init__(self, message: str, status: grpc.StatusCode | None = None) -> None:
         super().__init__(message)
@@ -41,7 +75,11 @@ class ServiceError(Exception):
 def status_code(exc: BaseException) -> grpc.StatusCode:
     """The status code ``exc`` maps to: its own for a ``ServiceError``, INTERNAL for anything else
     (a bug: the caller cannot fix it by changing the request)."""
-    return exc.status if isinstance(exc, ServiceError) else grpc.StatusCode.INTERNAL
+    if isinstance(exc, ServiceError):
+        return exc.status
+    import grpc
+
+    return grpc.StatusCode.INTERNAL
 
 
 MAX_MESSAGE_CHARS = 512
@@ -77,9 +115,14 @@ def to_status(exc: BaseException) -> status_pb2.Status:
     return make_status(status_code(exc), public_message(exc))
 
 
-_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
+@functools.cache
+def _by_number() -> dict[int, grpc.StatusCode]:
+    import grpc
+
+    return {c.value[0]: c for c in grpc.StatusCode}
 
 
 def code_of(status: status_pb2.Status) -> grpc.StatusCode:
     """The gRPC status code of a ``google.rpc.Status`` (UNKNOWN for a number gRPC does not define)."""
-    return _BY_NUMBER.get(status.code, grpc.StatusCode.UNKNOWN)
+    codes = _by_number()
+    return codes.get(status.code, codes[2])  # 2: UNKNOWN

@@ -35,7 +35,10 @@ Why each piece exists:
   ``data`` field, or bytes that do not parse), is moved to ``<stream>:dead`` with the reason, atomically
   with its ack.
 - *Tracing*: the producer's W3C trace context travels in the entry, so the consumer's span joins the
-  episode's trace across the queue (extracted lazily: a consumer that does not trace pays nothing).
+  episode's trace across the queue (extracted lazily: a consumer that does not trace pays nothing). A
+  process that never loaded OpenTelemetry (the trainer's local mode) has no trace context to send and
+  loads none of it (``wolfpack.tracing``); nor does it register the backlog gauge, which is registered
+  with the first producer made once OpenTelemetry is loaded (every service process loads it).
 """
 
 from __future__ import annotations
@@ -44,24 +47,27 @@ import asyncio
 import hashlib
 import logging
 import random
+import sys
 import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import redis.asyncio as aioredis
 from google.protobuf.message import DecodeError, Message
-from opentelemetry import metrics
-from opentelemetry.context import Context
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from wolfpack import telemetry
+from wolfpack import tracing
 from wolfpack.settings import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry import metrics
+    from opentelemetry.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -321,17 +327,30 @@ _PRODUCERS: weakref.WeakSet[ProtoStreamProducer[Any]] = weakref.WeakSet()
 
 
 def _observe_backlog(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+    from opentelemetry import metrics
+
     for producer in list(_PRODUCERS):
         yield metrics.Observation(producer.last_backlog, {"stream": producer.stream})
 
 
-_meter = metrics.get_meter("wolfpack.stream")
-_meter.create_observable_gauge(
-    "wolfpack.stream.backlog",
-    callbacks=[_observe_backlog],
-    unit="{entry}",
-    description="Entries not yet acked by every consumer group, as of each producer's last append.",
-)
+_gauge_registered = False
+
+
+def _register_backlog_gauge() -> None:
+    """Register the ``wolfpack.stream.backlog`` gauge (over every producer) once OpenTelemetry is loaded:
+    without it no meter provider can have been set, so nobody could collect it (see the module docstring)."""
+    global _gauge_registered
+    if _gauge_registered or "opentelemetry" not in sys.modules:
+        return
+    from opentelemetry import metrics
+
+    _gauge_registered = True
+    metrics.get_meter("wolfpack.stream").create_observable_gauge(
+        "wolfpack.stream.backlog",
+        callbacks=[_observe_backlog],
+        unit="{entry}",
+        description="Entries not yet acked by every consumer group, as of each producer's last append.",
+    )
 
 
 class Delivery(Generic[M]):
@@ -385,7 +404,7 @@ class Delivery(Generic[M]):
                 value = _field(self._fields, key)
                 if value is not None:
                     carrier[key.decode()] = value.decode()
-            self._context = telemetry.extract_carrier(carrier)
+            self._context = tracing.extract_carrier(carrier)
         return self._context
 
     def __repr__(self) -> str:
@@ -439,6 +458,7 @@ class ProtoStreamProducer(Generic[M]):
         self._flusher: asyncio.Task[None] | None = None
         self._sending = False  # an ``append`` is sending its own message (nothing was in flight)
         _PRODUCERS.add(self)
+        _register_backlog_gauge()
 
     @classmethod
     def from_settings(
@@ -485,7 +505,7 @@ class ProtoStreamProducer(Generic[M]):
         if not message_id:
             raise ValueError("id_of(message) returned an empty id; every message needs its own id")
         data = message.SerializeToString()
-        carrier = telemetry.inject_carrier()
+        carrier = tracing.inject_carrier()
         tp, ts = carrier.get("traceparent", ""), carrier.get("tracestate", "")
         if self._flusher is None and not self._sending:
             # Nothing in flight: this call sends its own message (no task to start, no wake-up to wait
@@ -559,7 +579,7 @@ class ProtoStreamProducer(Generic[M]):
         if not messages:
             return []
         args: list[bytes | str | int] = [self.maxlen, self.dedup_ttl_s]
-        carrier = telemetry.inject_carrier()
+        carrier = tracing.inject_carrier()
         extra = [(k, carrier[k]) for k in ("traceparent", "tracestate") if k in carrier]
         args.append(len(extra))
         for k, v in extra:

@@ -16,8 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import grpc
-
 from wolfpack.errors import ServiceError
 from wolfpack.v1 import reward_service_pb2 as pb
 from wolfpack.v1 import trajectory_pb2
@@ -26,7 +24,7 @@ from wolfpack.v1 import trajectory_pb2
 class ScoreError(ServiceError, ValueError):
     """The request cannot be scored as given (bad trajectory, unknown spec, ...): INVALID_ARGUMENT."""
 
-    status = grpc.StatusCode.INVALID_ARGUMENT
+    code = "INVALID_ARGUMENT"  # named, not gRPC's member: the trainer's local mode scores without gRPC
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@
 
 Why the driver is published rather than copied: there is one episode player (docs/architecture.md);
 everything here builds on libs and other services' client modules (import-linter's "clients" contract).
+What only ``connect`` needs (gRPC: ``wolfpack.rpc``, the environment client) is imported by ``connect``,
+and ``BatchItem`` when asked for: the trainer's local mode plays through this module without gRPC.
 """
 
 from __future__ import annotations
@@ -24,23 +26,26 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
-from wolfpack import rpc
 from wolfpack.settings import Settings
 from wolfpack.stream import ProtoStreamProducer
 from wolfpack.v1 import trajectory_pb2
 from wolfpack_curriculum.client import CurriculumClient
-from wolfpack_environment.client import EnvironmentClient
-from wolfpack_rollout.backends import BatchItem, Environment, EpisodeStream, Inference, Reward
+from wolfpack_rollout.backends import BatchResult, Environment, EpisodeStream, Inference, Reward
 from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.driver import EpisodeFailed, PromptEncoder, RolloutDriver
 from wolfpack_rollout.prompts import render_messages
 
+if TYPE_CHECKING:
+    from wolfpack_inference.client import BatchItem
+
 __all__ = [
     "Addresses",
     "BatchItem",
+    "BatchResult",
     "Environment",
     "EpisodeFailed",
     "EpisodeStream",
@@ -53,6 +58,14 @@ __all__ = [
     "connect",
     "render_messages",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BatchItem":
+        from wolfpack_inference.client import BatchItem
+
+        return BatchItem
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,9 @@ async def connect(
 ) -> AsyncIterator[RolloutDriver]:
     """A driver wired to the services at ``addresses`` (and the trajectory stream when ``stream`` and a
     Redis URL is known); everything is closed on exit."""
+    from wolfpack import rpc
+    from wolfpack_environment.client import EnvironmentClient
+
     a = addresses or Addresses.from_settings(settings)
     async with AsyncExitStack() as stack:
         env = await stack.enter_async_context(EnvironmentClient(a.environment, settings))

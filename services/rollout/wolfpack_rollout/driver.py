@@ -35,19 +35,16 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import time
 import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import grpc
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from typing import TYPE_CHECKING, Any
 
 from wolfpack import stream as wolfpack_stream
-from wolfpack import telemetry
+from wolfpack import tracing
 from wolfpack.errors import code_of
 from wolfpack.stream import ProtoStreamProducer
 from wolfpack.v1 import common_pb2, trajectory_pb2
@@ -61,6 +58,10 @@ from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.prompts import render_messages
 from wolfpack_rollout.summary import EpisodeFailure, RolloutSummary, summarize
 from wolfpack_rollout.trajectory import EpisodeResult, TurnRecord, build_trajectory
+
+if TYPE_CHECKING:
+    import grpc
+    from opentelemetry.context import Context
 
 __all__ = [
     "EpisodeFailed",
@@ -78,16 +79,20 @@ PromptEncoder = Callable[[Sequence[common_pb2.ChatMessage]], list[int]]
 """Chat messages -> the policy's prompt token ids (its chat template, generation prompt included): what
 ``RolloutConfig.max_prompt_tokens`` crops. The trainer passes its tokenizer's; the services have none."""
 log = logging.getLogger(__name__)
-tracer = telemetry.tracer(__name__)
+tracer = tracing.Tracer(__name__)  # spans once OpenTelemetry is loaded (services); none in local mode
 
-TRANSIENT = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.ABORTED,
-    }
-)
+TRANSIENT = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "ABORTED"})
+"""The gRPC status codes (``grpc.StatusCode`` names) worth a retry. Names, so that the trainer's local
+mode, which plays through this driver with no service, loads no gRPC."""
+
+
+def _rpc_errors() -> tuple[type[grpc.aio.AioRpcError], ...]:
+    """What a failed gRPC call raises, to catch: gRPC's ``AioRpcError`` once gRPC is loaded, else nothing
+    (only gRPC, or a backend that imports it to raise it, can raise one)."""
+    aio = sys.modules.get("grpc.aio")
+    return (aio.AioRpcError,) if aio is not None else ()
+
+
 # The stream's backpressure error (the lossless stream raises it once its wait ran out); absent from older
 # versions of ``wolfpack.stream``, where appends never refuse.
 _BACKPRESSURE: tuple[type[BaseException], ...] = tuple(
@@ -145,8 +150,8 @@ class RolloutStats:
 class _Episode:
     task: cur_pb.Task
     trajectory_id: str
-    span: trace.Span
-    context: otel_context.Context
+    span: tracing.Span
+    context: Context | None  # the episode span's; None where nothing traces (``tracing``)
     trace: common_pb2.TraceContext
     ended: asyncio.Future[None]
     policy_of: dict[int, str] = field(default_factory=dict)
@@ -455,17 +460,17 @@ class RolloutDriver:
     def _new_episode(self, task: cur_pb.Task) -> _Episode:
         trajectory_id = uuid.uuid4().hex
         span = tracer.start_span(
-            "episode",
-            context=otel_context.Context(),  # a new trace per episode
+            "episode",  # no parent: a new trace per episode
             attributes={
                 "wolfpack.trajectory_id": trajectory_id, "wolfpack.task_id": task.task_id,
                 "wolfpack.game.id": task.game.game_id, "wolfpack.game.variant": task.game.variant,
                 "wolfpack.seed": task.seed, "wolfpack.rollout.worker": self.worker_id,
             },
         )  # fmt: skip
-        ctx = trace.set_span_in_context(span)
+        ctx = tracing.context_of(span)
         tc = common_pb2.TraceContext()
-        telemetry.inject_into(tc, ctx)
+        if ctx is not None:
+            tracing.inject_into(tc, ctx)
         ep = _Episode(task, trajectory_id, span, ctx, tc, asyncio.get_running_loop().create_future())
         ep.policy_of = {
             b.seat: b.policy.policy_id
@@ -497,11 +502,11 @@ class RolloutDriver:
             if ep.failure is not None:
                 raise ep.failure
             traj = await self._finish(ep)
-            token = otel_context.attach(ep.context)
+            token = tracing.attach(ep.context)
             try:
                 await sink(seq, ep.task, traj)
             finally:
-                otel_context.detach(token)
+                tracing.detach(token)
             self.stats.episodes_finished += 1
             if ep.truncated:
                 self.stats.truncated_episodes += 1
@@ -526,7 +531,7 @@ class RolloutDriver:
 
     async def _close_quietly(self, ep: _Episode) -> None:
         if ep.admin_token:
-            with contextlib.suppress(grpc.aio.AioRpcError):
+            with contextlib.suppress(*_rpc_errors()):
                 await self.environment.close_episode(ep.episode_id, ep.admin_token)
 
     async def _finish(self, ep: _Episode) -> trajectory_pb2.Trajectory:
@@ -544,7 +549,7 @@ class RolloutDriver:
         )  # fmt: skip
         if not traj.turns:
             raise EpisodeFailed("no_turns", _no_turns_detail(ep, self.config))
-        token = otel_context.attach(ep.context)
+        token = tracing.attach(ep.context)
         t0 = time.monotonic()
         try:
             scored = await self._retrying(
@@ -552,7 +557,7 @@ class RolloutDriver:
                 "reward_unavailable",
             )
         finally:
-            otel_context.detach(token)
+            tracing.detach(token)
         out: trajectory_pb2.Trajectory = scored.trajectory
         out.score_ms = (time.monotonic() - t0) * 1e3
         return out
@@ -588,7 +593,7 @@ class RolloutDriver:
         if not task.cancelled() and task.exception() is not None:
             log.error("rollout task failed", exc_info=task.exception())
 
-    def _request(self, ep: _Episode, obs: env_pb.Observation, span: trace.Span) -> inf_pb.GenerateRequest:
+    def _request(self, ep: _Episode, obs: env_pb.Observation, span: tracing.Span) -> inf_pb.GenerateRequest:
         cfg = self.config
         messages = render_messages(
             obs.text, obs.messages, ep.past.get(obs.seat, []), mode=cfg.prompt_mode, k=cfg.memory_steps,
@@ -604,20 +609,22 @@ class RolloutDriver:
             req.tokens.token_ids.extend(self.encode_prompt(messages)[-cfg.max_prompt_tokens :])
         else:
             req.chat.messages.extend(messages)
-        telemetry.inject_into(req.trace, trace.set_span_in_context(span))
+        ctx = tracing.context_of(span)
+        if ctx is not None:
+            tracing.inject_into(req.trace, ctx)
         return req
 
-    def _turn_span(self, ep: _Episode, obs: env_pb.Observation) -> trace.Span:
+    def _turn_span(self, ep: _Episode, obs: env_pb.Observation) -> tracing.Span:
         """The rollout's span of one policy decision (child of the episode span); the generate item is
         its child where GenerateRequest carries a trace context."""
         return tracer.start_span(
-            "rollout.turn", context=ep.context,
+            "rollout.turn", ep.context,
             attributes={"wolfpack.seat": obs.seat, "wolfpack.turn_id": obs.turn_id, "wolfpack.attempt": _attempt(ep, obs),
                         "wolfpack.phase": obs.phase},
         )  # fmt: skip
 
     async def _generate(self, items: list[tuple[_Episode, env_pb.Observation]]) -> None:
-        token = otel_context.attach(otel_context.Context())  # the batch call belongs to no episode's trace
+        token = tracing.attach(None)  # the batch call belongs to no episode's trace
         try:
             attempt = 0
             while items:
@@ -635,16 +642,16 @@ class RolloutDriver:
                         spans[item.index].end()
                         if item.response is not None:
                             self._record(ep, obs, item.response, started, (time.monotonic() - t0) * 1e3)
-                        elif item.code in TRANSIENT and attempt < self.config.retries:
+                        elif item.code.name in TRANSIENT and attempt < self.config.retries:
                             retry.append((ep, obs))
                         else:
                             ep.end(failure=_generate_failure(item.code, item.message))
-                except grpc.aio.AioRpcError as exc:
+                except _rpc_errors() as exc:
                     for span in spans:
                         if span.is_recording():
                             span.set_attribute("error.type", exc.code().name)
                             span.end()
-                    if exc.code() not in TRANSIENT or attempt >= self.config.retries:
+                    if exc.code().name not in TRANSIENT or attempt >= self.config.retries:
                         for ep, _ in items:
                             ep.end(failure=_generate_failure(exc.code(), exc.details() or ""))
                         return
@@ -662,7 +669,7 @@ class RolloutDriver:
                     await asyncio.sleep(self.config.backoff_s * 2**attempt)
                     attempt += 1
         finally:
-            otel_context.detach(token)
+            tracing.detach(token)
 
     def _record(
         self,
@@ -720,11 +727,11 @@ class RolloutDriver:
         for attempt in range(self.config.retries + 1):
             try:
                 return await call()
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() not in TRANSIENT or attempt == self.config.retries:
+            except _rpc_errors() as exc:
+                if exc.code().name not in TRANSIENT or attempt == self.config.retries:
                     failure = (
                         reason
-                        if exc.code() in TRANSIENT
+                        if exc.code().name in TRANSIENT
                         else f"{reason.split('_')[0]}_{exc.code().name.lower()}"
                     )
                     raise EpisodeFailed(failure, exc.details() or "") from None
@@ -755,11 +762,9 @@ def _no_turns_detail(ep: _Episode, config: RolloutConfig) -> str:
 
 def _generate_failure(code: grpc.StatusCode, message: str) -> EpisodeFailed:
     low = message.lower()
-    if code == grpc.StatusCode.INVALID_ARGUMENT and (
-        "budget" in low or "too long" in low or "context" in low
-    ):
+    if code.name == "INVALID_ARGUMENT" and ("budget" in low or "too long" in low or "context" in low):
         return EpisodeFailed("context_overflow", message)
-    if code in TRANSIENT:
+    if code.name in TRANSIENT:
         return EpisodeFailed("inference_unavailable", f"{code.name}: {message}")
     return EpisodeFailed(f"inference_{code.name.lower()}", message)
 

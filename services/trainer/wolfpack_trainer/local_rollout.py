@@ -18,6 +18,10 @@ push per update for a model this small; sampling with the learner's current weig
 construction. A seed is the same game in both modes, and the trajectories are the same protos (exact
 prompt/response ids, sampler logprobs, scored by the same spec), because the player is the same code.
 ``rollout_config`` is the one place a train config becomes the driver's settings, for both modes.
+
+No gRPC here, nor in what a local run imports (``test_train_local_imports.py``): status numbers come from
+``google.rpc.code_pb2``, and gRPC is imported only to fail an episode as the services would (an unknown
+policy, a trajectory the reward spec refuses).
 """
 
 from __future__ import annotations
@@ -27,11 +31,11 @@ import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
 import torch
 import yaml
+from google.rpc import code_pb2
 from torch import nn
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
@@ -41,7 +45,10 @@ from wolfpack.v1 import reward_service_pb2 as rew_pb
 from wolfpack_games.session import Session, start_session
 from wolfpack_games.session_proto import Observations, action_to_pb, episode_state_pb, seat_plans
 from wolfpack_rewards import ScoreError, resolve_spec, score
-from wolfpack_rollout.client import BatchItem, RolloutConfig, RolloutDriver, SamplingConfig
+from wolfpack_rollout.client import BatchResult, RolloutConfig, RolloutDriver, SamplingConfig
+
+if TYPE_CHECKING:
+    import grpc
 
 
 @dataclass(frozen=True)
@@ -231,7 +238,7 @@ class LocalEnvironment:
         seat = ep.tokens.get(act.token) if ep is not None else None
         out = env_pb.SeatActResult(episode_id=act.episode_id, seat=seat or 0, turn_id=act.turn_id)
         if ep is None or seat is None or ep.done or ep.open_turns.get(seat) != act.turn_id:
-            out.error.code = grpc.StatusCode.FAILED_PRECONDITION.value[0]
+            out.error.code = code_pb2.FAILED_PRECONDITION
             out.error.message = "not this seat's current turn"
             return out
         result = ep.apply(seat, act.raw_text[:MAX_TEXT_CHARS])
@@ -300,7 +307,7 @@ class LocalPlayStream:
                 try:
                     ep = self.env.create(req)
                 except Exception as exc:  # a bad request fails its episode alone, as in the service
-                    created.error.code = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+                    created.error.code = code_pb2.INVALID_ARGUMENT
                     created.error.message = f"{type(exc).__name__}: {exc}"
                     continue
                 created.episode.episode_id, created.episode.admin_token = ep.episode_id, ep.admin_token
@@ -339,6 +346,23 @@ PolicyFn = Callable[[str, list[list[int]], common_pb2.SamplingParams], list[Gene
 """(policy id, prompts, sampling) → generations: how a batch of trainee decisions is answered."""
 
 
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A request of a batch answered in process (a ``BatchResult``, as the inference client's ``BatchItem``
+    with a response). Its ``code`` is OK, as gRPC's member, which is read only of failed items: answering
+    loads no gRPC."""
+
+    index: int
+    response: inf_pb.GenerateResponse
+    message: str = ""
+
+    @property
+    def code(self) -> grpc.StatusCode:
+        import grpc
+
+        return grpc.StatusCode.OK
+
+
 class LocalInference:
     """``wolfpack_rollout.backends.Inference`` from the learners in this process: each policy's prompts of
     a batch are sampled together by ``policy``; responses carry the policy's current version."""
@@ -350,7 +374,7 @@ class LocalInference:
 
     async def generate_batch(
         self, requests: Sequence[inf_pb.GenerateRequest], *, timeout: float | None = None
-    ) -> AsyncIterator[BatchItem]:
+    ) -> AsyncIterator[BatchResult]:
         by_policy: dict[str, list[tuple[int, list[int]]]] = {}
         for i, req in enumerate(requests):
             if req.HasField("tokens"):
@@ -363,6 +387,10 @@ class LocalInference:
         versions = self.versions()
         for policy_id, items in by_policy.items():
             if policy_id not in versions:
+                import grpc
+
+                from wolfpack_rollout.client import BatchItem
+
                 for i, _ in items:
                     yield BatchItem(
                         i, None, grpc.StatusCode.NOT_FOUND, f"policy {policy_id!r} is not in process"
@@ -377,7 +405,7 @@ class LocalInference:
                 )  # fmt: skip
                 resp.usage.prompt_tokens, resp.usage.completion_tokens = len(ids), len(gen.token_ids)
                 resp.policy.policy_id, resp.policy.version = policy_id, versions[policy_id]
-                yield BatchItem(i, resp)
+                yield Answered(i, resp)
 
 
 class LocalReward:
@@ -387,6 +415,8 @@ class LocalReward:
         try:
             return score(request.trajectory, request.spec)
         except ScoreError as exc:  # what the service answers: INVALID_ARGUMENT (the episode fails by it)
+            import grpc
+
             raise grpc.aio.AioRpcError(
                 grpc.StatusCode.INVALID_ARGUMENT, grpc.aio.Metadata(), grpc.aio.Metadata(), str(exc)
             ) from None
