@@ -391,12 +391,6 @@ def start_game(cfg: TrainConfig, seed: int) -> Any:
     return env
 
 
-def eval_role_map(cfg: TrainConfig) -> dict[str, str]:
-    """Role -> policy id in the held-out games: each policy's ``eval.roles`` where given, else its own
-    ``roles`` (a role claimed twice keeps the last policy; ``check_config`` refuses that)."""
-    return {r: p.id for p in cfg.policies for r in cfg.eval.roles.get(p.id, p.roles)}
-
-
 def check_config(cfg: TrainConfig) -> None:
     """Everything a run needs that can be known without weights: names resolve, learners support what
     their policy asks, every seat, role, bot and opponent exists, and no section is silently unread.

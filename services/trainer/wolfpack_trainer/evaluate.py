@@ -293,10 +293,14 @@ Move = Callable[[GameEnv, int, random.Random], "Action | str"]
 """How a reference policy answers for a trainee seat: (engine, seat, its RNG) -> a move."""
 
 
+def eval_role_map(cfg: Any) -> dict[str, str]:
+    """Role -> policy id in the held-out games: each policy's ``eval.roles`` where given, else its own
+    ``roles`` (a role claimed twice keeps the last policy; ``check_config`` refuses that)."""
+    return {r: p.id for p in cfg.policies for r in cfg.eval.roles.get(p.id, p.roles)}
+
+
 def _trainee_seats(cfg: Any, env: GameEnv) -> set[int]:
     """The seats the trained policies take in a held-out game (``eval.roles`` included)."""
-    from wolfpack_trainer.config import eval_role_map
-
     seats = {s for p in cfg.policies for s in p.seats}
     roles = set(eval_role_map(cfg))
     if roles:

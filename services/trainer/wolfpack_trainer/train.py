@@ -896,7 +896,7 @@ def stable_seed(*parts: object) -> int:
 def held_out_plan(cfg: TrainConfig, seeds: Sequence[int]) -> list[Task]:
     """One held-out game per seed: the trained seats and the evaluation's roles (``eval.roles``, else the
     training roles), every other seat ``game.bot`` (no opponent mix)."""
-    from wolfpack_trainer.config import eval_role_map
+    from wolfpack_trainer.evaluate import eval_role_map
 
     return plan_tasks(cfg, seeds, 1, "eval", False, roles=eval_role_map(cfg))
 
