@@ -5,7 +5,9 @@
 # machine goes back 30 s after the last call ends, with everything started on it).
 #
 #   SMOL=/tmp/smol OUT=/tmp/out setsid nohup bash bench/trainer/gpu_hold_x4.sh > /tmp/hold.log 2>&1 < /dev/null &
-#   sleep 280; tail -3 /tmp/hold.log; grep -hE "^(update|learning|reference)" /tmp/*.queue.log /tmp/out/village/*.log
+#   bash bench/trainer/poll.sh 270       # every polling call, back to back (it copies the logs to $OUT)
+# First use (2026-11-27, 4 x H200, bench/results/2026-11-27-h200x4-hold-s18.md): all four runs were training by
+# minute 6; the machine was lost at minute 15 to a gap of more than 30 s between two polling calls.
 #
 # Why one 4-card hold: a session's device time counts a multi-GPU machine's held time once, not per card, so
 # four one-card runs side by side cost what one costs; each run has its card to itself (CUDA_VISIBLE_DEVICES),
