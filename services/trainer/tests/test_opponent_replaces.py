@@ -78,3 +78,62 @@ def test_a_shared_learner_updates_on_groups_where_one_role_met_the_bot(
     # the training episodes' per-policy outcome charts: the buyer played, the seller's seat was the bot's
     assert "charts/buyer/buyer/win_rate" in update, sorted(update)
     assert not any(k.startswith("charts/seller/") for k in update), sorted(update)
+
+
+def test_eval_replaces_scores_the_buyer_against_the_heuristic_seller() -> None:
+    """``eval.replaces``: the held-out games give the seller's seat to ``game.bot``; training keeps both
+    seats, and the references are exactly those of a buyer-only run."""
+    from wolfpack_trainer import evaluate as ev
+
+    cfg = load_config(RECIPE, ["eval.replaces=[seller]"])
+    held_out = held_out_plan(cfg, ev.eval_seeds(cfg))
+    assert all(dict(t.trainee_seats) == {0: "buyer"} and t.bot == "heuristic" for t in held_out)
+    assert all(dict(t.trainee_seats) == {0: "buyer", 1: "seller"} for t in plan_tasks(cfg, [0, 1], 8, "u0"))
+    buyer_only = load_config(
+        RECIPE, ["policies=[{id: buyer, seats: [0], learner: cpu, model: tiny}]", "train.share_policy=false"]
+    )
+    ours = {r.name: r.win_rate for r in ev.references(cfg)}
+    assert ours == {r.name: r.win_rate for r in ev.references(buyer_only)}
+    assert ours != {r.name: r.win_rate for r in ev.references(load_config(RECIPE))}  # both seats: the pair
+
+
+@pytest.mark.parametrize(
+    ("replaces", "message"),
+    [
+        ("[nobody]", r"eval.replaces \['nobody'\]: no such trained policy"),
+        ("[buyer, seller]", "measures nothing"),
+    ],
+)
+def test_eval_replaces_is_checked(replaces: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(RECIPE, [f"eval.replaces={replaces}"])
+
+
+@pytest.mark.slow
+def test_an_evaluation_only_run_scores_one_seat_against_the_bot(redis_url: str, tmp_path: Path) -> None:
+    """A real local-mode evaluation of the self-play recipe with the seller's seat replaced: it plays, scores
+    the buyer alone (no per-policy seller keys), and its kept episodes have the bot in seat 1."""
+    from wolfpack.v1 import trajectory_pb2
+    from wolfpack_trainer import evaluate as ev
+
+    over: list[str] = []
+    for i in range(2):
+        over += [f"policies.{i}.learner=cpu", f"policies.{i}.model=tiny", f"policies.{i}.device=cpu",
+                 f"policies.{i}.micro_batch_size=8", f"policies.{i}.mini_batch_size=8", f"policies.{i}.extra={{}}"]  # fmt: skip
+    over += [
+        "eval.replaces=[seller]", "rollout.mode=local", "rollout.max_tokens=6", "rollout.max_prompt_tokens=96",
+        "inference={}", "warmstart=null", "train.updates=0", "eval.episodes=4",
+        f"stream.name=test:eval-replaces:{os.getpid()}:{time.monotonic_ns()}",
+    ]  # fmt: skip
+    cfg = load_config(RECIPE, over)
+    trainer, evals = run_training(cfg, tmp_path / "run", redis_url, tmp_path / "cache")
+    assert [e.step for e in evals] == [0] and evals[0].win_rate.n == 4 and evals[0].failed == 0
+    assert evals[0].policies == {}  # one scored policy: the overall estimate is the buyer's
+    row: dict[str, Any] = {k: v for r in trainer.metrics.rows() for k, v in r.items()}
+    assert not any(k.startswith(("eval/seller", "eval/buyer")) for k in row), sorted(row)
+    kept = sorted(ev.episodes_dir(tmp_path / "run", 0).glob("episode_*.pb"))
+    assert kept
+    for path in kept:
+        traj = trajectory_pb2.Trajectory.FromString(path.read_bytes())
+        bound = {b.seat: (b.policy.policy_id, b.bot) for b in traj.seats}
+        assert bound[0][0] == "buyer" and bound[1] == ("", "heuristic"), bound

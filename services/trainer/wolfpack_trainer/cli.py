@@ -65,6 +65,13 @@ def train(
             base = base_plan(cfg)
             if base:
                 console.print(f"  eval base: {base}", highlight=False, soft_wrap=True)
+            if cfg.eval.replaces:
+                console.print(
+                    f"  eval replaces: the held-out games give the seats of {', '.join(cfg.eval.replaces)} to "
+                    f"the {cfg.game.bot} bot (eval.replaces): the other policies are scored against it, the "
+                    "base model and the references in their seats alike",
+                    highlight=False, soft_wrap=True,
+                )  # fmt: skip
             for pid, roles in cfg.eval.roles.items():
                 console.print(
                     f"  eval roles: the held-out games seat {pid} on {', '.join(roles)} only (eval.roles; it "

@@ -228,6 +228,12 @@ class EvalSection(_Strict):
     0.44 that way). ``{shared: [villager, seer, witch]}`` measures the village against the heuristic wolves;
     a second evaluation-only run with ``{shared: [werewolf]}`` (``train.updates=0``, ``python -m
     wolfpack_trainer.learning``) the wolves. Only for policies that train by ``roles``."""
+    replaces: list[str] = Field(default_factory=list)
+    """Trained policy ids whose seats and roles the held-out games give to ``game.bot``, so that the other
+    policies are measured against the bot rather than against each other: a self-play run of seat policies
+    (the bargaining buyer and seller of one shared learner) evaluated with ``replaces: [seller]`` scores the
+    buyer against the heuristic seller (the references and the base model in the buyer's seat alike). The
+    ``eval.roles`` of role policies, for seats."""
     base: bool | None = None
     """Also evaluate each trained policy's *base model* (its ``model`` as configured: before any warm start,
     without LoRA) once, at the start of a fresh run, on the same held-out seeds with the same temperature,
@@ -462,6 +468,10 @@ def check_config(cfg: TrainConfig) -> None:
             if role in role_of:
                 raise ValueError(f"policy {p.id}: role {role!r} is already policy {role_of[role]}'s")
             role_of[role] = p.id
+    if unknown := sorted(set(cfg.eval.replaces) - set(ids)):
+        raise ValueError(f"eval.replaces {unknown}: no such trained policy ({', '.join(ids)})")
+    if set(cfg.eval.replaces) >= set(ids):
+        raise ValueError("eval.replaces: every trained policy replaced, so the evaluation measures nothing")
     eval_role_of: dict[str, str] = {}
     for pid, eval_roles in cfg.eval.roles.items():
         policy = next((p for p in cfg.policies if p.id == pid), None)

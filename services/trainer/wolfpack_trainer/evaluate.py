@@ -293,15 +293,25 @@ Move = Callable[[GameEnv, int, random.Random], "Action | str"]
 """How a reference policy answers for a trainee seat: (engine, seat, its RNG) -> a move."""
 
 
+def eval_policies(cfg: Any) -> list[Any]:
+    """The trained policies that play the held-out games: all but ``eval.replaces``."""
+    return [p for p in cfg.policies if p.id not in cfg.eval.replaces]
+
+
 def eval_role_map(cfg: Any) -> dict[str, str]:
-    """Role -> policy id in the held-out games: each policy's ``eval.roles`` where given, else its own
-    ``roles`` (a role claimed twice keeps the last policy; ``check_config`` refuses that)."""
-    return {r: p.id for p in cfg.policies for r in cfg.eval.roles.get(p.id, p.roles)}
+    """Role -> policy id in the held-out games: each playing policy's ``eval.roles`` where given, else its
+    own ``roles`` (a role claimed twice keeps the last policy; ``check_config`` refuses that)."""
+    return {r: p.id for p in eval_policies(cfg) for r in cfg.eval.roles.get(p.id, p.roles)}
+
+
+def eval_seat_map(cfg: Any) -> dict[int, str]:
+    """Seat -> policy id in the held-out games (``eval.replaces`` left out)."""
+    return {s: p.id for p in eval_policies(cfg) for s in p.seats}
 
 
 def _trainee_seats(cfg: Any, env: GameEnv) -> set[int]:
-    """The seats the trained policies take in a held-out game (``eval.roles`` included)."""
-    seats = {s for p in cfg.policies for s in p.seats}
+    """The seats the trained policies take in a held-out game (``eval.roles``, ``eval.replaces``)."""
+    seats = set(eval_seat_map(cfg))
     roles = set(eval_role_map(cfg))
     if roles:
         seats |= {s for s in env.possible_agents if env.role(s) in roles}

@@ -257,6 +257,10 @@ class Trainer:
         """The episodes to play for ``seeds`` (``plan_tasks``)."""
         return plan_tasks(self.cfg, seeds, group_size, group_prefix, bot_mix)
 
+    def _eval_ids(self) -> list[str]:
+        """The policies the held-out games score (``eval.replaces`` gives the others' seats to the bot)."""
+        return [pid for pid in self.learners if pid not in self.cfg.eval.replaces]
+
     def held_out_tasks(self, seeds: Sequence[int]) -> list[Task]:
         """The held-out games (``held_out_plan``)."""
         return held_out_plan(self.cfg, seeds)
@@ -365,9 +369,9 @@ class Trainer:
                     "evaluate them; use rollout.mode: service (inference serves the pushed weights)"
                 )
             trajs = await _off_loop(self.play_local, tasks, temperature, "eval")
-        rows, failed = ev.trajectory_rows(trajs, len(seeds), list(self.learners))
+        rows, failed = ev.trajectory_rows(trajs, len(seeds), self._eval_ids())
         reward, win_rate = ev.summarize(rows)
-        per_policy = ev.policy_scores(trajs, len(seeds), list(self.learners))
+        per_policy = ev.policy_scores(trajs, len(seeds), self._eval_ids())
         self.progress("eval", len(seeds), len(seeds))
         metrics = {"eval/failed_episodes": float(failed)}
         versions = [t.policy.version for tr in trajs for t in tr.turns if t.policy.policy_id in self.learners]
@@ -411,7 +415,7 @@ class Trainer:
         else:
             played = await _off_loop(self._play_base_locally, served, self.cfg.eval.temperature)
         trajs = ev.unbind_base(played, owners)
-        policies = list(self.learners)
+        policies = self._eval_ids()
         rows, failed = ev.trajectory_rows(trajs, len(seeds), policies)
         reward, win_rate = ev.summarize(rows)
         self.progress("eval base", len(seeds), len(seeds))
@@ -894,11 +898,11 @@ def stable_seed(*parts: object) -> int:
 
 
 def held_out_plan(cfg: TrainConfig, seeds: Sequence[int]) -> list[Task]:
-    """One held-out game per seed: the trained seats and the evaluation's roles (``eval.roles``, else the
-    training roles), every other seat ``game.bot`` (no opponent mix)."""
-    from wolfpack_trainer.evaluate import eval_role_map
+    """One held-out game per seed: the evaluation's seats and roles (``eval.roles`` and ``eval.replaces``,
+    else the training ones), every other seat ``game.bot`` (no opponent mix)."""
+    from wolfpack_trainer.evaluate import eval_role_map, eval_seat_map
 
-    return plan_tasks(cfg, seeds, 1, "eval", False, roles=eval_role_map(cfg))
+    return plan_tasks(cfg, seeds, 1, "eval", False, roles=eval_role_map(cfg), seats=eval_seat_map(cfg))
 
 
 def plan_tasks(
@@ -908,16 +912,18 @@ def plan_tasks(
     group_prefix: str,
     bot_mix: bool = True,
     roles: Mapping[str, str] | None = None,
+    seats: Mapping[int, str] | None = None,
 ) -> list[Task]:
     """``group_size`` episodes per seed: the config's game (variant, options, language), trained seats and
-    roles (``roles``: role -> policy id instead of the policies' own), and who plays the other seats. With
+    roles (``seats`` / ``roles``: seat / role -> policy id instead of the policies' own), and who plays the
+    other seats. With
     ``bot_mix`` each group draws from ``rollout.opponents`` (a scripted bot or a served opponent policy;
     ``game.bot`` for the remainder; an entry's ``replaces`` hands those trained policies' seats to it too)
     with an RNG seeded by (``seed``, ``group_prefix``) alone, so one config plans the same episodes in every
     process."""
     from wolfpack_trainer.config import game_options
 
-    seats = {s: p.id for p in cfg.policies for s in p.seats}
+    seats = dict(seats) if seats is not None else {s: p.id for p in cfg.policies for s in p.seats}
     roles = dict(roles) if roles is not None else {r: p.id for p in cfg.policies for r in p.roles}
     options = game_options(cfg)
     rng = random.Random(stable_seed(cfg.seed, group_prefix))
