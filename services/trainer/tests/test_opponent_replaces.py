@@ -40,16 +40,24 @@ def test_a_share_of_groups_hands_the_sellers_seat_to_the_bot() -> None:
 
 
 @pytest.mark.parametrize(
-    ("mix", "message"),
+    ("override", "message"),
     [
-        ("[{bot: heuristic, fraction: 0.2}]", "take every seat.*give the entry replaces"),
-        ("[{bot: heuristic, fraction: 0.2, replaces: [nobody]}]", r"replaces \['nobody'\]: no such trained"),
-        ("[{bot: heuristic, fraction: 0.2, replaces: [buyer, seller]}]", "replaces every trained policy"),
+        ("rollout.opponents=[{bot: heuristic, fraction: 0.2}]", "take every seat.*give the entry replaces"),
+        (
+            "rollout.opponents=[{bot: heuristic, fraction: 0.2, replaces: [nobody]}]",
+            r"replaces \['nobody'\]: no such",
+        ),
+        (
+            "rollout.opponents=[{bot: heuristic, fraction: 0.2, replaces: [buyer, seller]}]",
+            "replaces every trained",
+        ),
+        ("eval.replaces=[nobody]", r"eval.replaces \['nobody'\]: no such trained policy"),
+        ("eval.replaces=[buyer, seller]", "measures nothing"),
     ],
 )
-def test_replaces_is_checked(mix: str, message: str) -> None:
+def test_replaces_is_checked(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        load_config(RECIPE, [f"rollout.opponents={mix}"])
+        load_config(RECIPE, [override])
 
 
 @pytest.mark.slow
@@ -95,18 +103,6 @@ def test_eval_replaces_scores_the_buyer_against_the_heuristic_seller() -> None:
     ours = {r.name: r.win_rate for r in ev.references(cfg)}
     assert ours == {r.name: r.win_rate for r in ev.references(buyer_only)}
     assert ours != {r.name: r.win_rate for r in ev.references(load_config(RECIPE))}  # both seats: the pair
-
-
-@pytest.mark.parametrize(
-    ("replaces", "message"),
-    [
-        ("[nobody]", r"eval.replaces \['nobody'\]: no such trained policy"),
-        ("[buyer, seller]", "measures nothing"),
-    ],
-)
-def test_eval_replaces_is_checked(replaces: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        load_config(RECIPE, [f"eval.replaces={replaces}"])
 
 
 @pytest.mark.slow
