@@ -485,7 +485,9 @@ def check_config(cfg: TrainConfig) -> None:
         for role in eval_roles:
             if role not in dealt:
                 raise ValueError(f"eval.roles.{pid}: role {role!r} is not dealt; roles: {', '.join(dealt)}")
-    for role, pid in ((r, p.id) for p in cfg.policies for r in cfg.eval.roles.get(p.id, p.roles)):
+    from wolfpack_trainer.evaluate import eval_role_pairs
+
+    for role, pid in eval_role_pairs(cfg, cfg.policies):
         if role in eval_role_of:
             raise ValueError(f"eval.roles: role {role!r} is both policy {eval_role_of[role]}'s and {pid}'s")
         eval_role_of[role] = pid

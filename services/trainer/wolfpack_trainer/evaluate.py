@@ -39,7 +39,7 @@ import os
 import random
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -298,10 +298,16 @@ def eval_policies(cfg: Any) -> list[Any]:
     return [p for p in cfg.policies if p.id not in cfg.eval.replaces]
 
 
+def eval_role_pairs(cfg: Any, policies: Sequence[Any]) -> Iterator[tuple[str, str]]:
+    """(role, policy id) of ``policies`` in the held-out games: each one's ``eval.roles`` where given, else
+    its own ``roles``."""
+    return ((r, p.id) for p in policies for r in cfg.eval.roles.get(p.id, p.roles))
+
+
 def eval_role_map(cfg: Any) -> dict[str, str]:
-    """Role -> policy id in the held-out games: each playing policy's ``eval.roles`` where given, else its
-    own ``roles`` (a role claimed twice keeps the last policy; ``check_config`` refuses that)."""
-    return {r: p.id for p in eval_policies(cfg) for r in cfg.eval.roles.get(p.id, p.roles)}
+    """Role -> policy id in the held-out games, of the playing policies (a role claimed twice keeps the last
+    policy; ``check_config`` refuses that)."""
+    return dict(eval_role_pairs(cfg, eval_policies(cfg)))
 
 
 def eval_seat_map(cfg: Any) -> dict[int, str]:

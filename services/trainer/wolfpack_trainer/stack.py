@@ -329,9 +329,8 @@ def child_stack(
     # make its service bind that address instead, which whatever the caller pointed it at already holds (seen
     # on a GPU host: the agent-loop script's environment server, exported for main_ppo; the evaluation's
     # stack then exited). The job reads its stack's addresses from the stack's up.json.
-    inherited = {
-        k: v for k, v in os.environ.items() if k not in {f"WOLFPACK_{s.upper()}_ADDR" for s in SERVICES}
-    }
+    addresses = {f"WOLFPACK_{s.upper()}_ADDR" for s in SERVICES}
+    inherited = {k: v for k, v in os.environ.items() if k not in addresses}
     env = {
         **inherited,
         "WOLFPACK_RUN_DIR": str(run_dir),

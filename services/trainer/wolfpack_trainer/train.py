@@ -257,14 +257,6 @@ class Trainer:
         """The episodes to play for ``seeds`` (``plan_tasks``)."""
         return plan_tasks(self.cfg, seeds, group_size, group_prefix, bot_mix)
 
-    def _eval_ids(self) -> list[str]:
-        """The policies the held-out games score (``eval.replaces`` gives the others' seats to the bot)."""
-        return [pid for pid in self.learners if pid not in self.cfg.eval.replaces]
-
-    def held_out_tasks(self, seeds: Sequence[int]) -> list[Task]:
-        """The held-out games (``held_out_plan``)."""
-        return held_out_plan(self.cfg, seeds)
-
     async def service_tasks(self, tasks: Sequence[Task]) -> list[Any]:
         """Service mode: the curriculum ``Task`` the driver plays for each planned episode (``service_task``).
         With a ``curriculum`` section each planned group's seed, task id and group come from the stack's
@@ -355,7 +347,7 @@ class Trainer:
         seeds = ev.eval_seeds(self.cfg)
         temperature = self.cfg.eval.temperature
         self.progress("eval", 0, len(seeds))
-        tasks = self.held_out_tasks(seeds)
+        tasks = held_out_plan(self.cfg, seeds)
         if self.driver is not None:
             served = [service_task(t, i) for i, t in enumerate(tasks)]
             for task in served:
@@ -369,9 +361,10 @@ class Trainer:
                     "evaluate them; use rollout.mode: service (inference serves the pushed weights)"
                 )
             trajs = await _off_loop(self.play_local, tasks, temperature, "eval")
-        rows, failed = ev.trajectory_rows(trajs, len(seeds), self._eval_ids())
+        scored = [p.id for p in ev.eval_policies(self.cfg)]  # eval.replaces: their seats are the bot's
+        rows, failed = ev.trajectory_rows(trajs, len(seeds), scored)
         reward, win_rate = ev.summarize(rows)
-        per_policy = ev.policy_scores(trajs, len(seeds), self._eval_ids())
+        per_policy = ev.policy_scores(trajs, len(seeds), scored)
         self.progress("eval", len(seeds), len(seeds))
         metrics = {"eval/failed_episodes": float(failed)}
         versions = [t.policy.version for tr in trajs for t in tr.turns if t.policy.policy_id in self.learners]
@@ -396,7 +389,7 @@ class Trainer:
 
         seeds = ev.eval_seeds(self.cfg)
         self.progress("eval base", 0, len(seeds))
-        served = [service_task(t, i) for i, t in enumerate(self.held_out_tasks(seeds))]
+        served = [service_task(t, i) for i, t in enumerate(held_out_plan(self.cfg, seeds))]
         for task in served:
             task.split = "eval"
         owners = ev.bind_base(served, ev.base_policy_ids(self.cfg))
@@ -415,7 +408,7 @@ class Trainer:
         else:
             played = await _off_loop(self._play_base_locally, served, self.cfg.eval.temperature)
         trajs = ev.unbind_base(played, owners)
-        policies = self._eval_ids()
+        policies = [p.id for p in ev.eval_policies(self.cfg)]
         rows, failed = ev.trajectory_rows(trajs, len(seeds), policies)
         reward, win_rate = ev.summarize(rows)
         self.progress("eval base", len(seeds), len(seeds))
@@ -916,11 +909,10 @@ def plan_tasks(
 ) -> list[Task]:
     """``group_size`` episodes per seed: the config's game (variant, options, language), trained seats and
     roles (``seats`` / ``roles``: seat / role -> policy id instead of the policies' own), and who plays the
-    other seats. With
-    ``bot_mix`` each group draws from ``rollout.opponents`` (a scripted bot or a served opponent policy;
-    ``game.bot`` for the remainder; an entry's ``replaces`` hands those trained policies' seats to it too)
-    with an RNG seeded by (``seed``, ``group_prefix``) alone, so one config plans the same episodes in every
-    process."""
+    other seats. With ``bot_mix`` each group draws from ``rollout.opponents`` (a scripted bot or a served
+    opponent policy; ``game.bot`` for the remainder; an entry's ``replaces`` hands those trained policies'
+    seats to it too) with an RNG seeded by (``seed``, ``group_prefix``) alone, so one config plans the same
+    episodes in every process."""
     from wolfpack_trainer.config import game_options
 
     seats = dict(seats) if seats is not None else {s: p.id for p in cfg.policies for s in p.seats}
