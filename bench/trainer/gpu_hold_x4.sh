@@ -17,7 +17,7 @@
 #           should shorten its update; on the 12p recipe the update did not get shorter on a shared card)
 #   card 2: 6p village PPO through the verl agent loop (agent_loop_village.sh: clone, evaluation, main_ppo, evaluation)
 #   card 3: the GPU end-to-end test (tests/test_train_gpu.py), then IPPO (two co-trained policies)
-# Minutes (MIN_12P, MIN_AIW, MIN_VILLAGE, MIN_IPPO) are what fits a 30-minute hold after ~3 minutes of staging:
+# Minutes (MIN_12P, MIN_AIW, MIN_IPPO 15 each, MIN_VILLAGE 10) are what fits a 30-minute hold after ~3 minutes of staging:
 # each recipe's warm start and first evaluation (policy, base model, references) come before its training clock.
 # The four logs: /tmp/gpu-werewolf-12p-zh-grpo-smollm2.queue.log, /tmp/gpu-werewolf-gigpo-aiw-smollm2.queue.log,
 # $OUT/village/ (agent_loop_village.sh's logs), $OUT/gpu-test.log and $OUT/gpu-ippo-smollm2.log; curves and
@@ -31,7 +31,7 @@ bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, bef
 # cards 0 and 1: the queue (its sampler writes every card's utilisation to $OUT/gpu-samples.csv)
 CARDS="0 1" PARALLEL=20 \
   EXTRA_2="policies.0.extra.fused_kernels=true policies.0.extra.gradient_checkpointing=true policies.0.micro_batch_size=32" \
-  bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-14}" \
+  bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
   "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" > /tmp/queue.log 2>&1 &
 queue=$!
 (
@@ -46,7 +46,7 @@ village=$!
   bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
   say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
   RUN=gpu-ippo-smollm2 bash "$here/gpu_train.sh" recipe configs/gpu-ippo-smollm2.yaml \
-    "train.max_minutes=${MIN_IPPO:-14}" > /tmp/gpu-ippo-smollm2.queue.log 2>&1
+    "train.max_minutes=${MIN_IPPO:-15}" > /tmp/gpu-ippo-smollm2.queue.log 2>&1
   say "ippo exit $?"
 ) &
 card3=$!

@@ -10,10 +10,11 @@
 # failures in what this prints, or in the next call, never between calls.
 set -uo pipefail
 sleep "${1:-270}"
-OUT=${OUT:-/tmp/out}
+PLAN_OUT=${PLAN_OUT:-/tmp/out}  # where the hold plan's runs write (gpu_hold_x4.sh's OUT)
+OUT=${OUT:-$PLAN_OUT}           # this call's folder on a lent machine (the run tool sets it): what comes back
 mkdir -p "$OUT/poll"
 date +%T
-for log in /tmp/*.queue.log /tmp/village.log /tmp/vs.log "$OUT"/gpu-test.log; do
+for log in /tmp/*.queue.log /tmp/village.log /tmp/vs.log "$PLAN_OUT"/gpu-test.log; do
   [ -f "$log" ] || continue
   echo "## $log"
   grep -aE "^(update|learning|reference)|passed|failed|exit [0-9]|Error|error:" "$log" | tail -n 4 | cut -c1-300
@@ -28,4 +29,10 @@ if [ -d "$village" ]; then
 fi
 nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2> /dev/null
 cp /tmp/*.queue.log /tmp/village.log /tmp/vs.log /tmp/hold.log "$OUT/poll/" 2> /dev/null
+# The plan's results so far (logs, metrics, curves, evaluation archives; no checkpoints): a run's files reach
+# $PLAN_OUT only as it finishes, and $PLAN_OUT itself never comes back on its own.
+if [ "$PLAN_OUT" != "$OUT" ] && [ -d "$PLAN_OUT" ]; then
+  (cd "$PLAN_OUT" && find . -type f -size -20M ! -name "*.safetensors" ! -name "*.pt" ! -name "*.bin" \
+    -exec cp --parents {} "$OUT/poll/" \; 2> /dev/null)
+fi
 true
