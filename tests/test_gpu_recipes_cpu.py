@@ -11,6 +11,7 @@ plays held-out seeds and the ``reference:`` lines are measured. What stays untes
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -65,9 +66,14 @@ def cpu_overrides(path: Path, stream: str) -> list[str]:
         "eval.episodes=2",
         f"stream.name={stream}",
     ]
-    if data["rollout"].get("opponents"):
-        # Served opponents need the services' stack; the scripted mix keeps the opponent-mix path in play.
-        out.append("rollout.opponents=[{bot: random, fraction: 0.2}]")
+    if mixes := data["rollout"].get("opponents"):
+        # Served opponents need the services' stack: a served entry becomes the random bot, so the opponent-mix
+        # path stays in play with the recipe's fractions and replaced policies.
+        entries = [
+            {"bot": m.get("bot") or "random", "fraction": m["fraction"], "replaces": m.get("replaces", [])}
+            for m in mixes
+        ]
+        out.append(f"rollout.opponents={json.dumps(entries)}")
     if data.get("warmstart"):
         out += ["warmstart.episodes=2", "warmstart.steps=2", "warmstart.lr=1.0e-3"]
     return out

@@ -11,7 +11,12 @@
 # GAE step with verl's critic (set-up 5 min, the step ~90 s, checkpoint saved, the watchdog stopped it); the
 # final evaluation's stack exited (1): its `wolfpack up` inherited the WOLFPACK_ENVIRONMENT_ADDR this script
 # exports for main_ppo and bound that taken address (reproduced on CPU; the trainer's stack no longer passes
-# service addresses on, and the script unsets it). No learning line yet.
+# service addresses on, and the script unsets it).
+# FIRST WHOLE RUN (2026-11-27, H200, bench/results/2026-11-27-h200x4-hold-s19.md; START=clone, MINUTES=10): every
+# fix above held; set-up 4.9 min, then 17 GAE steps of ~34 s (16 games, ~46k tokens a step; actor update 16-23 s,
+# critic 3-4 s, generation 4-8 s); the critic learned (explained variance -2.0 -> 0.78), the village did not:
+# learning: win_rate 0.19 -> 0.11 on 64 held-out games (CIs overlap; base 0.00, heuristic 0.41). 25.4 minutes
+# from start to the final evaluation's line, 10.6 of them training.
 #
 #   . bench/trainer/gpu_env.sh        # on a fresh machine staged by stage.sh; SMOL as for gpu_train.sh
 #   SMOL=/tmp/smol OUT=/tmp/out setsid nohup bash bench/trainer/agent_loop_village.sh > /tmp/village.log 2>&1 &

@@ -13,8 +13,8 @@
 # four one-card runs side by side cost what one costs; each run has its card to itself (CUDA_VISIBLE_DEVICES),
 # none shares memory or compute with another (the host's 64 cores and 512 GB are far from the bound).
 #   card 0: 12-player Chinese Werewolf, GRPO (the recipe as it is: micro-batch 8, no fused kernels)
-#   card 1: WIA + AIW with GiGPO, with the fused-kernel learner (its generation is small, so a faster learner
-#           should shorten its update; on the 12p recipe the update did not get shorter on a shared card)
+#   card 1: WIA + AIW with GiGPO (the recipe's learner has the fused kernels since session 19; the s18 and s19
+#           holds passed them as overrides)
 #   card 2: 6p village PPO through the verl agent loop (agent_loop_village.sh: clone, evaluation, main_ppo, evaluation)
 #   card 3: the GPU end-to-end test (tests/test_train_gpu.py), then IPPO (two co-trained policies)
 # Minutes (MIN_12P, MIN_AIW, MIN_IPPO 15 each, MIN_VILLAGE 10) are what fits a 30-minute hold after ~3 minutes of staging:
@@ -30,7 +30,6 @@ say() { echo "== $(date +%T) $*"; }
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # cards 0 and 1: the queue (its sampler writes every card's utilisation to $OUT/gpu-samples.csv)
 CARDS="0 1" PARALLEL=20 \
-  EXTRA_2="policies.0.extra.fused_kernels=true policies.0.extra.gradient_checkpointing=true policies.0.micro_batch_size=32" \
   bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
   "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" > /tmp/queue.log 2>&1 &
 queue=$!

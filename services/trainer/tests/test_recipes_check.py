@@ -55,16 +55,32 @@ def test_check_takes_overrides_and_refuses_unknown_keys() -> None:
     assert bad.exit_code == 2 and "updatez" in bad.output
 
 
-def test_check_says_where_a_self_play_policy_is_evaluated() -> None:
+def test_check_says_where_a_self_play_policy_trains_and_is_evaluated() -> None:
     aiw = str(CONFIGS / "gpu-werewolf-gigpo-aiw-smollm2.yaml")
     result = runner.invoke(app, ["train", "-c", aiw, "--check"], terminal_width=400)
     assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "opponents: 50% of the training groups give the seats of wolves to the heuristic bot" in said
+    assert "eval replaces: the held-out games give the seats of wolves to the heuristic bot" in said
+    roles = runner.invoke(
+        app, ["train", "-c", aiw, "--check", "eval.replaces=[]", "eval.roles={village: [seer]}"]
+    )
+    said = " ".join(roles.output.split())
+    assert roles.exit_code == 0, roles.output
     assert (
-        "eval roles: the held-out games seat shared on villager, seer, witch only (eval.roles; it trains on "
-        "werewolf, villager, seer, witch), every other role plays the heuristic bot"
-    ) in " ".join(result.output.split())
-    wolves = runner.invoke(app, ["train", "-c", aiw, "--check", "eval.roles={shared: [werewolf]}"])
-    assert wolves.exit_code == 0 and "seat shared on werewolf only" in " ".join(wolves.output.split())
+        "eval roles: the held-out games seat village on seer only (eval.roles; it trains on villager, seer, "
+        "witch), every other role plays the heuristic bot"
+    ) in said
+    assert "opponents: 50%" in said and "eval replaces" not in said
+    served = runner.invoke(
+        app,
+        ["train", "-c", str(CONFIGS / "gpu-werewolf-12p-zh-grpo-smollm2.yaml"), "--check"],
+        terminal_width=400,
+    )
+    assert (
+        "opponents: 20% of the training groups give the untrained seats to the served policy frozen"
+        in " ".join(served.output.split())
+    )
 
 
 def test_option_files_are_not_in_configs_top_level() -> None:

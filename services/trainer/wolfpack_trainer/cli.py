@@ -72,6 +72,14 @@ def train(
                     "base model and the references in their seats alike",
                     highlight=False, soft_wrap=True,
                 )  # fmt: skip
+            for mix in cfg.rollout.opponents:
+                seats = f"the seats of {', '.join(mix.replaces)}" if mix.replaces else "the untrained seats"
+                who = f"the {mix.bot} bot" if mix.bot else f"the served policy {mix.policy}"
+                console.print(
+                    f"  opponents: {mix.fraction:.0%} of the training groups give {seats} to {who} "
+                    "(rollout.opponents; held-out games never mix)",
+                    highlight=False, soft_wrap=True,
+                )  # fmt: skip
             for pid, roles in cfg.eval.roles.items():
                 console.print(
                     f"  eval roles: the held-out games seat {pid} on {', '.join(roles)} only (eval.roles; it "
