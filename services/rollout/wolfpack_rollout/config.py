@@ -8,10 +8,12 @@ The rules below are the *documented, counted* ones the rollout summary reports:
   environment as is (the game parses what is there; an unparsable one is re-prompted, then defaulted) and
   counted as ``truncated_responses``. The reward spec may penalise it.
 * **Context overflow** (``context_overflow``): the inference service compresses a chat prompt that does
-  not fit the policy's budget (oldest history first). ``"compress"`` accepts that and counts the turn as
-  ``compressed_prompts``; ``"truncate"`` ends the episode at that turn instead (the trajectory is kept,
-  marked ``metadata["truncated"] = "context_overflow"``, outcomes ABORTED). A prompt that cannot fit even
-  compressed fails the episode with reason ``context_overflow``.
+  not fit the policy's budget (oldest history first); in the ``conversation`` prompt mode the driver
+  applies the rule at ``max_prompt_tokens`` (the inference service never compresses a token prompt).
+  ``"compress"`` accepts that and counts the turn as ``compressed_prompts``; ``"truncate"`` ends the
+  episode at that turn instead (the trajectory is kept, marked ``metadata["truncated"] =
+  "context_overflow"``, outcomes ABORTED). A prompt that cannot fit even compressed fails the episode
+  with reason ``context_overflow``.
 * **Turn cap** (``max_turns``): at most this many policy decisions per episode (re-prompts count). The
   decision past the cap is not generated: the episode is closed, kept as a truncated trajectory
   (``metadata["truncated"] = "turn_cap"``, outcomes ABORTED) and counted as ``truncated_episodes``.
@@ -33,7 +35,7 @@ from typing import Any, Literal
 
 from wolfpack.v1 import common_pb2
 
-PromptMode = Literal["full", "memory"]
+PromptMode = Literal["full", "memory", "conversation"]
 OverflowRule = Literal["compress", "truncate"]
 
 
@@ -71,7 +73,13 @@ class RolloutConfig:
     prompt_mode: PromptMode = "full"
     """``full``: the environment's rendered observation (rules, role, whole visible history, instruction).
     ``memory``: step-independent prompts: the opening context, then only what happened since the seat's
-    ``memory_steps``-th last decision, then the instruction (see ``prompts.render_messages``)."""
+    ``memory_steps``-th last decision, then the instruction (see ``prompts.render_messages``).
+    ``conversation``: one growing chat per (episode, seat): the first decision sees the whole observation,
+    each later one the previous prompt, the answer as sampled and a user message of what is new since the
+    seat's previous observation, sent as token ids that extend the previous prompt + answer exactly (so the
+    trainer's ``batch.layout: episode`` trains one sequence per seat-game, as verl's agent loop does).
+    Needs the policy's tokenizer (``RolloutDriver``'s ``chat_codec``, which the trainer passes); a
+    re-prompt or a timed-out answer stays in the conversation; see ``max_prompt_tokens`` for its budget."""
     memory_steps: int = 2
     """k of the ``memory`` prompt mode."""
     system_prompt: str = ""
@@ -79,7 +87,13 @@ class RolloutConfig:
     max_prompt_tokens: int = 0
     """Keep only the last N tokens of each templated prompt (0: all), sent as a token prompt: the latest part
     of the observation and the generation prompt. Needs the policy's tokenizer (``RolloutDriver``'s
-    ``encode_prompt``, which the trainer passes), so the trainer's local and service modes see one prompt."""
+    ``encode_prompt``, which the trainer passes), so the trainer's local and service modes see one prompt.
+    In the ``conversation`` mode it is the conversation's budget instead (a crop would break the prefix the
+    next turn extends): a seat's first prompt keeps its last N tokens, and a later prompt that would pass N
+    is the context overflow of ``context_overflow`` (``compress``: the seat starts a new conversation from
+    the ``memory``-mode view of the current observation, counted as ``compressed_prompts``; ``truncate``:
+    the episode ends there). 0: no budget here (the inference service refuses a token prompt past the
+    model's context; the episode fails)."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Sampling of policy turns."""
     max_turns: int = 64
@@ -106,8 +120,10 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be >= 1")
-        if self.prompt_mode not in ("full", "memory"):
-            raise ValueError(f"prompt_mode must be 'full' or 'memory', not {self.prompt_mode!r}")
+        if self.prompt_mode not in ("full", "memory", "conversation"):
+            raise ValueError(
+                f"prompt_mode must be 'full', 'memory' or 'conversation', not {self.prompt_mode!r}"
+            )
         if self.memory_steps < 1:
             raise ValueError("memory_steps must be >= 1")
         if self.max_prompt_tokens < 0:

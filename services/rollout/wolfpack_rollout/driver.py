@@ -55,7 +55,16 @@ from wolfpack.v1 import reward_service_pb2 as rew_pb
 from wolfpack_curriculum.client import CurriculumClient, outcome_of
 from wolfpack_rollout.backends import Environment, EpisodeStream, GrpcInference, GrpcReward, Inference, Reward
 from wolfpack_rollout.config import RolloutConfig, SamplingConfig
-from wolfpack_rollout.prompts import render_messages
+from wolfpack_rollout.prompts import (
+    ChatCodec,
+    Message,
+    continuation_ids,
+    memory_text,
+    new_lines,
+    opening_ids,
+    opening_messages,
+    render_messages,
+)
 from wolfpack_rollout.summary import EpisodeFailure, RolloutSummary, summarize
 from wolfpack_rollout.trajectory import EpisodeResult, TurnRecord, build_trajectory
 
@@ -64,6 +73,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
 
 __all__ = [
+    "ChatCodec",
     "EpisodeFailed",
     "PromptEncoder",
     "RolloutConfig",
@@ -146,6 +156,30 @@ class RolloutStats:
         self.recent_failures.append(EpisodeFailure(self.episodes_failed, reason, detail, where))
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """A conversation prompt sent: its messages (ending with the new user message) and whether it started
+    the seat's conversation again because the continued one passed ``max_prompt_tokens``."""
+
+    messages: list[Message]
+    restarted: bool
+
+
+@dataclass(frozen=True)
+class _Chat:
+    """A seat's conversation after its latest answer: what the next prompt extends."""
+
+    messages: list[Message]
+    """Up to the user message answered last."""
+    answer: str
+    """The answer's text: its message in the templates the next suffix is cut from (ids: ``response``)."""
+    context: list[int]
+    """The answered prompt's ids + the answer's ids, as sampled."""
+    response: list[int]
+    observation: str
+    """The observation text answered last (the next user message is what is new after it)."""
+
+
 @dataclass(eq=False)
 class _Episode:
     task: cur_pb.Task
@@ -163,6 +197,10 @@ class _Episode:
     last: dict[int, TurnRecord] = field(default_factory=dict)
     finals: dict[int, env_pb.Observation] = field(default_factory=dict)
     decisions: int = 0
+    chats: dict[int, _Chat] = field(default_factory=dict)
+    """Each seat's conversation so far (``conversation`` prompt mode)."""
+    asked: dict[tuple[int, int, int], _Asked] = field(default_factory=dict)
+    """The conversation prompt of each request in flight, by (seat, turn id, attempt), until answered."""
     truncated: str = ""
     failure: EpisodeFailed | None = None
     stream: _PlayStream | None = None
@@ -305,10 +343,12 @@ class RolloutDriver:
         inference: Inference | None = None,
         reward: Reward | None = None,
         encode_prompt: PromptEncoder | None = None,
+        chat_codec: ChatCodec | None = None,
     ) -> None:
         """The services over gRPC (``environment`` an ``EnvironmentClient``, the channels of inference and
         reward), or any ``backends`` in their place (``inference``/``reward`` instead of the channels): the
-        trainer's local mode plays in process this way. ``encode_prompt`` lets ``max_prompt_tokens`` crop."""
+        trainer's local mode plays in process this way. ``encode_prompt`` lets ``max_prompt_tokens`` crop;
+        ``chat_codec`` (the policy's chat template and tokenizer) builds ``conversation`` prompts."""
         self.config = config
         self.environment = environment
         self._own_inference: GrpcInference | None = None
@@ -323,6 +363,7 @@ class RolloutDriver:
         self.inference: Inference = inference
         self.reward: Reward = reward
         self.encode_prompt = encode_prompt
+        self.chat_codec = chat_codec
         self.curriculum = curriculum
         self.producer = producer
         self.worker_id = config.worker_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -415,7 +456,13 @@ class RolloutDriver:
         """Play every task ``tasks`` yields (``concurrency`` at a time) and hand each scored trajectory to
         ``sink(seq, task, trajectory)``, ``seq`` being the task's position in ``tasks``. If ``tasks``
         raises, the episodes already started still finish (and are delivered) before it propagates."""
-        if self.config.max_prompt_tokens and self.encode_prompt is None:
+        if self.config.prompt_mode == "conversation":
+            if self.chat_codec is None:
+                raise ValueError(
+                    "prompt_mode 'conversation' needs the policy's chat template and tokenizer "
+                    "(RolloutDriver(chat_codec=...); the trainer passes its own)"
+                )
+        elif self.config.max_prompt_tokens and self.encode_prompt is None:
             raise ValueError(
                 "max_prompt_tokens needs a prompt encoder (the policy's tokenizer: RolloutDriver(encode_prompt=...))"
             )
@@ -593,26 +640,80 @@ class RolloutDriver:
         if not task.cancelled() and task.exception() is not None:
             log.error("rollout task failed", exc_info=task.exception())
 
-    def _request(self, ep: _Episode, obs: env_pb.Observation, span: tracing.Span) -> inf_pb.GenerateRequest:
+    def _request(
+        self, ep: _Episode, obs: env_pb.Observation, span: tracing.Span
+    ) -> inf_pb.GenerateRequest | None:
+        """The turn's GenerateRequest; None when the turn is not generated (the episode ended here)."""
         cfg = self.config
-        messages = render_messages(
-            obs.text, obs.messages, ep.past.get(obs.seat, []), mode=cfg.prompt_mode, k=cfg.memory_steps,
-            system_prompt=cfg.system_prompt,
-        )  # fmt: skip
         req = inf_pb.GenerateRequest(
             policy_id=ep.policy_of[obs.seat], sampling=cfg.sampling.to_pb(),
             request_id=f"{ep.trajectory_id}:{obs.seat}:{obs.turn_id}:{_attempt(ep, obs)}",
         )  # fmt: skip
-        if cfg.max_prompt_tokens and self.encode_prompt is not None:
-            # the last N tokens of the templated prompt, sent as tokens (inference never re-crops them):
-            # the same prompt in process and through the services
-            req.tokens.token_ids.extend(self.encode_prompt(messages)[-cfg.max_prompt_tokens :])
+        if cfg.prompt_mode == "conversation":
+            ids = self._conversation_ids(ep, obs)
+            if ids is None:
+                return None
+            req.tokens.token_ids.extend(ids)
         else:
-            req.chat.messages.extend(messages)
+            messages = render_messages(
+                obs.text, obs.messages, ep.past.get(obs.seat, []), mode=cfg.prompt_mode, k=cfg.memory_steps,
+                system_prompt=cfg.system_prompt,
+            )  # fmt: skip
+            if cfg.max_prompt_tokens and self.encode_prompt is not None:
+                # the last N tokens of the templated prompt, sent as tokens (inference never re-crops them):
+                # the same prompt in process and through the services
+                req.tokens.token_ids.extend(self.encode_prompt(messages)[-cfg.max_prompt_tokens :])
+            else:
+                req.chat.messages.extend(messages)
         ctx = tracing.context_of(span)
         if ctx is not None:
             tracing.inject_into(req.trace, ctx)
         return req
+
+    def _conversation_ids(self, ep: _Episode, obs: env_pb.Observation) -> list[int] | None:
+        """The seat's conversation extended by this decision (``conversation`` mode), remembered until the
+        answer comes (``_record``). Over ``max_prompt_tokens`` the ``context_overflow`` rule applies:
+        ``truncate`` ends the episode here (None), ``compress`` starts the seat's conversation again from
+        the ``memory``-mode view of the observation (opening context, what is new since the seat's
+        ``memory_steps``-th last decision: short enough to leave the new conversation room). A template
+        that cannot append (or raises) fails the episode (``prompt_template``), never the batch."""
+        cfg = self.config
+        codec = self.chat_codec
+        assert codec is not None  # _drive refuses the mode without one
+        budget = cfg.max_prompt_tokens
+        chat = ep.chats.get(obs.seat)
+        restarted = False
+        try:
+            if chat is not None:
+                user = new_lines(chat.observation, obs.text)
+                messages: list[Message] = [
+                    *chat.messages,
+                    {"role": "assistant", "content": chat.answer},
+                    {"role": "user", "content": user},
+                ]
+                ids = [*chat.context, *continuation_ids(codec, chat.messages, chat.response, user)]
+                if budget and len(ids) > budget:
+                    if cfg.context_overflow == "truncate":
+                        ep.end(truncated="context_overflow")
+                        return None
+                    chat, restarted = None, True
+            if chat is None:  # the first decision: the whole observation; a restart: its memory-mode view
+                text = (
+                    memory_text(ep.past.get(obs.seat, []), obs.text, cfg.memory_steps)
+                    if restarted
+                    else obs.text
+                )
+                messages = opening_messages(text, cfg.system_prompt)
+                ids = opening_ids(codec, messages)
+                if budget:
+                    ids = ids[-budget:]
+        except (
+            Exception
+        ) as exc:  # prompts.TemplateError, a template's own error, a tokenizer's: the episode's
+            ep.end(failure=EpisodeFailed("prompt_template", f"{type(exc).__name__}: {exc}"))
+            return None
+        ep.asked[(obs.seat, obs.turn_id, _attempt(ep, obs))] = _Asked(messages, restarted)
+        return ids
 
     def _turn_span(self, ep: _Episode, obs: env_pb.Observation) -> tracing.Span:
         """The rollout's span of one policy decision (child of the episode span); the generate item is
@@ -630,10 +731,19 @@ class RolloutDriver:
             while items:
                 started, t0 = time.time(), time.monotonic()
                 retry: list[tuple[_Episode, env_pb.Observation]] = []
-                spans = [self._turn_span(ep, obs) for ep, obs in items]
-                requests = [
-                    self._request(ep, obs, span) for (ep, obs), span in zip(items, spans, strict=True)
-                ]
+                spans, requests, asked = [], [], []
+                for ep, obs in items:
+                    span = self._turn_span(ep, obs)
+                    req = self._request(ep, obs, span)
+                    if req is None:  # not generated: its episode ended at this turn
+                        span.end()
+                        continue
+                    spans.append(span)
+                    requests.append(req)
+                    asked.append((ep, obs))
+                items = asked
+                if not items:
+                    return
                 try:
                     async for item in self.inference.generate_batch(
                         requests, timeout=self.config.generate_timeout_s
@@ -681,21 +791,33 @@ class RolloutDriver:
     ) -> None:
         if ep.closed:
             return
+        attempt = _attempt(ep, obs)
+        asked = ep.asked.pop((obs.seat, obs.turn_id, attempt), None)
         if resp.prompt_compressed:
             if self.config.context_overflow == "truncate":
                 ep.end(truncated="context_overflow")
                 return
             self.stats.compressed_prompts += 1
+        restarted = asked is not None and asked.restarted
+        if restarted:
+            self.stats.compressed_prompts += 1
         completion = resp.completions[0]
-        attempt = _attempt(ep, obs)
         rec = TurnRecord(
             seat=obs.seat, turn_id=obs.turn_id, phase=obs.phase, round=obs.round, observation_text=obs.text,
             prompt_token_ids=list(resp.prompt_token_ids), response_token_ids=list(completion.token_ids),
             response_logprobs=list(completion.logprobs), response_text=completion.text,
             finish_reason=int(completion.finish_reason), policy=resp.policy,
             sampling=self.config.sampling.to_pb(), started_at=started, generate_ms=generate_ms,
-            attempt=attempt, compressed=resp.prompt_compressed,
+            attempt=attempt, compressed=resp.prompt_compressed or restarted,
         )  # fmt: skip
+        if asked is not None:  # the next decision of this seat extends this prompt and answer
+            ep.chats[obs.seat] = _Chat(
+                asked.messages,
+                completion.text,
+                [*resp.prompt_token_ids, *completion.token_ids],
+                list(completion.token_ids),
+                obs.text,
+            )
         ep.records.append(rec)
         ep.last[obs.seat] = rec
         ep.past.setdefault(obs.seat, []).append(obs.text)

@@ -1,6 +1,6 @@
 """Prompt rendering for policy turns: pure functions of the observations a seat has received.
 
-Two modes (``RolloutConfig.prompt_mode``):
+Three modes (``RolloutConfig.prompt_mode``):
 
 * ``full`` — the environment's own rendered observation (rules, role, every visible event so far,
   the instruction), as chat messages. Prompts grow with the game; the inference service compresses
@@ -10,11 +10,17 @@ Two modes (``RolloutConfig.prompt_mode``):
   left out, then only the lines that are new since the seat's k-th last decision (recent events and the
   current instruction). Line-based and game agnostic: it relies only on observations being rendered as
   "stable header, growing log, instruction", which every Wolfpack game does.
+* ``conversation`` — one growing chat per (episode, seat), as verl's agent loop trains: the first
+  decision is prompted with the whole observation, each later one with the previous prompt, the answer
+  as sampled, and a user message of only the lines new since the seat's previous observation. The ids
+  are built by appending (``continuation_ids``), so turn k's prompt starts with turn k-1's prompt and
+  answer token for token and the trainer's ``batch.layout: episode`` makes one sample of the seat's game.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from wolfpack.v1 import common_pb2
 
@@ -57,7 +63,13 @@ def render_messages(
     k: int,
     system_prompt: str = "",
 ) -> list[common_pb2.ChatMessage]:
-    """Chat messages for one policy turn."""
+    """Chat messages for one policy turn (``full`` or ``memory``; a ``conversation`` prompt is not a
+    function of one turn's observations: the driver grows it, see ``continuation_ids``)."""
+    if mode == "conversation":
+        raise ValueError(
+            "conversation prompts extend the seat's previous prompt and answer; render_messages "
+            "renders one turn (full or memory)"
+        )
     out: list[common_pb2.ChatMessage] = []
     if system_prompt:
         out.append(common_pb2.ChatMessage(role="system", content=system_prompt))
@@ -69,3 +81,87 @@ def render_messages(
         return out
     out.append(common_pb2.ChatMessage(role="user", content=memory_text(past, observation_text, k)))
     return out
+
+
+# --- conversation mode ----------------------------------------------------------------------------------
+
+Message = Mapping[str, str]
+"""A chat message as the chat template reads it: ``{"role": ..., "content": ...}``."""
+
+ASSISTANT_PLACEHOLDER = "\x1fwolfpack-assistant-turn\x1f"
+"""Stands in for an answer when the template is asked where an answer ends and the next message starts:
+the sampled answer is never rendered or tokenised again, so its text cannot shift the cut."""
+
+
+class ChatCodec(Protocol):
+    """The policy's chat template and tokenizer, split so that a conversation can grow by appending: the
+    ``conversation`` prompt mode templates text (``render``) and tokenises only what is new (``encode``)."""
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:
+        """The chat template over ``messages`` as text."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of templated text (no special tokens added: the template wrote them)."""
+        ...
+
+
+class TemplateError(ValueError):
+    """The chat template does not grow a conversation by appending to it (it rewrites earlier turns)."""
+
+
+def new_lines(previous: str, current: str) -> str:
+    """The user message of a later ``conversation`` turn: the lines of ``current`` after the lines it
+    shares from the top with ``previous`` (new events and the instruction). An unchanged view yields its
+    last line (the instruction) rather than nothing, so the policy is still asked something."""
+    cur = current.split("\n")
+    head = common_prefix_lines(previous.split("\n"), cur)
+    if head >= len(cur):
+        return cur[-1]
+    return "\n".join(cur[head:])
+
+
+def opening_messages(observation_text: str, system_prompt: str = "") -> list[Message]:
+    """A seat's first ``conversation`` messages: the system prompt if any, then the observation."""
+    out: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    out.append({"role": "user", "content": observation_text})
+    return out
+
+
+def opening_ids(codec: ChatCodec, messages: Sequence[Message]) -> list[int]:
+    """The first prompt of a conversation: the templated messages with the generation prompt."""
+    return codec.encode(codec.render(messages, True))
+
+
+def continuation_ids(
+    codec: ChatCodec, history: Sequence[Message], response_ids: Sequence[int], user_text: str
+) -> list[int]:
+    """What follows ``history``'s prompt ids and the answer's ``response_ids`` so that the result is the
+    template over ``history + [assistant answer, user user_text]`` with the generation prompt.
+
+    Why by difference of rendered text: templates add text that depends on the whole message list (a
+    default system prompt when none is given, as SmolLM2's does), so the suffix of the conversation is
+    the template over the longer list after the placeholder answer, tokenised alone. The answer's own
+    ids stay as sampled; the end-of-turn text the template puts after an answer (``<|im_end|>\\n`` in
+    ChatML) is split into the ids the answer already ends with (an answer that stopped on
+    ``<|im_end|>``) and the ones added. Raises ``TemplateError`` when the template renders earlier turns
+    differently once an answer follows (then no prompt can extend the previous one)."""
+    answered = [*history, {"role": "assistant", "content": ASSISTANT_PLACEHOLDER}]
+    prompt_text = codec.render(history, True)
+    closed = codec.render(answered, False)
+    longer = codec.render([*answered, {"role": "user", "content": user_text}], True)
+    before, found, close = closed.partition(ASSISTANT_PLACEHOLDER)
+    before_longer, _, after = longer.partition(ASSISTANT_PLACEHOLDER)
+    if not found or before != prompt_text or before_longer != prompt_text or not after.startswith(close):
+        raise TemplateError(
+            "the chat template does not extend a conversation by appending (the templated prompt of a "
+            "seat's earlier turns changes once its answer and a new message follow); the conversation "
+            "prompt mode needs a template that appends (ChatML does)"
+        )
+    close_ids = codec.encode(close) if close else []
+    done = 0  # the longest start of the end-of-turn ids the answer already ends with
+    for k in range(min(len(close_ids), len(response_ids)), 0, -1):
+        if list(response_ids[-k:]) == close_ids[:k]:
+            done = k
+            break
+    return [*close_ids[done:], *codec.encode(after[len(close) :])]

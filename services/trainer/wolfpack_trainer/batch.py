@@ -7,9 +7,10 @@ Two layouts (``BatchConfig.layout``):
   that turn on (``gamma``), so an outcome credited to the seat's last turn reaches every decision.
 - ``episode``: one sample per (trajectory, seat): the first prompt, then every response with the
   observation tokens between responses kept in the sequence but masked out (``response_mask`` 0), the
-  verl agent-loop form. Each turn's own reward sits on its last response token. It needs full-history
-  prompts (turn k's prompt extends turn k-1's prompt + response); where a prompt does not, the sequence
-  is cut there and a new sample starts (counted in ``BuildStats.split_sequences``).
+  verl agent-loop form. Each turn's own reward sits on its last response token. It needs prompts that
+  extend the previous turn's prompt + response token for token (``rollout.prompt: conversation``; the
+  per-turn modes never do); where a prompt does not, the sequence is cut there and a new sample starts
+  (counted in ``BuildStats.split_sequences``).
 
 A seat's terminal-only reward (``SeatOutcome.final_reward`` minus the sum of its turn rewards, e.g. a
 survival bonus) is added to its last turn. Group ids (``uids``) come from ``Trajectory.group_id`` (the

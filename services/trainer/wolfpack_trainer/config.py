@@ -145,13 +145,21 @@ class RolloutSection(_Strict):
     invalid_penalty: float | None = None
     """The reward spec's penalty per invalid turn, restated (``None``: the spec's own); a different value is
     refused, since the spec (``reward_spec``, or the game's default) is what scores, in both modes."""
-    prompt: Literal["observation", "full_history"] = "observation"
+    prompt: Literal["observation", "full_history", "conversation"] = "observation"
     """``observation``: step-independent prompts (the driver's ``memory`` mode: opening context plus what
-    is new since the seat's last decisions); ``full_history``: the environment's whole observation."""
+    is new since the seat's last decisions); ``full_history``: the environment's whole observation;
+    ``conversation``: one growing chat per seat-game (the whole first observation, then each answer and a
+    user message of what is new), each prompt extending the previous prompt + answer token for token, so
+    ``batch.layout: episode`` trains one sequence per seat-game as verl's agent loop does (the driver's
+    ``conversation`` mode)."""
     max_prompt_tokens: int = Field(default=0, ge=0)
-    """Keep only the last N tokens of each templated prompt (0: all), in both modes: the rollout driver
-    sends the cropped ids as a token prompt (``RolloutConfig.max_prompt_tokens``), so local play and the
-    services see the same prompt. A cost knob for small CPU models."""
+    """Keep only the last N tokens of each templated prompt (0: all), in the ``observation`` and
+    ``full_history`` modes: the rollout driver sends the cropped ids as a token prompt
+    (``RolloutConfig.max_prompt_tokens``), so local play and the services see the same prompt. A cost knob
+    for small CPU models. With ``conversation`` it is the conversation's budget instead (a crop would
+    break the prefix the next turn extends): past it a seat's conversation starts again from the
+    ``observation`` mode's view of the current observation (a new sample in the episode layout); set it
+    at the policy's context less ``max_tokens``."""
     opponents: list[OpponentMix] = Field(default_factory=list)
     reward_spec: str = ""
 
@@ -553,6 +561,12 @@ def check_config(cfg: TrainConfig) -> None:
                 )
     _check_reward_spec(cfg)
 
+    if cfg.rollout.prompt == "conversation" and cfg.warm_started:
+        raise ValueError(
+            "warmstart: the clone learns the bot's moves on per-turn prompts, and rollout.prompt "
+            "conversation has none (each prompt extends the seat's conversation); use rollout.prompt "
+            "observation or full_history with a warm start"
+        )
     # A warm start goes with LoRA in either mode: in service mode the job warm-starts before its stack
     # starts, which serves the clone as the base the adapters are pushed onto (cli.serve_base).
     ws = cfg.warmstart

@@ -31,7 +31,7 @@ import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import yaml
@@ -152,6 +152,23 @@ def prompt_encoder(tokenizer: Any) -> Callable[[Sequence[common_pb2.ChatMessage]
     return encode
 
 
+class TokenizerCodec:
+    """The driver's ``chat_codec`` for this tokenizer (``conversation`` prompts): the chat template as text,
+    and that text's ids as ``chat_ids`` tokenises it (no special tokens added: the template wrote them)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
+        text = self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, tokenize=False
+        )
+        return str(text)
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
 @dataclass(frozen=True)
 class Task:
     """One episode to play: game, variant, seed, which seats the trainee policies take."""
@@ -172,12 +189,20 @@ class Task:
     """A served opponent policy for the other seats (service mode only; local play refuses it)."""
 
 
+PROMPT_MODES: dict[str, Literal["full", "memory", "conversation"]] = {
+    "observation": "memory",
+    "full_history": "full",
+    "conversation": "conversation",
+}
+"""``rollout.prompt`` → the driver's ``prompt_mode``."""
+
+
 def rollout_config(cfg: Any, *, concurrency: int = 64, temperature: float | None = None) -> RolloutConfig:
     """The driver's settings for a train config (``TrainConfig``), the same in local and service mode."""
     r = cfg.rollout
     return RolloutConfig(
         concurrency=max(1, concurrency),
-        prompt_mode="full" if r.prompt == "full_history" else "memory",
+        prompt_mode=PROMPT_MODES[r.prompt],
         sampling=SamplingConfig(
             max_tokens=r.max_tokens, temperature=r.temperature if temperature is None else temperature
         ),
@@ -432,6 +457,7 @@ def local_driver(
         inference=LocalInference(tokenizer, policy, versions),
         reward=LocalReward(),
         encode_prompt=prompt_encoder(tokenizer),
+        chat_codec=TokenizerCodec(tokenizer),
     )
 
 

@@ -61,6 +61,7 @@ from wolfpack_trainer.local_rollout import (
     Generated,
     PolicyFn,
     Task,
+    TokenizerCodec,
     check_penalty,
     local_driver,
     play,
@@ -1246,6 +1247,8 @@ async def _run_serving(
         async with driver() as opened:
             if getattr(opened, "encode_prompt", False) is None:  # the trainer's tokenizer crops the prompts
                 opened.encode_prompt = prompt_encoder(trainer.tokenizer)
+            if getattr(opened, "chat_codec", False) is None:  # ... and builds conversation prompts
+                opened.chat_codec = TokenizerCodec(trainer.tokenizer)
             trainer.driver = opened
             return await _run_serving(trainer, updates, address)
     if address is None:

@@ -1,0 +1,89 @@
+"""The ``conversation`` prompt mode through the services: RolloutDriver over real gRPC (environment,
+inference with the tiny model, reward), the tiny model's real tokenizer as the driver's ``chat_codec``.
+
+What it shows: the prompts go as token prompts that extend each seat's previous prompt + answer exactly
+(what inference saw is what the trajectory records), and ``max_prompt_tokens`` keeps them inside the tiny
+model's 512 positions by starting the conversation again, counted, with no episode lost."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer
+
+from wolfpack import rpc
+from wolfpack.v1 import common_pb2
+from wolfpack.v1 import curriculum_service_pb2 as cur_pb
+from wolfpack_environment.client import EnvironmentClient
+from wolfpack_rollout.driver import RolloutConfig, RolloutDriver, SamplingConfig
+
+POLICY = "learner"
+"""The tiny model's policy id on the test stack (``conftest.POLICY``)."""
+BUDGET = 500
+"""Prompt tokens: the tiny model's 512 positions less an answer's 8 (inference refuses longer ones)."""
+
+
+def ultimatum_task(seed: int, seat: int = 0) -> cur_pb.Task:
+    """Ultimatum: short prompts, so that a seat's conversation grows for turns inside the budget."""
+    task = cur_pb.Task(
+        task_id=f"ug-{seed}", seed=seed, bucket="ultimatum_v1/easy", trainee_seats=[seat],
+        group_id=f"g-ug-{seed}", group_size=1, opponent_kind=cur_pb.OPPONENT_KIND_SCRIPTED,
+        opponent_id="scripted:heuristic", split="train",
+    )  # fmt: skip
+    task.game.game_id, task.game.variant = "ultimatum_v1", "easy"
+    b = task.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
+    b.policy.policy_id = POLICY
+    return task
+
+
+class Codec:
+    """``ChatCodec`` over a transformers tokenizer (the trainer's ``TokenizerCodec`` does the same)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
+        return str(
+            self.tokenizer.apply_chat_template(
+                [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, tokenize=False
+            )
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+async def test_conversation_prompts_extend_through_the_services(
+    stack: Any, tasks: dict[str, Any], tiny_dir: Path
+) -> None:
+    config = RolloutConfig(concurrency=2, prompt_mode="conversation", max_prompt_tokens=BUDGET,
+                           sampling=SamplingConfig(max_tokens=8))  # fmt: skip
+    async with (
+        EnvironmentClient(stack.environment, stack.settings) as env,
+        rpc.channel(stack.inference, stack.settings) as inference,
+        rpc.channel(stack.reward, stack.settings) as reward,
+    ):
+        driver = RolloutDriver(config, environment=env, inference_channel=inference, reward_channel=reward,
+                               chat_codec=Codec(AutoTokenizer.from_pretrained(tiny_dir)))  # fmt: skip
+        played = await driver.play([ultimatum_task(32), ultimatum_task(33)])
+        await driver.close()
+    assert driver.stats.episodes_failed == 0, driver.stats.recent_failures
+    assert len(played) == 2
+    extended = restarted = 0
+    for traj in played:
+        turns = [t for t in traj.turns if t.response_token_ids]
+        for turn in turns:
+            sent = stack.spy.sent[f"{traj.trajectory_id}:{turn.seat}:{turn.turn_id}:{turn.attempt}"]
+            assert list(sent.prompt_token_ids) == list(turn.prompt_token_ids)  # a token prompt, as sent
+            assert len(turn.prompt_token_ids) <= BUDGET
+        for prev, turn in itertools.pairwise(turns):
+            context = [*prev.prompt_token_ids, *prev.response_token_ids]
+            if list(turn.prompt_token_ids[: len(context)]) == context:
+                extended += 1
+            else:
+                restarted += 1
+    assert extended > 0 and restarted > 0  # e.g. 309 -> 447 tokens, then past 500: a new conversation
+    assert driver.stats.compressed_prompts == restarted
