@@ -11,8 +11,9 @@
   ``run`` then reports outcomes to the curriculum by RPC and trajectories stay in ``driver.trajectories``.
 * the player itself (``RolloutDriver``, ``RolloutConfig``, ``SamplingConfig``) and the ``backends`` seam,
   so the trainer's local mode plays through the same loop over in-process backends.
-* ``render_messages`` — the chat a seat's policy is prompted with, as the driver builds it, so that the
-  trainer's warm start clones a bot on exactly the prompts the policy will see.
+* ``render_messages`` and ``conversation_turn`` (with ``SeatChat``) — the chat a seat's policy is prompted
+  with, as the driver builds it (one turn, or the seat's growing conversation), so that the trainer's warm
+  start clones a bot on exactly the prompts the policy will see.
 
 Why the driver is published rather than copied: there is one episode player (docs/architecture.md);
 everything here builds on libs and other services' client modules (import-linter's "clients" contract).
@@ -37,7 +38,7 @@ from wolfpack_curriculum.client import CurriculumClient
 from wolfpack_rollout.backends import BatchResult, Environment, EpisodeStream, Inference, Reward
 from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.driver import EpisodeFailed, PromptEncoder, RolloutDriver
-from wolfpack_rollout.prompts import render_messages
+from wolfpack_rollout.prompts import SeatChat, conversation_turn, render_messages
 
 if TYPE_CHECKING:
     from wolfpack_inference.client import BatchItem
@@ -55,7 +56,9 @@ __all__ = [
     "RolloutConfig",
     "RolloutDriver",
     "SamplingConfig",
+    "SeatChat",
     "connect",
+    "conversation_turn",
     "render_messages",
 ]
 

@@ -55,16 +55,7 @@ from wolfpack.v1 import reward_service_pb2 as rew_pb
 from wolfpack_curriculum.client import CurriculumClient, outcome_of
 from wolfpack_rollout.backends import Environment, EpisodeStream, GrpcInference, GrpcReward, Inference, Reward
 from wolfpack_rollout.config import RolloutConfig, SamplingConfig
-from wolfpack_rollout.prompts import (
-    ChatCodec,
-    Message,
-    continuation_ids,
-    memory_text,
-    new_lines,
-    opening_ids,
-    opening_messages,
-    render_messages,
-)
+from wolfpack_rollout.prompts import ChatCodec, Message, SeatChat, conversation_turn, render_messages
 from wolfpack_rollout.summary import EpisodeFailure, RolloutSummary, summarize
 from wolfpack_rollout.trajectory import EpisodeResult, TurnRecord, build_trajectory
 
@@ -165,21 +156,6 @@ class _Asked:
     restarted: bool
 
 
-@dataclass(frozen=True)
-class _Chat:
-    """A seat's conversation after its latest answer: what the next prompt extends."""
-
-    messages: list[Message]
-    """Up to the user message answered last."""
-    answer: str
-    """The answer's text: its message in the templates the next suffix is cut from (ids: ``response``)."""
-    context: list[int]
-    """The answered prompt's ids + the answer's ids, as sampled."""
-    response: list[int]
-    observation: str
-    """The observation text answered last (the next user message is what is new after it)."""
-
-
 @dataclass(eq=False)
 class _Episode:
     task: cur_pb.Task
@@ -197,7 +173,7 @@ class _Episode:
     last: dict[int, TurnRecord] = field(default_factory=dict)
     finals: dict[int, env_pb.Observation] = field(default_factory=dict)
     decisions: int = 0
-    chats: dict[int, _Chat] = field(default_factory=dict)
+    chats: dict[int, SeatChat] = field(default_factory=dict)
     """Each seat's conversation so far (``conversation`` prompt mode)."""
     asked: dict[tuple[int, int, int], _Asked] = field(default_factory=dict)
     """The conversation prompt of each request in flight, by (seat, turn id, attempt), until answered."""
@@ -680,38 +656,19 @@ class RolloutDriver:
         cfg = self.config
         codec = self.chat_codec
         assert codec is not None  # _drive refuses the mode without one
-        budget = cfg.max_prompt_tokens
-        chat = ep.chats.get(obs.seat)
-        restarted = False
         try:
-            if chat is not None:
-                user = new_lines(chat.observation, obs.text)
-                messages: list[Message] = [
-                    *chat.messages,
-                    {"role": "assistant", "content": chat.answer},
-                    {"role": "user", "content": user},
-                ]
-                ids = [*chat.context, *continuation_ids(codec, chat.messages, chat.response, user)]
-                if budget and len(ids) > budget:
-                    if cfg.context_overflow == "truncate":
-                        ep.end(truncated="context_overflow")
-                        return None
-                    chat, restarted = None, True
-            if chat is None:  # the first decision: the whole observation; a restart: its memory-mode view
-                text = (
-                    memory_text(ep.past.get(obs.seat, []), obs.text, cfg.memory_steps)
-                    if restarted
-                    else obs.text
-                )
-                messages = opening_messages(text, cfg.system_prompt)
-                ids = opening_ids(codec, messages)
-                if budget:
-                    ids = ids[-budget:]
-        except (
-            Exception
-        ) as exc:  # prompts.TemplateError, a template's own error, a tokenizer's: the episode's
+            turn = conversation_turn(
+                codec, ep.chats.get(obs.seat), obs.text, ep.past.get(obs.seat, []), budget=cfg.max_prompt_tokens,
+                memory_steps=cfg.memory_steps, system_prompt=cfg.system_prompt,
+                truncate=cfg.context_overflow == "truncate",
+            )  # fmt: skip
+        except Exception as exc:  # a TemplateError, a template's or tokenizer's own error: the episode's
             ep.end(failure=EpisodeFailed("prompt_template", f"{type(exc).__name__}: {exc}"))
             return None
+        if turn is None:
+            ep.end(truncated="context_overflow")
+            return None
+        messages, ids, restarted = turn
         ep.asked[(obs.seat, obs.turn_id, _attempt(ep, obs))] = _Asked(messages, restarted)
         return ids
 
@@ -811,7 +768,7 @@ class RolloutDriver:
             attempt=attempt, compressed=resp.prompt_compressed or restarted,
         )  # fmt: skip
         if asked is not None:  # the next decision of this seat extends this prompt and answer
-            ep.chats[obs.seat] = _Chat(
+            ep.chats[obs.seat] = SeatChat(
                 asked.messages,
                 completion.text,
                 [*resp.prompt_token_ids, *completion.token_ids],

@@ -20,6 +20,7 @@ Three modes (``RolloutConfig.prompt_mode``):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from wolfpack.v1 import common_pb2
@@ -165,3 +166,59 @@ def continuation_ids(
             done = k
             break
     return [*close_ids[done:], *codec.encode(after[len(close) :])]
+
+
+@dataclass(frozen=True)
+class SeatChat:
+    """A seat's conversation after its latest answer: what its next prompt extends."""
+
+    messages: list[Message]
+    """Up to the user message answered last."""
+    answer: str
+    """The answer's text: its message in the templates the next suffix is cut from (ids: ``response``)."""
+    context: list[int]
+    """The answered prompt's ids + the answer's ids, as sampled."""
+    response: list[int]
+    observation: str
+    """The observation text answered last (the next user message is what is new after it)."""
+
+
+def conversation_turn(
+    codec: ChatCodec,
+    chat: SeatChat | None,
+    observation: str,
+    past: Sequence[str],
+    *,
+    budget: int,
+    memory_steps: int,
+    system_prompt: str = "",
+    truncate: bool = False,
+) -> tuple[list[Message], list[int], bool] | None:
+    """A seat's next ``conversation`` prompt: (messages, prompt ids, restarted). ``chat`` is the seat's
+    conversation so far (None before its first decision), ``past`` its earlier observation texts.
+
+    The first decision sends the whole observation; a later one extends ``chat`` (``continuation_ids``).
+    Over ``budget`` tokens (0: none) a continued conversation either ends (``truncate``: None) or starts
+    again from the ``memory``-mode view of the observation (opening context, what is new since the
+    seat's ``memory_steps``-th last decision: short enough to leave the new conversation room), and a first
+    prompt keeps its last ``budget`` ids. One function for the rollout driver and the warm start's clone,
+    so that a clone learns on exactly the prompts a run sends. Raises what the template or tokenizer raise
+    (``TemplateError`` for a template that cannot append)."""
+    restarted = False
+    if chat is not None:
+        user = new_lines(chat.observation, observation)
+        messages: list[Message] = [
+            *chat.messages,
+            {"role": "assistant", "content": chat.answer},
+            {"role": "user", "content": user},
+        ]
+        ids = [*chat.context, *continuation_ids(codec, chat.messages, chat.response, user)]
+        if not budget or len(ids) <= budget:
+            return messages, ids, False
+        if truncate:
+            return None
+        restarted = True
+    text = memory_text(past, observation, memory_steps) if restarted else observation
+    messages = opening_messages(text, system_prompt)
+    ids = opening_ids(codec, messages)
+    return messages, ids[-budget:] if budget else ids, restarted

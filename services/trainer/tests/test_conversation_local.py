@@ -24,6 +24,7 @@ pytest.importorskip("transformers", reason="the trainer extra is not installed")
 from transformers import AutoTokenizer
 
 from wolfpack.v1 import common_pb2, trajectory_pb2
+from wolfpack_games import get_game
 from wolfpack_inference.models import tiny_model
 from wolfpack_rollout.client import RolloutConfig, SamplingConfig
 from wolfpack_rollout.prompts import memory_text, new_lines
@@ -32,6 +33,7 @@ from wolfpack_trainer.batch import BatchConfig, BuildStats, build_samples, train
 from wolfpack_trainer.config import TrainConfig
 from wolfpack_trainer.local_rollout import Generated, Task, TokenizerCodec, local_driver, rollout_config
 from wolfpack_trainer.train import run_training, service_task
+from wolfpack_trainer.warmstart import WarmStartConfig, bot_pairs, bot_turns, warmstart_config
 
 ANSWERS = ["pass", "vote 2", "REJEPT", "inspect 3", "kill 2", "", "I think Player 4 is a wolf."]
 """Legal and illegal Werewolf answers alike: an invalid one is re-prompted and stays in the conversation."""
@@ -212,8 +214,53 @@ def test_the_train_config_maps_the_prompt_mode() -> None:
     }
     config = rollout_config(TrainConfig.model_validate(data))
     assert (config.prompt_mode, config.max_prompt_tokens) == ("conversation", 2048)
-    with pytest.raises(ValueError, match=r"warmstart.*conversation"):
+    warm = warmstart_config(
         TrainConfig.model_validate({**data, "warmstart": {"bot": "heuristic", "steps": 10}})
+    )
+    assert warm is not None and (warm.prompt_mode, warm.max_prompt_tokens) == ("conversation", 2048)
+
+
+@pytest.mark.parametrize("budget", [0, 1500])
+def test_the_clone_learns_on_the_conversations_a_run_sends(tokenizer: Any, budget: int) -> None:
+    """The warm start's (prompt, answer) pairs in the conversation mode: a seat's k-th prompt is its
+    (k-1)-th prompt + the bot's answer ids + the continuation, and decodes to the chat template over the
+    conversation with the bot's answers as the assistant turns, as the driver would send it had the policy
+    answered as the bot; over a budget the conversation starts again (shorter prompts, never over it)."""
+    cfg = WarmStartConfig(
+        game_id="werewolf_v1", variant="6p", seats=(0, 1), bot="heuristic", episodes=2, steps=1,
+        prompt_mode="conversation", max_prompt_tokens=budget,
+    )  # fmt: skip
+    pairs = iter(bot_pairs(cfg, tokenizer))
+    codec = TokenizerCodec(tokenizer)
+    bot = get_game("werewolf_v1").bots["heuristic"]
+    chains = restarts = 0
+    for game in range(cfg.episodes):
+        last: dict[int, tuple[list[int], list[int]]] = {}
+        history: dict[int, list[dict[str, str]]] = {}
+        for turn in bot_turns(cfg, cfg.seed_offset + game, bot):
+            prompt, response = next(pairs)
+            seat = turn.seat
+            if budget:
+                assert len(prompt) <= budget
+            if seat in last and prompt[: sum(map(len, last[seat]))] == [*last[seat][0], *last[seat][1]]:
+                chains += 1
+                history[seat] += [
+                    {
+                        "role": "assistant",
+                        "content": tokenizer.decode(last[seat][1], skip_special_tokens=True),
+                    },
+                    {"role": "user", "content": new_lines(turn.past[-1], turn.observation)},
+                ]
+            else:  # a seat's first decision (the whole observation), or a restart over the budget
+                restarts += seat in last
+                view = memory_text(list(turn.past), turn.observation, 2) if seat in last else turn.observation
+                history[seat] = [{"role": "user", "content": view}]
+            if not budget:
+                assert tokenizer.decode(prompt) == codec.render(history[seat], True)
+            last[seat] = (prompt, response)
+    assert next(pairs, None) is None
+    assert chains > 8
+    assert (restarts > 0) == bool(budget)
 
 
 def test_a_local_train_run_trains_one_sample_per_seat_game(

@@ -561,12 +561,6 @@ def check_config(cfg: TrainConfig) -> None:
                 )
     _check_reward_spec(cfg)
 
-    if cfg.rollout.prompt == "conversation" and cfg.warm_started:
-        raise ValueError(
-            "warmstart: the clone learns the bot's moves on per-turn prompts, and rollout.prompt "
-            "conversation has none (each prompt extends the seat's conversation); use rollout.prompt "
-            "observation or full_history with a warm start"
-        )
     # A warm start goes with LoRA in either mode: in service mode the job warm-starts before its stack
     # starts, which serves the clone as the base the adapters are pushed onto (cli.serve_base).
     ws = cfg.warmstart

@@ -25,6 +25,9 @@ format clone answered every vote and night action with an empty text, 75 % of a 
 * The *prompt* is the one the rollout driver sends at that decision (``policy_prompt``): the driver's
   ``memory`` mode (``rollout.prompt: observation``) shows a seat the opening context plus what is new since
   its k-th last decision, not the whole observation, so the clone sees each seat's earlier observations too.
+  In the ``conversation`` mode a seat's prompt is its whole conversation so far, grown by the driver's own
+  ``prompts.conversation_turn`` with the bot's earlier answers as the assistant turns (over
+  ``max_prompt_tokens`` it starts again as the driver's ``compress`` does).
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ from typing import Any
 import torch
 
 from wolfpack_games import Action, GameEnv, get_game, make_game
-from wolfpack_rollout.client import render_messages
-from wolfpack_trainer.local_rollout import chat_ids
+from wolfpack_rollout.client import SeatChat, conversation_turn, render_messages
+from wolfpack_trainer.local_rollout import TokenizerCodec, chat_ids
 
 
 @dataclass(frozen=True)
@@ -92,15 +95,26 @@ def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], lis
     bot = get_game(cfg.game_id).bots[cfg.bot]
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     speech = FORMAT_ONLY_SPEECH.get(str(cfg.options.get("language", "en")), FORMAT_ONLY_SPEECH["en"])
+    codec = TokenizerCodec(tokenizer) if cfg.prompt_mode == "conversation" else None
     pairs = []
     for i in range(cfg.episodes):
+        chats: dict[int, SeatChat] = {}  # conversation mode: each cloned seat's conversation of this game
         for turn in bot_turns(cfg, cfg.seed_offset + i, bot):
             text = speech if cfg.format_only and turn.speech else turn.text
             if not text.strip():  # an empty answer is an invalid move everywhere but a speech turn
                 raise ValueError(f"warm start: the {cfg.bot} bot's answer at seed {cfg.seed_offset + i}, "
                                  f"seat {turn.seat} is empty; the clone would learn to say nothing")  # fmt: skip
-            prompt = policy_prompt(tokenizer, turn.observation, turn.past, cfg)
             response = [*tokenizer.encode(text, add_special_tokens=False), eos]
+            if codec is None:
+                prompt = policy_prompt(tokenizer, turn.observation, turn.past, cfg)
+            else:  # the seat's conversation as the driver grows it, the bot's earlier answers in it
+                grown = conversation_turn(
+                    codec, chats.get(turn.seat), turn.observation, turn.past, budget=cfg.max_prompt_tokens,
+                    memory_steps=cfg.memory_steps, system_prompt=cfg.system_prompt,
+                )  # fmt: skip
+                assert grown is not None  # without truncate a conversation over budget starts again
+                messages, prompt, _ = grown
+                chats[turn.seat] = SeatChat(messages, text, [*prompt, *response], response, turn.observation)
             pairs.append((prompt, response))
     return pairs
 
