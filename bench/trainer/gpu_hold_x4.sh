@@ -1,53 +1,86 @@
 #!/usr/bin/env bash
 # One hold of a lent 4-GPU machine (`nvidia-h100-x4`), after staging (stage.sh) and `. bench/trainer/gpu_env.sh`:
-# the GPU end-to-end test and four of issue 19's recipes, each on a card of its own, started together in the
+# the GPU end-to-end test and issue 19's runs, each on a card of its own, started together in the
 # background so that they outlive the call that starts them (poll with `sleep` calls, back to back: a lent
 # machine goes back 30 s after the last call ends, with everything started on it).
 #
 #   SMOL=/tmp/smol OUT=/tmp/out setsid nohup bash bench/trainer/gpu_hold_x4.sh > /tmp/hold.log 2>&1 < /dev/null &
 #   bash bench/trainer/poll.sh 270       # every polling call, back to back (it copies the logs to $OUT)
-# First use (2026-11-27, 4 x H200, bench/results/2026-11-27-h200x4-hold-s18.md): all four runs were training by
-# minute 6; the machine was lost at minute 15 to a gap of more than 30 s between two polling calls.
+# Uses: s18 (bench/results/2026-11-27-h200x4-hold-s18.md): all four runs training by minute 6, the machine lost
+# at minute 15 to a gap of more than 30 s between two polling calls. s19 (2026-11-27-h200x4-hold-s19.md, PLAN=s19):
+# all five runs finished within the 30 minutes; poll.sh's copies, tarred into each call's $OUT (a call returns at
+# most 8 files), brought every log, metric and curve back.
 #
 # Why one 4-card hold: a session's device time counts a multi-GPU machine's held time once, not per card, so
 # four one-card runs side by side cost what one costs; each run has its card to itself (CUDA_VISIBLE_DEVICES),
 # none shares memory or compute with another (the host's 64 cores and 512 GB are far from the bound).
-#   card 0: 12-player Chinese Werewolf, GRPO (the recipe as it is: micro-batch 8, no fused kernels)
-#   card 1: WIA + AIW with GiGPO (the recipe's learner has the fused kernels since session 19; the s18 and s19
-#           holds passed them as overrides)
-#   card 2: 6p village PPO through the verl agent loop (agent_loop_village.sh: clone, evaluation, main_ppo, evaluation)
-#   card 3: the GPU end-to-end test (tests/test_train_gpu.py), then IPPO (two co-trained policies)
-# Minutes (MIN_12P, MIN_AIW, MIN_IPPO 15 each, MIN_VILLAGE 10) are what fits a 30-minute hold after ~3 minutes of staging:
-# each recipe's warm start and first evaluation (policy, base model, references) come before its training clock.
-# The four logs: /tmp/gpu-werewolf-12p-zh-grpo-smollm2.queue.log, /tmp/gpu-werewolf-gigpo-aiw-smollm2.queue.log,
-# $OUT/village/ (agent_loop_village.sh's logs), $OUT/gpu-test.log and $OUT/gpu-ippo-smollm2.log; curves and
-# metrics land in $OUT as each recipe finishes.
+# PLAN=s19: card 0 12p ZH GRPO, card 1 AIW GiGPO, card 2 the village through the verl agent loop
+#   (agent_loop_village.sh, MIN_VILLAGE 10), card 3 the GPU end-to-end test then IPPO.
+# PLAN=next (the default; not yet run): card 0 AIW in its new shape (half its groups against the heuristic wolves,
+#   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
+#   mode and the episode layout), card 2 a second training seed of the bargaining recipe, card 3 the GPU test then
+#   the trainer against main_ppo one side after the other (vs_main_ppo.sh, CARDS=3, VS_STEPS a side).
+# Minutes (MIN_12P, MIN_AIW, MIN_IPPO, MIN_BARGAIN: 15 each) are what fits a 30-minute hold after ~3 minutes of
+# staging: each recipe's warm start and first evaluation come before its training clock.
+# Logs: /tmp/<recipe>.queue.log for the queue's and the one-card runs, /tmp/vs.log, $OUT/gpu-test.log; curves
+# and metrics land in $OUT as each run finishes (poll.sh copies them back on every call).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
-# cards 0 and 1: the queue (its sampler writes every card's utilisation to $OUT/gpu-samples.csv)
-CARDS="0 1" PARALLEL=20 \
-  bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
-  "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" > /tmp/queue.log 2>&1 &
-queue=$!
-(
-  export CUDA_VISIBLE_DEVICES=2
-  OUT=$OUT/village MINUTES=${MIN_VILLAGE:-10} EVAL=${VILLAGE_EVAL:-eval.episodes=64} \
-    bash "$here/agent_loop_village.sh" > /tmp/village.log 2>&1
-  say "village agent loop exit $?"
-) &
-village=$!
-(
-  export CUDA_VISIBLE_DEVICES=3
-  bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
-  say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
-  RUN=gpu-ippo-smollm2 bash "$here/gpu_train.sh" recipe configs/gpu-ippo-smollm2.yaml \
-    "train.max_minutes=${MIN_IPPO:-15}" > /tmp/gpu-ippo-smollm2.queue.log 2>&1
-  say "ippo exit $?"
-) &
-card3=$!
-wait "$queue" "$village" "$card3"
+case "${PLAN:-next}" in
+  s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
+    CARDS="0 1" PARALLEL=20 \
+      bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
+      "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" > /tmp/queue.log 2>&1 &
+    queue=$!
+    (
+      export CUDA_VISIBLE_DEVICES=2
+      OUT=$OUT/village MINUTES=${MIN_VILLAGE:-10} EVAL=${VILLAGE_EVAL:-eval.episodes=64} \
+        bash "$here/agent_loop_village.sh" > /tmp/village.log 2>&1
+      say "village agent loop exit $?"
+    ) &
+    card2=$!
+    (
+      export CUDA_VISIBLE_DEVICES=3
+      bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
+      say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
+      RUN=gpu-ippo-smollm2 bash "$here/gpu_train.sh" recipe configs/gpu-ippo-smollm2.yaml \
+        "train.max_minutes=${MIN_IPPO:-15}" > /tmp/gpu-ippo-smollm2.queue.log 2>&1
+      say "ippo exit $?"
+    ) &
+    card3=$! ;;
+  next)  # what the s19 hold left open (its results file, "What the three Werewolf results say")
+    # 12p as conversations (the 12p recipe's header): SmolLM2's context less the answer, long sequences in
+    # small micro-batches with the fused kernels (no full-vocabulary logits)
+    CONVERSATION_12P="rollout.prompt=conversation batch.layout=episode rollout.max_prompt_tokens=8000
+      batch.max_prompt_len=8192 batch.max_response_len=8192 policies.0.micro_batch_size=4
+      policies.0.extra.infer_micro_batch_size=8 policies.0.extra.fused_kernels=true
+      policies.0.extra.gradient_checkpointing=true"
+    # cards 0 and 1: the AIW recipe's new shape (half its groups against the heuristic wolves, heuristic clone),
+    # and 12p with a seat's turns as one sequence (TWELVE_P: the conversation prompt mode and the episode layout)
+    CARDS="0 1" PARALLEL=20 EXTRA_2="${TWELVE_P:-$CONVERSATION_12P}" \
+      bash "$here/gpu_queue.sh" "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" \
+      "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" > /tmp/queue.log 2>&1 &
+    queue=$!
+    (  # card 2: a second training seed of the bargaining recipe (the held-out seeds stay those of seed 0)
+      export CUDA_VISIBLE_DEVICES=2
+      RUN=gpu-bargaining-smollm2-seed1 bash "$here/gpu_train.sh" recipe configs/gpu-bargaining-smollm2.yaml \
+        seed=1 "train.max_minutes=${MIN_BARGAIN:-15}" > /tmp/gpu-bargaining-smollm2-seed1.queue.log 2>&1
+      say "bargaining seed 1 exit $?"
+    ) &
+    card2=$!
+    (  # card 3: the GPU test, then the trainer against main_ppo (item 6), one side after the other on this card
+      export CUDA_VISIBLE_DEVICES=3
+      bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
+      say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
+      CARDS=3 STEPS=${VS_STEPS:-8} bash "$here/vs_main_ppo.sh" > /tmp/vs.log 2>&1
+      say "vs main_ppo exit $?"
+    ) &
+    card3=$! ;;
+  *) echo "PLAN: s19 or next" >&2; exit 2 ;;
+esac
+wait "$queue" "$card2" "$card3"
 say "hold plan done"
