@@ -64,6 +64,27 @@ SHARED = {
 }
 
 
+CONVERSATION = {
+    **CONFIG,
+    "name": "gpu-e2e-conversation",
+    "description": "a bargaining seat's turns as one conversation: token prompts that extend each other on vLLM",
+    "game": {"id": "bargaining_v1", "variant": "medium", "bot": "heuristic"},
+    # the model: a tiny one with 4,096 positions (built by the test; "tiny" has 512, less than one
+    # conversation: a bargaining seat's first prompt alone is ~540 of its tokens)
+    "policies": [{**CONFIG["policies"][0], "id": "seller", "seats": [1]}],  # type: ignore[index]
+    "rollout": {
+        "mode": "service",
+        "episodes_per_update": 8,
+        "group_size": 4,
+        "max_tokens": 12,
+        "prompt": "conversation",
+        "max_prompt_tokens": 3000,
+    },
+    "batch": {"layout": "episode", "max_prompt_len": 4096, "max_response_len": 4096},
+    "eval": {"every": 2, "episodes": 8},
+}
+
+
 def _train_on_the_gpu(tmp_path: Path, config: dict[str, object]) -> tuple[str, Path, list[dict[str, float]]]:
     """``wolfpack train`` of ``config`` in a subprocess (as a user runs it); its output, run directory and
     metrics rows."""
@@ -116,3 +137,21 @@ def test_a_shared_lora_policy_updates_once_and_serves_both_engines(tmp_path: Pat
     for written in last["proposer"].iterdir():
         assert (last["responder"] / written.name).stat().st_ino == written.stat().st_ino, written.name
     assert "time per update" in out and "evaluation (median of" in out, out[-3000:]
+
+
+def test_conversation_prompts_extend_each_other_through_vllm(tmp_path: Path) -> None:
+    """``rollout.prompt: conversation`` with the job's vLLM: each seat's prompts are sent as token ids that
+    extend the previous prompt + answer, so the episode layout trains fewer sequences than turns (a
+    restart over the budget begins a new one), with vLLM's logprobs matching the learner's. On CPU (local
+    mode, the CPU learner) the same config gave 48 turns -> 8 samples, one per game."""
+    from wolfpack.models import tiny_model
+
+    model = str(tiny_model(tmp_path / "models", max_positions=4096))
+    config = {**CONVERSATION, "policies": [{**CONVERSATION["policies"][0], "model": model}]}  # type: ignore[index]
+    _, _, rows = _train_on_the_gpu(tmp_path, config)
+    updates = [r for r in rows if "batch/turns" in r]
+    assert len(updates) == 2, rows
+    for r in updates:
+        assert 0 < r["batch/samples"] < r["batch/turns"], r
+        assert r["batch/samples"] <= r["batch/trajectories"] + r["batch/split_sequences"], r
+        assert abs(r["mismatch/abs_logprob_diff"]) < 0.1, r

@@ -296,3 +296,5 @@ def test_a_local_train_run_trains_one_sample_per_seat_game(
     print(f"conversation run: {stats.turns} turns -> {stats.samples} samples, {stats.split_sequences} splits")
     assert stats.split_sequences == 0
     assert stats.samples == 4 < stats.turns  # one per seat-game: 4 games, seat 0 each
+    (row,) = [r for r in trainer.metrics.rows() if "batch/samples" in r]
+    assert (row["batch/turns"], row["batch/samples"], row["batch/split_sequences"]) == (stats.turns, 4, 0)

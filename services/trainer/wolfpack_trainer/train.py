@@ -726,9 +726,12 @@ class Trainer:
         pad = int(self.tokenizer.pad_token_id or 0) if self.tokenizer is not None else 0
         samples = build_samples(trajectories, self.cfg.batch_config(pad), stats)
         metrics: dict[str, float] = {**episode_metrics(trajectories), **episode_time_split(trajectories)}
+        # turns -> samples: one each in the turn layout, one per seat-game for conversations in the episode
+        # layout (split_sequences: a seat's turns that did not extend each other, so began a new sample)
         metrics.update(
-            {"batch/samples": float(stats.samples), "batch/dropped_too_long": float(stats.dropped_too_long)}
-        )
+            {"batch/samples": float(stats.samples), "batch/dropped_too_long": float(stats.dropped_too_long),
+             "batch/turns": float(stats.turns), "batch/split_sequences": float(stats.split_sequences)}
+        )  # fmt: skip
         metrics["staleness/dropped_total"] = float(self.state.dropped_stale)
         lags = [
             self.state.versions.get(t.policy.policy_id, 0) - t.policy.version
