@@ -311,7 +311,9 @@ def rollout(
     prompt_mode: Annotated[
         str | None,
         typer.Option(
-            help="full or memory (current observation + k-step memory). Default: memory on <= 8 cores, else full."
+            help="full or memory (current observation + k-step memory). Default: memory on <= 8 cores, else full. "
+            "(conversation, a seat's turns as one growing chat, needs the policy's tokenizer: wolfpack train's "
+            "rollout.prompt only.)"
         ),
     ] = None,
     turn_timeout_s: Annotated[
