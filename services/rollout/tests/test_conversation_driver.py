@@ -8,7 +8,6 @@ model's 512 positions by starting the conversation again, counted, with no episo
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from wolfpack.v1 import common_pb2
 from wolfpack.v1 import curriculum_service_pb2 as cur_pb
 from wolfpack_environment.client import EnvironmentClient
 from wolfpack_rollout.driver import RolloutConfig, RolloutDriver, SamplingConfig
+from wolfpack_rollout.prompts import TokenizerCodec
 
 POLICY = "learner"
 """The tiny model's policy id on the test stack (``conftest.POLICY``)."""
@@ -39,23 +39,6 @@ def ultimatum_task(seed: int, seat: int = 0) -> cur_pb.Task:
     return task
 
 
-class Codec:
-    """``ChatCodec`` over a transformers tokenizer (the trainer's ``TokenizerCodec`` does the same)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-
-    def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
-        return str(
-            self.tokenizer.apply_chat_template(
-                [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, tokenize=False
-            )
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
 async def test_conversation_prompts_extend_through_the_services(
     stack: Any, tasks: dict[str, Any], tiny_dir: Path
 ) -> None:
@@ -67,7 +50,7 @@ async def test_conversation_prompts_extend_through_the_services(
         rpc.channel(stack.reward, stack.settings) as reward,
     ):
         driver = RolloutDriver(config, environment=env, inference_channel=inference, reward_channel=reward,
-                               chat_codec=Codec(AutoTokenizer.from_pretrained(tiny_dir)))  # fmt: skip
+                               chat_codec=TokenizerCodec(AutoTokenizer.from_pretrained(tiny_dir)))  # fmt: skip
         played = await driver.play([ultimatum_task(32), ultimatum_task(33)])
         await driver.close()
     assert driver.stats.episodes_failed == 0, driver.stats.recent_failures

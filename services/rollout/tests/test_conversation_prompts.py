@@ -17,6 +17,7 @@ from transformers import AutoTokenizer
 from wolfpack_rollout.config import RolloutConfig
 from wolfpack_rollout.prompts import (
     TemplateError,
+    TokenizerCodec,
     continuation_ids,
     new_lines,
     opening_ids,
@@ -55,23 +56,6 @@ OBSERVATIONS = [
 ANSWERS = ["inspect 3", "vote 4", "inspect 2"]
 
 
-class Codec:
-    """``ChatCodec`` over a transformers tokenizer (the trainer's ``TokenizerCodec`` does the same)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-
-    def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
-        return str(
-            self.tokenizer.apply_chat_template(
-                [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, tokenize=False
-            )
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
 @pytest.fixture(scope="module")
 def chatml(tiny_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(tiny_dir)
@@ -84,7 +68,7 @@ def tokenizer_with(tiny_dir: Path, template: str) -> Any:
 
 
 def play(
-    codec: Codec, *, stop: Sequence[bool], system_prompt: str = ""
+    codec: TokenizerCodec, *, stop: Sequence[bool], system_prompt: str = ""
 ) -> tuple[list[list[int]], list[list[int]], list[Mapping[str, str]]]:
     """A seat's three decisions as the driver builds them: (prompts, answers, the whole conversation's
     messages). ``stop[i]``: answer i ends with ``<|im_end|>`` (finish STOP), else it was cut (LENGTH)."""
@@ -110,7 +94,7 @@ def play(
 def test_each_prompt_extends_the_last_and_is_the_template_over_the_conversation(
     chatml: Any, stop: tuple[bool, ...]
 ) -> None:
-    codec = Codec(chatml)
+    codec = TokenizerCodec(chatml)
     prompts, answers, conversation = play(codec, stop=stop, system_prompt="Answer with one action.")
     for k in range(1, len(prompts)):
         assert prompts[k][: len(prompts[k - 1]) + len(answers[k - 1])] == [*prompts[k - 1], *answers[k - 1]]
@@ -124,7 +108,7 @@ def test_each_prompt_extends_the_last_and_is_the_template_over_the_conversation(
 
 def test_a_default_system_prompt_appears_once(tiny_dir: Path) -> None:
     """Templating only the new messages would add the default system prompt again before each of them."""
-    codec = Codec(tokenizer_with(tiny_dir, SMOLLM2_LIKE))
+    codec = TokenizerCodec(tokenizer_with(tiny_dir, SMOLLM2_LIKE))
     prompts, answers, conversation = play(codec, stop=(True, False, True))
     whole = codec.tokenizer.decode(prompts[-1])
     assert whole == codec.render(conversation[:-1], True)
@@ -134,7 +118,7 @@ def test_a_default_system_prompt_appears_once(tiny_dir: Path) -> None:
 
 
 def test_a_template_that_rewrites_earlier_turns_is_refused(tiny_dir: Path) -> None:
-    codec = Codec(tokenizer_with(tiny_dir, FORGETFUL))
+    codec = TokenizerCodec(tokenizer_with(tiny_dir, FORGETFUL))
     history = opening_messages(OBSERVATIONS[0])
     history += [{"role": "assistant", "content": "inspect 3"}, {"role": "user", "content": "Now: vote"}]
     with pytest.raises(TemplateError, match="does not extend a conversation"):

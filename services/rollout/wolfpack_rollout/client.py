@@ -11,7 +11,7 @@
   ``run`` then reports outcomes to the curriculum by RPC and trajectories stay in ``driver.trajectories``.
 * the player itself (``RolloutDriver``, ``RolloutConfig``, ``SamplingConfig``) and the ``backends`` seam,
   so the trainer's local mode plays through the same loop over in-process backends.
-* ``render_messages`` and ``conversation_turn`` (with ``SeatChat``) — the chat a seat's policy is prompted
+* ``render_messages`` and ``conversation_turn`` (with ``SeatChat``, ``TokenizerCodec``) — the chat a seat's policy is prompted
   with, as the driver builds it (one turn, or the seat's growing conversation), so that the trainer's warm
   start clones a bot on exactly the prompts the policy will see.
 
@@ -38,7 +38,7 @@ from wolfpack_curriculum.client import CurriculumClient
 from wolfpack_rollout.backends import BatchResult, Environment, EpisodeStream, Inference, Reward
 from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.driver import EpisodeFailed, PromptEncoder, RolloutDriver
-from wolfpack_rollout.prompts import SeatChat, conversation_turn, render_messages
+from wolfpack_rollout.prompts import SeatChat, TokenizerCodec, conversation_turn, render_messages
 
 if TYPE_CHECKING:
     from wolfpack_inference.client import BatchItem
@@ -57,6 +57,7 @@ __all__ = [
     "RolloutDriver",
     "SamplingConfig",
     "SeatChat",
+    "TokenizerCodec",
     "connect",
     "conversation_turn",
     "render_messages",

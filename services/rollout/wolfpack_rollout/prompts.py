@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from wolfpack.v1 import common_pb2
 
@@ -105,6 +105,24 @@ class ChatCodec(Protocol):
     def encode(self, text: str) -> list[int]:
         """Token ids of templated text (no special tokens added: the template wrote them)."""
         ...
+
+
+class TokenizerCodec:
+    """``ChatCodec`` over a tokenizer with a chat template (a transformers tokenizer: ``apply_chat_template``
+    and ``__call__``): the template as text, and that text's ids with no special tokens added (the template
+    wrote them). What the trainer passes the driver, and what the tests template with."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool) -> str:
+        text = self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, tokenize=False
+        )
+        return str(text)
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 
 class TemplateError(ValueError):

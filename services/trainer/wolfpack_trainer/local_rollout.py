@@ -45,7 +45,7 @@ from wolfpack.v1 import reward_service_pb2 as rew_pb
 from wolfpack_games.session import Session, start_session
 from wolfpack_games.session_proto import Observations, action_to_pb, episode_state_pb, seat_plans
 from wolfpack_rewards import ScoreError, resolve_spec, score
-from wolfpack_rollout.client import BatchResult, RolloutConfig, RolloutDriver, SamplingConfig
+from wolfpack_rollout.client import BatchResult, RolloutConfig, RolloutDriver, SamplingConfig, TokenizerCodec
 
 if TYPE_CHECKING:
     import grpc
@@ -150,23 +150,6 @@ def prompt_encoder(tokenizer: Any) -> Callable[[Sequence[common_pb2.ChatMessage]
         return chat_ids(tokenizer, [{"role": m.role, "content": m.content} for m in messages])
 
     return encode
-
-
-class TokenizerCodec:
-    """The driver's ``chat_codec`` for this tokenizer (``conversation`` prompts): the chat template as text,
-    and that text's ids as ``chat_ids`` tokenises it (no special tokens added: the template wrote them)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-
-    def render(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool) -> str:
-        text = self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, tokenize=False
-        )
-        return str(text)
-
-    def encode(self, text: str) -> list[int]:
-        return [int(t) for t in self.tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 
 @dataclass(frozen=True)

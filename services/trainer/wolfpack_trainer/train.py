@@ -52,6 +52,7 @@ import torch
 from wolfpack.files import write_text_atomic
 from wolfpack.stream import Delivery, ProtoStreamConsumer, ProtoStreamProducer, StreamUnavailableError
 from wolfpack.v1 import common_pb2, trajectory_pb2
+from wolfpack_rollout.client import TokenizerCodec
 from wolfpack_trainer import algos
 from wolfpack_trainer.batch import BuildStats, Sample, build_samples, collate, narrow, split_by_policy
 from wolfpack_trainer.config import TrainConfig
@@ -61,7 +62,6 @@ from wolfpack_trainer.local_rollout import (
     Generated,
     PolicyFn,
     Task,
-    TokenizerCodec,
     check_penalty,
     local_driver,
     play,

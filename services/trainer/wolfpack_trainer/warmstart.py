@@ -45,8 +45,8 @@ from typing import Any
 import torch
 
 from wolfpack_games import Action, GameEnv, get_game, make_game
-from wolfpack_rollout.client import SeatChat, conversation_turn, render_messages
-from wolfpack_trainer.local_rollout import TokenizerCodec, chat_ids
+from wolfpack_rollout.client import SeatChat, TokenizerCodec, conversation_turn, render_messages
+from wolfpack_trainer.local_rollout import chat_ids
 
 
 @dataclass(frozen=True)
