@@ -111,30 +111,32 @@ def stream_key() -> Iterator[str]:
     yield f"test:rollout:{uuid.uuid4().hex}"
 
 
-def werewolf_task(seed: int, seat: int = 3, group: str = "") -> cur_pb.Task:
+def scripted_task(game: str, variant: str, prefix: str, seed: int, seat: int, group: str = "") -> cur_pb.Task:
+    """One episode of ``game/variant`` with ``seat`` the test policy's, the others the heuristic bot."""
     task = cur_pb.Task(
-        task_id=f"ww-{seed}", seed=seed, bucket="werewolf_v1/6p", trainee_seats=[seat],
-        group_id=group or f"g-ww-{seed}", group_size=1, opponent_kind=cur_pb.OPPONENT_KIND_SCRIPTED,
+        task_id=f"{prefix}-{seed}", seed=seed, bucket=f"{game}/{variant}", trainee_seats=[seat],
+        group_id=group or f"g-{prefix}-{seed}", group_size=1, opponent_kind=cur_pb.OPPONENT_KIND_SCRIPTED,
         opponent_id="scripted:heuristic", split="train",
     )  # fmt: skip
-    task.game.game_id, task.game.variant = "werewolf_v1", "6p"
+    task.game.game_id, task.game.variant = game, variant
     b = task.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
     b.policy.policy_id = POLICY
     return task
+
+
+def werewolf_task(seed: int, seat: int = 3, group: str = "") -> cur_pb.Task:
+    return scripted_task("werewolf_v1", "6p", "ww", seed, seat, group)
 
 
 def bargaining_task(seed: int, seat: int = 0) -> cur_pb.Task:
-    task = cur_pb.Task(
-        task_id=f"bg-{seed}", seed=seed, bucket="bargaining_v1/easy", trainee_seats=[seat],
-        group_id=f"g-bg-{seed}", group_size=1, opponent_kind=cur_pb.OPPONENT_KIND_SCRIPTED,
-        opponent_id="scripted:heuristic", split="train",
-    )  # fmt: skip
-    task.game.game_id, task.game.variant = "bargaining_v1", "easy"
-    b = task.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
-    b.policy.policy_id = POLICY
-    return task
+    return scripted_task("bargaining_v1", "easy", "bg", seed, seat)
+
+
+def ultimatum_task(seed: int, seat: int = 0) -> cur_pb.Task:
+    """Ultimatum: short prompts, so that a seat's conversation grows for turns inside a small budget."""
+    return scripted_task("ultimatum_v1", "easy", "ug", seed, seat)
 
 
 @pytest.fixture
 def tasks() -> dict[str, Any]:
-    return {"werewolf": werewolf_task, "bargaining": bargaining_task}
+    return {"werewolf": werewolf_task, "bargaining": bargaining_task, "ultimatum": ultimatum_task}

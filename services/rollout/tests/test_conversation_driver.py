@@ -14,8 +14,6 @@ from typing import Any
 from transformers import AutoTokenizer
 
 from wolfpack import rpc
-from wolfpack.v1 import common_pb2
-from wolfpack.v1 import curriculum_service_pb2 as cur_pb
 from wolfpack_environment.client import EnvironmentClient
 from wolfpack_rollout.driver import RolloutConfig, RolloutDriver, SamplingConfig
 from wolfpack_rollout.prompts import TokenizerCodec
@@ -24,19 +22,6 @@ POLICY = "learner"
 """The tiny model's policy id on the test stack (``conftest.POLICY``)."""
 BUDGET = 500
 """Prompt tokens: the tiny model's 512 positions less an answer's 8 (inference refuses longer ones)."""
-
-
-def ultimatum_task(seed: int, seat: int = 0) -> cur_pb.Task:
-    """Ultimatum: short prompts, so that a seat's conversation grows for turns inside the budget."""
-    task = cur_pb.Task(
-        task_id=f"ug-{seed}", seed=seed, bucket="ultimatum_v1/easy", trainee_seats=[seat],
-        group_id=f"g-ug-{seed}", group_size=1, opponent_kind=cur_pb.OPPONENT_KIND_SCRIPTED,
-        opponent_id="scripted:heuristic", split="train",
-    )  # fmt: skip
-    task.game.game_id, task.game.variant = "ultimatum_v1", "easy"
-    b = task.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
-    b.policy.policy_id = POLICY
-    return task
 
 
 async def test_conversation_prompts_extend_through_the_services(
@@ -51,7 +36,7 @@ async def test_conversation_prompts_extend_through_the_services(
     ):
         driver = RolloutDriver(config, environment=env, inference_channel=inference, reward_channel=reward,
                                chat_codec=TokenizerCodec(AutoTokenizer.from_pretrained(tiny_dir)))  # fmt: skip
-        played = await driver.play([ultimatum_task(32), ultimatum_task(33)])
+        played = await driver.play([tasks["ultimatum"](32), tasks["ultimatum"](33)])
         await driver.close()
     assert driver.stats.episodes_failed == 0, driver.stats.recent_failures
     assert len(played) == 2
