@@ -54,7 +54,8 @@ case "${PLAN:-next}" in
     card3=$! ;;
   next)  # what the s19 hold left open (its results file, "What the three Werewolf results say")
     # 12p as conversations (the 12p recipe's header): SmolLM2's context less the answer, long sequences in
-    # small micro-batches with the fused kernels (no full-vocabulary logits)
+    # small micro-batches with the fused kernels (no full-vocabulary logits). An experiment: 2.7x fewer learner
+    # tokens, yet 1.5x the update time on the CPU learner (bench/results/2026-11-27-conversation-layout-s19.md)
     CONVERSATION_12P="rollout.prompt=conversation batch.layout=episode rollout.max_prompt_tokens=8000
       batch.max_prompt_len=8192 batch.max_response_len=8192 policies.0.micro_batch_size=4
       policies.0.extra.infer_micro_batch_size=8 policies.0.extra.fused_kernels=true
