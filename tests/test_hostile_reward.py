@@ -5,7 +5,13 @@ splitting the GIL with the event loop three ways. Real server over gRPC, the thr
 their own. The bounds are absolute latencies on a shared two-core box where the three abusers and the
 server are four CPU-bound processes, checked against the server before the heavy pool (b9f22b9^) with this
 very test on 2026-11-27: there medians 0.26-0.30 s and max 1.3-1.7 s (5 runs, all fail here); with the pool,
-medians 0.07-0.17 s and max 0.17-0.39 s (18 runs, all pass)."""
+medians 0.07-0.17 s and max 0.17-0.39 s (18 runs, all pass). A CI run on 2026-11-28 then had one call of ten at
+1.26 s with the others' median at 0.03 s: a call that lands while the server's gRPC thread decodes one 62 MB
+request waits for that decode (it holds the GIL), which the heavy pool cannot take off the loop. So the tail
+bound is on the second-slowest call (one such wait is allowed, a queue behind whole scores is not), and the
+median bound sits between the two servers' medians (0.22 s). Measured beside it on an idle box the same day: with
+the pool, medians 0.07-0.09 s (3 runs); with every call in the shared pool (the heavy pool switched off), medians
+0.14, 0.17 and 0.27 s: this bound catches that regression in some runs, not all (the gap is 2-4x, not 10x)."""
 
 from __future__ import annotations
 
@@ -115,4 +121,4 @@ async def test_a_trivial_score_beside_three_clients_looping_60_mb_scores(target:
                     proc.kill()
                 await proc.wait()
     assert set(answered) == {b"60000"}, ("the large calls must still be answered", answered)
-    assert statistics.median(latencies) < 0.3 and max(latencies) < 1.0, latencies
+    assert statistics.median(latencies) < 0.22 and sorted(latencies)[-2] < 1.0, latencies

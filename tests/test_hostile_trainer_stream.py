@@ -6,8 +6,10 @@
 - poison entries (a token id outside the vocabulary, fewer logprobs than tokens, a NaN logprob or reward,
   no data field) are dead-lettered with the reason and the run goes on with finite weights (they ended the
   run, or turned every weight into NaN);
-- Redis away for longer than the stream's retry window (30 s) does not end the run: the loop waits, says
-  so, reports NOT_SERVING through ``stream_health``, and finishes once Redis is back with every entry used.
+- Redis away for longer than the stream's retry window (``WOLFPACK_STREAM_RETRY_TIMEOUT_S``, 30 s by default;
+  the test sets 4 s, which the trainer's consumer honours like every other consumer of the stream) does not
+  end the run: the loop waits, says so, reports NOT_SERVING through ``stream_health``, and finishes once
+  Redis is back with every entry used.
 
 Real Redis (an embedded server of the test's own where it is killed), the tiny model, local play.
 """
@@ -156,9 +158,13 @@ def test_poison_entries_are_dead_lettered_with_the_reason_and_the_run_goes_on(
     assert client.xpending(stream, "trainer")["pending"] == 0
 
 
+RETRY_WINDOW_S = 4
+
+
 def test_redis_away_past_the_retry_window_is_waited_out_with_every_entry_used(
-    tiny: str, tmp_path: Path
+    tiny: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("WOLFPACK_STREAM_RETRY_TIMEOUT_S", str(RETRY_WINDOW_S))
     server = EmbeddedRedis(tmp_path / "redis").start()
     try:
         stream = _stream(server.url)
@@ -178,7 +184,7 @@ def test_redis_away_past_the_retry_window_is_waited_out_with_every_entry_used(
             server.kill()  # SIGKILL; the AOF keeps what was acknowledged
 
             def back() -> None:
-                time.sleep(33)  # past the consumer's 30 s retry window
+                time.sleep(RETRY_WINDOW_S + 3)  # past the consumer's retry window
                 server.start()
                 restarted.set()
 

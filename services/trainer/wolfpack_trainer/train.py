@@ -50,7 +50,14 @@ import redis.asyncio as aioredis
 import torch
 
 from wolfpack.files import write_text_atomic
-from wolfpack.stream import Delivery, ProtoStreamConsumer, ProtoStreamProducer, StreamUnavailableError
+from wolfpack.settings import load_settings
+from wolfpack.stream import (
+    Delivery,
+    ProtoStreamConsumer,
+    ProtoStreamProducer,
+    RetryPolicy,
+    StreamUnavailableError,
+)
 from wolfpack.v1 import common_pb2, trajectory_pb2
 from wolfpack_rollout.client import TokenizerCodec
 from wolfpack_trainer import algos
@@ -396,7 +403,6 @@ class Trainer:
         owners = ev.bind_base(served, ev.base_policy_ids(self.cfg))
         if self.driver is not None:
             if self.publisher.inference_addr:  # a job's stack serves them already; a hand-built one may not
-                from wolfpack.settings import load_settings
                 from wolfpack_trainer.stack import serve_missing
 
                 settings = self.publisher.settings or load_settings()
@@ -422,6 +428,9 @@ class Trainer:
         cfg = self.cfg
         total = updates if updates is not None else cfg.train.updates
         client = aioredis.Redis.from_url(self.redis_url)
+        # The retry window and the dead-letter count are the deployment's WOLFPACK_STREAM_* settings, as for
+        # every other consumer of the stream; the reclaim idle time is the run's own (``stream.claim_idle_ms``).
+        stream_settings = self.publisher.settings or load_settings()
         consumer: ProtoStreamConsumer[trajectory_pb2.Trajectory] = ProtoStreamConsumer(
             client,
             cfg.stream.name,
@@ -431,6 +440,8 @@ class Trainer:
             batch=cfg.rollout.episodes_per_update,
             block_ms=200,
             claim_idle_ms=cfg.stream.claim_idle_ms,
+            max_deliveries=stream_settings.stream_max_deliveries,
+            retry=RetryPolicy(timeout_s=stream_settings.stream_retry_timeout_s),
         )
         producer: ProtoStreamProducer[trajectory_pb2.Trajectory] = ProtoStreamProducer(
             client, cfg.stream.name, lambda t: t.trajectory_id
@@ -1257,7 +1268,6 @@ async def _run_serving(
     if address is None:
         return await trainer.run(updates)
     from wolfpack import rpc
-    from wolfpack.settings import load_settings
     from wolfpack_trainer.server import SERVICE, register_live
 
     server = await rpc.start_server(SERVICE, register_live(trainer), load_settings(), address)
