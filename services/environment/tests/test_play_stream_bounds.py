@@ -75,7 +75,11 @@ async def test_health_answers_while_a_message_of_costly_creates_is_applied(
     served: tuple[str, EnvironmentClient],
 ) -> None:
     """30 creates whose options are at the total bound (each ~0.1 s of YAML, refused by the game
-    afterwards) cost seconds in all; health checks sent meanwhile are answered within a few of them."""
+    afterwards) cost seconds in all; health checks sent meanwhile are answered within a few of them. The
+    server shares this process and its event loop with the checks, so one check can land behind a GC pause
+    or a neighbour's burst on a loaded box (a CI run lost it to one such check): the bound is on the
+    second-slowest check. A server that applied the message on its loop would hold every check for the whole
+    message (seconds), and leave fewer than three checks to count."""
     target, client = served
     ints = ("[" + ", ".join(["1"] * 6000))[:16_383] + "]"  # 16 KiB of YAML: thousands of nodes
     options = {f"o{i}": ints for i in range(MAX_OPTIONS_TOTAL_CHARS // 16_384)}
@@ -92,7 +96,7 @@ async def test_health_answers_while_a_message_of_costly_creates_is_applied(
     out = await work
     assert all(code_of(c.error) == grpc.StatusCode.INVALID_ARGUMENT for c in out)  # unknown options
     assert len(latencies) >= 3, "the message was applied too fast to check anything"
-    assert max(latencies) < 1.0, latencies
+    assert sorted(latencies)[-2] < 1.0, latencies
 
 
 async def test_options_are_bounded_in_total(served: tuple[str, EnvironmentClient]) -> None:
