@@ -16,12 +16,14 @@ chromium:
 		|| echo "warning: /usr/bin/chromium is missing (apt-get install chromium); the web browser tests will fail"
 
 # Re-run pip only when the dependency list changed. torch (inference/trainer extras) is installed with
-# an exact pin first so pip never resolves a multi-GB CUDA build on CPU machines.
+# an exact pin first so pip never resolves a multi-GB CUDA build on CPU machines. --no-compile: pip would
+# byte-compile all ~23k files of the environment (~90 s of one core here; ray, transformers' model zoo,
+# wandb, sympy...), most of which nothing imports; Python compiles what is imported, once, on first use.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e ".[dev,environment,inference,trainer,web]"
+	$(BIN)/python -m pip install --quiet --no-compile "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev,environment,inference,trainer,web]"
 	@touch $(STAMP)
 
 # The training job resumes its run directory: a rerun continues, or (finished) prints the summary and
