@@ -205,6 +205,7 @@ async def test_play_stream_routes_late_and_foreign_results(stack: Any) -> None:
             response_token_ids=[], response_logprobs=[], response_text="x", finish_reason=0,
             policy=common_pb2.PolicyRef(), sampling=common_pb2.SamplingParams(),
         )  # fmt: skip
+        ep.by_turn[(seat, turn)] = ep.last[seat]  # what the driver's _record keeps for the results
     decided: list[Any] = []
     stats = RolloutStats()
     async with rpc.channel(stack.environment, stack.settings) as ch:

@@ -16,6 +16,10 @@ How it is built, and why:
 * **Validity comes from the environment**: every act's result comes back (not ``rejected_results_only``:
   an accepted result carries the applied action, which goes into ``Turn.action``); a rejected one marks
   the attempt invalid (re-prompted) or defaulted; the re-prompt arrives as a decision with the same turn id.
+* **A late answer is what the game made of it**: an answer that comes after the environment's turn timeout
+  applied the default (the act's result is the timeout's, replayed) is recorded defaulted, in its turn's place
+  among the seat's turns; in ``conversation`` mode the seat's chat moves on only with answers the game read
+  (their result came back before the seat's next decision), so no later prompt carries a move never made.
 * **Finishing is off the stream's path**: an ended episode is read (GetEpisode with the admin token: roles,
   outcomes, event log), closed, built into a ``Trajectory`` (``trajectory.py``), scored by the reward
   service and handed to the sink while the stream keeps playing the others. ``concurrency`` counts an
@@ -171,12 +175,22 @@ class _Episode:
     records: list[TurnRecord] = field(default_factory=list)
     past: dict[int, list[str]] = field(default_factory=dict)
     last: dict[int, TurnRecord] = field(default_factory=dict)
+    """Each seat's record of its newest turn answered (a late answer of an older turn does not move it)."""
+    by_turn: dict[tuple[int, int], TurnRecord] = field(default_factory=dict)
+    """The record of each (seat, turn id)'s latest attempt: what the environment's result of that act marks."""
     finals: dict[int, env_pb.Observation] = field(default_factory=dict)
     decisions: int = 0
     chats: dict[int, SeatChat] = field(default_factory=dict)
     """Each seat's conversation so far (``conversation`` prompt mode)."""
     asked: dict[tuple[int, int, int], _Asked] = field(default_factory=dict)
     """The conversation prompt of each request in flight, by (seat, turn id, attempt), until answered."""
+    latest_ask: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Each seat's newest conversation prompt, (turn id, attempt): only its answer can move the chat on."""
+    pending_chat: dict[int, tuple[int, SeatChat]] = field(default_factory=dict)
+    """A seat's conversation with its newest answer, (turn id, chat), until the game has read that answer:
+    its act's result makes it the seat's ``chats``; the seat's next decision coming first, or a result
+    saying the game had already applied its default, drops it (the answer came after the turn timeout, and
+    the game went on without it)."""
     truncated: str = ""
     failure: EpisodeFailed | None = None
     stream: _PlayStream | None = None
@@ -277,14 +291,25 @@ class _PlayStream:
             if ep is None or ep.closed:
                 continue
             code, reason = _error_of(result)
-            rec = ep.last.get(result.seat)
-            if rec is None or rec.turn_id != result.turn_id:
+            pending = ep.pending_chat.get(result.seat)
+            if pending is not None and pending[0] == result.turn_id:
+                del ep.pending_chat[result.seat]
+                if not (result.HasField("error") or (result.defaulted and result.duplicate)):
+                    ep.chats[result.seat] = pending[1]
+            rec = ep.by_turn.get((result.seat, result.turn_id))
+            if rec is None:
                 continue
             if result.HasField("action"):  # what the environment applied: the parsed action or the default
                 rec.action = result.action
             if code:  # a stale turn: the environment moved on (turn timeout) and applied its default
                 self.stats.stale_acts += 1
                 rec.valid, rec.defaulted, rec.invalid_reason = False, True, f"{code}: {reason}"
+            elif result.defaulted:
+                # The game applied its default, not this answer: the last re-prompt's, or (``duplicate``: the
+                # timeout's own result replayed) an answer that came after the turn timeout had applied it.
+                # Kept as given it would read as a move the game made (the scenario verifier's transcript).
+                self.stats.stale_acts += result.duplicate
+                rec.valid, rec.defaulted, rec.invalid_reason = False, True, result.reason or "defaulted"
             elif not result.accepted:
                 rec.valid = False
                 rec.defaulted = result.defaulted
@@ -656,6 +681,9 @@ class RolloutDriver:
         cfg = self.config
         codec = self.chat_codec
         assert codec is not None  # _drive refuses the mode without one
+        # An answer whose result has not come before the seat's next decision was not read by the game (a
+        # result comes before the decisions it leads to): its turn timed out, the chat goes on without it.
+        ep.pending_chat.pop(obs.seat, None)
         try:
             turn = conversation_turn(
                 codec, ep.chats.get(obs.seat), obs.text, ep.past.get(obs.seat, []), budget=cfg.max_prompt_tokens,
@@ -669,7 +697,9 @@ class RolloutDriver:
             ep.end(truncated="context_overflow")
             return None
         messages, ids, restarted = turn
-        ep.asked[(obs.seat, obs.turn_id, _attempt(ep, obs))] = _Asked(messages, restarted)
+        attempt = _attempt(ep, obs)
+        ep.asked[(obs.seat, obs.turn_id, attempt)] = _Asked(messages, restarted)
+        ep.latest_ask[obs.seat] = (obs.turn_id, attempt)
         return ids
 
     def _turn_span(self, ep: _Episode, obs: env_pb.Observation) -> tracing.Span:
@@ -767,17 +797,30 @@ class RolloutDriver:
             sampling=self.config.sampling.to_pb(), started_at=started, generate_ms=generate_ms,
             attempt=attempt, compressed=resp.prompt_compressed or restarted,
         )  # fmt: skip
-        if asked is not None:  # the next decision of this seat extends this prompt and answer
-            ep.chats[obs.seat] = SeatChat(
-                asked.messages,
-                completion.text,
-                [*resp.prompt_token_ids, *completion.token_ids],
-                list(completion.token_ids),
-                obs.text,
+        # The next decision of this seat extends this prompt and answer once the game has read it
+        # (``pending_chat``). An answer to a prompt older than the seat's newest came after the turn timeout
+        # had defaulted the turn, and the newer prompt (built without it) is the seat's conversation: moving
+        # the chat to the late answer would fork it, every later prompt carrying a move the game never made.
+        if asked is not None and ep.latest_ask.get(obs.seat) == (obs.turn_id, attempt):
+            ep.pending_chat[obs.seat] = (
+                obs.turn_id,
+                SeatChat(
+                    asked.messages,
+                    completion.text,
+                    [*resp.prompt_token_ids, *completion.token_ids],
+                    list(completion.token_ids),
+                    obs.text,
+                ),
             )
-        ep.records.append(rec)
-        ep.last[obs.seat] = rec
-        ep.past.setdefault(obs.seat, []).append(obs.text)
+        ep.by_turn[(obs.seat, obs.turn_id)] = rec
+        newest = ep.last.get(obs.seat)
+        if newest is None or newest.turn_id <= obs.turn_id:
+            ep.records.append(rec)
+            ep.last[obs.seat] = rec
+            ep.past.setdefault(obs.seat, []).append(obs.text)
+        else:  # a late answer (its turn timed out, the seat has moved on): in its turn's place among the seat's
+            at = next(i for i, r in enumerate(ep.records) if r.seat == obs.seat and r.turn_id > obs.turn_id)
+            ep.records.insert(at, rec)
         self.stats.turns += 1
         self.stats.generated_tokens += len(completion.token_ids)
         if completion.finish_reason == common_pb2.FINISH_REASON_LENGTH:
@@ -820,9 +863,10 @@ class RolloutDriver:
 
 
 def _attempt(ep: _Episode, obs: env_pb.Observation) -> int:
-    """0 for a new decision; n for the n-th re-prompt of the same turn."""
-    prev = ep.last.get(obs.seat)
-    return prev.attempt + 1 if prev is not None and prev.turn_id == obs.turn_id else 0
+    """0 for a new decision; n for the n-th re-prompt of the same turn (the same when the request is built
+    and when its answer is recorded, whatever other turns of the seat were answered in between)."""
+    prev = ep.by_turn.get((obs.seat, obs.turn_id))
+    return prev.attempt + 1 if prev is not None else 0
 
 
 def _no_turns_detail(ep: _Episode, config: RolloutConfig) -> str:
