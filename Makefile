@@ -18,7 +18,8 @@ chromium:
 # Re-run pip only when the dependency list changed. torch (inference/trainer extras) is installed with
 # an exact pin first so pip never resolves a multi-GB CUDA build on CPU machines. --no-compile: pip would
 # byte-compile all ~23k files of the environment (~90 s of one core here; ray, transformers' model zoo,
-# wandb, sympy...), most of which nothing imports; Python compiles what is imported, once, on first use.
+# wandb, sympy...), most of which nothing imports; Python compiles what is imported, once, on first use
+# (where PYTHONDONTWRITEBYTECODE is set, on every use: `make test` unsets it for its run).
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -39,8 +40,10 @@ demo: setup
 up: setup
 	$(BIN)/wolfpack up
 
+# With PYTHONDONTWRITEBYTECODE set (it is on the CI machine), every process the tests start (services,
+# `wolfpack` commands) would compile each module it imports again: the test run writes its bytecode once.
 test: setup
-	$(BIN)/python -m pytest
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
 lint: setup
 	$(BIN)/ruff check .
