@@ -60,8 +60,7 @@ async def test_conversation_prompts_extend_through_the_services(
             assert list(sent.prompt_token_ids) == list(turn.prompt_token_ids)  # a token prompt, as sent
             assert len(turn.prompt_token_ids) <= BUDGET
         for prev, turn in itertools.pairwise(turns):
-            context = [*prev.prompt_token_ids, *prev.response_token_ids]
-            if list(turn.prompt_token_ids[: len(context)]) == context:
+            if _extends(turn, prev):
                 extended += 1
             else:
                 restarted += 1
@@ -127,15 +126,18 @@ def long_dir() -> Path:
 
 
 async def _play_held(
-    stack: Any, model: Path, tmp_path: Path, task: Any, inference: HeldAnswers
-) -> tuple[RolloutDriver, Any, dict[str, Any]]:
-    """One conversation-mode episode over the stack's environment and reward, ``inference`` serving the
-    model; a turn timeout of 0.5 s. Returns the driver, the trajectory and its answered turns by request id."""
+    stack: Any, model: Path, tmp_path: Path, task: Any, **hold: Any
+) -> tuple[RolloutDriver, Any, dict[tuple[int, int], Any]]:
+    """One conversation-mode episode over the stack's environment and reward, the model served by a
+    ``HeldAnswers`` (``hold``: its arguments); a turn timeout of 0.5 s. Returns the driver, the trajectory and
+    its answered first attempts by (seat, turn id)."""
     config = RolloutConfig(concurrency=1, prompt_mode="conversation", max_prompt_tokens=LONG_BUDGET, turn_timeout_s=0.5,
                            sampling=SamplingConfig(max_tokens=8))  # fmt: skip
-    server = await rpc.start_server(
-        "inference", lambda s: register(s, inference), stack.settings, "127.0.0.1:0"
+    registry = PolicyRegistry.from_configs(
+        [PolicyConfig(policy_id=POLICY, model=str(model), device="cpu", dtype="float32")], tmp_path
     )
+    held = HeldAnswers(registry, **hold)
+    server = await rpc.start_server("inference", lambda s: register(s, held), stack.settings, "127.0.0.1:0")
     try:
         async with (
             EnvironmentClient(stack.environment, stack.settings) as env,
@@ -148,23 +150,16 @@ async def _play_held(
             await driver.close()
     finally:
         await server.stop(0)
+        await registry.close()
     assert driver.stats.episodes_failed == 0, driver.stats.recent_failures
     (traj,) = played
-    turns = {
-        f"{traj.trajectory_id}:{t.seat}:{t.turn_id}:{t.attempt}": t
-        for t in traj.turns
-        if t.response_token_ids
-    }
-    return driver, traj, turns
+    mine = {(t.seat, t.turn_id): t for t in traj.turns if t.response_token_ids and t.attempt == 0}
+    return driver, traj, mine
 
 
 def _extends(turn: Any, before: Any) -> bool:
     context = [*before.prompt_token_ids, *before.response_token_ids]
     return list(turn.prompt_token_ids[: len(context)]) == context
-
-
-def _by_seat_turn(turns: dict[str, Any]) -> dict[tuple[int, int], Any]:
-    return {(t.seat, t.turn_id): t for t in turns.values() if t.attempt == 0}
 
 
 async def test_a_late_answer_after_the_seat_was_asked_again_does_not_fork_its_conversation(
@@ -174,15 +169,9 @@ async def test_a_late_answer_after_the_seat_was_asked_again_does_not_fork_its_co
     at its turn timeout and asked the seat twice more. The seat's later prompts go on from its newest prompt
     and answer, none carries the late answer (a move the game never made; before, every prompt after it
     extended the late one's chain, a fork), and the late turn is in its turn's place, marked defaulted."""
-    registry = PolicyRegistry.from_configs(
-        [PolicyConfig(policy_id=POLICY, model=str(long_dir), device="cpu", dtype="float32")], tmp_path
+    driver, traj, mine = await _play_held(
+        stack, long_dir, tmp_path, tasks["bargaining"](41), after_answered={(0, 2): (0, 4)}
     )
-    held = HeldAnswers(registry, after_answered={(0, 2): (0, 4)})
-    try:
-        driver, traj, turns = await _play_held(stack, long_dir, tmp_path, tasks["bargaining"](41), held)
-    finally:
-        await registry.close()
-    mine = _by_seat_turn(turns)
     assert max(turn for _, turn in mine) >= 6, f"the game ended too soon to show anything: {sorted(mine)}"
     late = mine[(0, 2)]
     assert late.defaulted and not late.valid and "timed out" in late.invalid_reason, late
@@ -205,21 +194,19 @@ async def test_a_late_answer_to_a_seat_not_yet_asked_again_is_left_out_of_its_co
     buyer waits for its 3rd turn (the seller's answer held 0.3 s more). The buyer's 3rd prompt goes on from
     its 1st prompt and answer, not from the late answer the game never applied (before, it did: the chat
     moved on with every answer, applied or not)."""
-    registry = PolicyRegistry.from_configs(
-        [PolicyConfig(policy_id=POLICY, model=str(long_dir), device="cpu", dtype="float32")], tmp_path
-    )
     task = tasks["bargaining"](42)
     seller = task.seats.add(seat=1, controller=common_pb2.SEAT_CONTROLLER_POLICY)
     seller.policy.policy_id = POLICY
     task.trainee_seats.append(1)
-    held = HeldAnswers(
-        registry, after_asked={(0, 2): (1, 2)}, after_answered={(1, 2): (0, 2)}, then_wait_s=0.3
+    driver, _, mine = await _play_held(
+        stack,
+        long_dir,
+        tmp_path,
+        task,
+        after_asked={(0, 2): (1, 2)},
+        after_answered={(1, 2): (0, 2)},
+        then_wait_s=0.3,
     )
-    try:
-        driver, _, turns = await _play_held(stack, long_dir, tmp_path, task, held)
-    finally:
-        await registry.close()
-    mine = _by_seat_turn(turns)
     assert (0, 3) in mine, f"the game ended too soon to show anything: {sorted(mine)}"
     late = mine[(0, 2)]
     assert late.defaulted and not late.valid and "timed out" in late.invalid_reason, late

@@ -294,7 +294,7 @@ class _PlayStream:
             pending = ep.pending_chat.get(result.seat)
             if pending is not None and pending[0] == result.turn_id:
                 del ep.pending_chat[result.seat]
-                if not (result.HasField("error") or (result.defaulted and result.duplicate)):
+                if not (code or (result.defaulted and result.duplicate)):
                     ep.chats[result.seat] = pending[1]
             rec = ep.by_turn.get((result.seat, result.turn_id))
             if rec is None:
@@ -310,10 +310,8 @@ class _PlayStream:
                 # Kept as given it would read as a move the game made (the scenario verifier's transcript).
                 self.stats.stale_acts += result.duplicate
                 rec.valid, rec.defaulted, rec.invalid_reason = False, True, result.reason or "defaulted"
-            elif not result.accepted:
-                rec.valid = False
-                rec.defaulted = result.defaulted
-                rec.invalid_reason = result.reason or "rejected"
+            elif not result.accepted:  # re-prompted (a default is the branch above)
+                rec.valid, rec.invalid_reason = False, result.reason or "rejected"
         due: list[tuple[_Episode, env_pb.Observation]] = []
         for obs in message.decisions:
             ep = self.episodes.get(obs.episode_id)
