@@ -9,6 +9,7 @@ a fraction of the message's work instead of after all of it. Options are bounded
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import AsyncIterator
 
@@ -76,10 +77,11 @@ async def test_health_answers_while_a_message_of_costly_creates_is_applied(
 ) -> None:
     """30 creates whose options are at the total bound (each ~0.1 s of YAML, refused by the game
     afterwards) cost seconds in all; health checks sent meanwhile are answered within a few of them. The
-    server shares this process and its event loop with the checks, so one check can land behind a GC pause
-    or a neighbour's burst on a loaded box (a CI run lost it to one such check): the bound is on the
-    second-slowest check. A server that applied the message on its loop would hold every check for the whole
-    message (seconds), and leave fewer than three checks to count."""
+    server shares this process and its event loop with the checks, and the tail of their latencies is not
+    the server's to keep on a loaded shared box: CI runs of 2026-11-28 had one check, then two (up to 1.6 s),
+    over 1 s with the rest at ~0.03 s. So the claim is on the median (< 0.5 s) with a 5 s ceiling for any one
+    check. A server that parses the options on its loop holds every check for a whole create or more: checks
+    of 0.02, 3.7 and 2.2 s (median 2.2), or fewer than three checks in all."""
     target, client = served
     ints = ("[" + ", ".join(["1"] * 6000))[:16_383] + "]"  # 16 KiB of YAML: thousands of nodes
     options = {f"o{i}": ints for i in range(MAX_OPTIONS_TOTAL_CHARS // 16_384)}
@@ -96,7 +98,7 @@ async def test_health_answers_while_a_message_of_costly_creates_is_applied(
     out = await work
     assert all(code_of(c.error) == grpc.StatusCode.INVALID_ARGUMENT for c in out)  # unknown options
     assert len(latencies) >= 3, "the message was applied too fast to check anything"
-    assert sorted(latencies)[-2] < 1.0, latencies
+    assert statistics.median(latencies) < 0.5 and max(latencies) < 5.0, latencies
 
 
 async def test_options_are_bounded_in_total(served: tuple[str, EnvironmentClient]) -> None:
