@@ -16,7 +16,8 @@
 # none shares memory or compute with another (the host's 64 cores and 512 GB are far from the bound).
 # PLAN=s19: card 0 12p ZH GRPO, card 1 AIW GiGPO, card 2 the village through the verl agent loop
 #   (agent_loop_village.sh, MIN_VILLAGE 10), card 3 the GPU end-to-end test then IPPO.
-# PLAN=next (the default; not yet run): card 0 AIW in its new shape (half its groups against the heuristic wolves,
+# PLAN=next (the default; run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
+#   memory then, mended since; the rest finished): card 0 AIW in its new shape (half its groups against the heuristic wolves,
 #   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
 #   mode and the episode layout), card 2 a second training seed of the bargaining recipe, card 3 the GPU test then
 #   the trainer against main_ppo one side after the other (vs_main_ppo.sh, CARDS=3, VS_STEPS a side).

@@ -29,13 +29,16 @@ from pathlib import Path
 STEP = re.compile(
     r"(?:^|\) )step:(\d+) - (.*)$"
 )  # Ray prefixes the line: "(TaskRunner pid=...) step:1 - ..."
+COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+"""Ray colours its prefix when its output is a terminal or forced (seen on the lent GPU machine: ``ESC[36m(TaskRunnerV1
+pid=...)ESC[0m step:1 - ...``): stripped before matching, or only uncoloured lines were read."""
 
 
 def main_ppo_steps(log: Path) -> list[dict[str, float]]:
     """The numeric metrics of every ``step:N - key:value - ...`` line verl's console logger printed."""
     steps = []
     for line in log.read_text(errors="replace").splitlines():
-        m = STEP.search(line.strip())
+        m = STEP.search(COLOUR.sub("", line).strip())
         if not m:
             continue
         row = {"step": float(m.group(1))}
