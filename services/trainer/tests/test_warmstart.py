@@ -25,6 +25,7 @@ from wolfpack_trainer.warmstart import (
     cache_key,
     clone_bot,
     response_loss,
+    split_passes,
     warmstart_config,
 )
 
@@ -95,7 +96,7 @@ def test_cache_key_leaves_out_optional_fields_that_are_unset() -> None:
     """Unset optional fields are not in the key (a config that does not use them keys as without them);
     clones cached before the driver's prompt fields get new keys (``test_warmstart_answers``)."""
     cfg = WarmStartConfig(game_id="bargaining_v1", variant="medium", seats=(1,), episodes=200, steps=60)
-    optional = ("roles", "options", "format_only", "system_prompt", "precision")
+    optional = ("roles", "options", "format_only", "system_prompt", "precision", "pass_tokens")
     old_fields = {k: v for k, v in asdict(cfg).items() if k not in optional}
     old = hashlib.sha256(json.dumps(["/m", old_fields], sort_keys=True).encode()).hexdigest()[:12]
     assert cache_key("/m", cfg) == old
@@ -105,6 +106,7 @@ def test_cache_key_leaves_out_optional_fields_that_are_unset() -> None:
                   replace(cfg, format_only=True), replace(cfg, steps=61), replace(cfg, precision="bf16"))
     }  # fmt: skip
     assert len(keys) == 6
+    assert cache_key("/m", replace(cfg, pass_tokens=512)) == old  # memory, not the clone
 
 
 def _train_config(**over: Any) -> TrainConfig:
@@ -213,3 +215,92 @@ def test_response_loss_is_the_models_loss_with_logits_only_where_labels_are(tmp_
     assert grads and all(
         torch.allclose(grads[n], p.grad, atol=1e-6) for n, p in model.named_parameters() if n in grads
     )
+
+
+def test_split_passes_keep_each_pass_under_the_budget_longest_first() -> None:
+    lengths = [5, 40, 12, 12, 3, 90, 7]
+    passes = split_passes(lengths, budget=48)
+    assert sorted(i for rows in passes for i in rows) == list(range(len(lengths)))  # each row once
+    assert passes[0] == [5]  # longer than the budget: a pass of its own
+    for rows in passes:
+        assert [lengths[i] for i in rows] == sorted((lengths[i] for i in rows), reverse=True)
+        assert len(rows) == 1 or len(rows) * max(lengths[i] for i in rows) <= 48
+    assert [[lengths[i] for i in rows] for rows in passes] == [[90], [40], [12, 12, 7, 5], [3]]
+    assert split_passes(lengths, budget=10**6) == [[5, 1, 2, 3, 6, 0, 4]]  # one pass, longest first
+
+
+def test_passes_add_up_to_the_batchs_loss_and_gradient(tmp_path: Any) -> None:
+    """A batch cut into passes (each divided by the whole batch's answer tokens) gives the one-pass batch
+    loss and gradient, with rows of different lengths and answer counts (so a mean of the passes' means
+    would not)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model(tmp_path / "models")), dtype=torch.float32)
+    gen = torch.Generator().manual_seed(5)
+    shapes = [(30, 2), (6, 9), (14, 1), (3, 5), (20, 6)]
+    width = max(p + a for p, a in shapes)
+    ids = torch.randint(5, 900, (len(shapes), width), generator=gen)
+    att = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for row, (prompt, answer) in enumerate(shapes):
+        att[row, : prompt + answer] = 1
+        labels[row, prompt : prompt + answer] = ids[row, prompt : prompt + answer]
+    whole = response_loss(model, ids, att, labels)
+    whole.backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    answers = int((labels[:, 1:] != -100).sum())
+    passes = split_passes([p + a for p, a in shapes], budget=40)
+    assert len(passes) >= 3
+    total = 0.0
+    for rows in passes:
+        w = max(sum(shapes[i]) for i in rows)
+        part = torch.tensor(rows)
+        piece = response_loss(model, ids[part, :w], att[part, :w], labels[part, :w], denominator=answers)
+        piece.backward()
+        total += float(piece)
+    assert abs(total - float(whole)) < 1e-5
+    assert want and all(
+        torch.allclose(want[n], p.grad, atol=1e-6) for n, p in model.named_parameters() if n in want
+    )
+
+
+def test_a_clone_in_small_passes_with_checkpointing_is_the_same_clone(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """``pass_tokens`` and gradient checkpointing change memory, not the clone: a clone built in passes of at
+    most 64 tokens with checkpointing on (the long-pair threshold lowered) matches the one-pass clone to float
+    rounding, its losses too, and both have one cache key."""
+    from transformers import AutoModelForCausalLM
+
+    import wolfpack_trainer.warmstart as ws
+
+    model = str(tiny_model(tmp_path / "models"))
+    cfg = WarmStartConfig(game_id="ultimatum_v1", variant="easy", seats=(1,), episodes=8, steps=6,
+                          batch_size=4, lr=3e-3)  # fmt: skip
+    small = replace(cfg, pass_tokens=64)
+    assert cache_key(model, cfg) == cache_key(model, small)
+    one = clone_bot(model, cfg, tmp_path / "one")
+    monkeypatch.setattr(ws, "LONG_PAIR_TOKENS", 1)
+    cut = clone_bot(model, small, tmp_path / "cut")
+    records = [json.loads((Path(d) / RECORD).read_text()) for d in (one, cut)]
+    assert [r["gradient_checkpointing"] for r in records] == [False, True]
+    assert records[0]["longest_pair"] == records[1]["longest_pair"] > 64  # so some batches took passes
+    for key in ("first_loss", "last_loss"):
+        assert abs(records[0][key] - records[1][key]) < 1e-4
+    # the weights: AdamW divides each gradient by its own running scale, so float-rounding differences in
+    # near-zero gradients move single weights by up to ~lr; on the whole the two clones are one
+    a, b, start = (AutoModelForCausalLM.from_pretrained(d).state_dict() for d in (one, cut, model))
+    gap = sum(float((a[k] - b[k]).abs().sum()) for k in a)
+    moved = sum(float((start[k] - a[k]).abs().sum()) for k in a)
+    assert moved > 0 and gap < 0.002 * moved, (gap, moved)
+
+
+def test_pass_tokens_reaches_the_warm_start() -> None:
+    base = {"name": "t", "game": {"id": "ultimatum_v1"}, "policies": [{"id": "p", "seats": [1]}]}
+    cfg = TrainConfig.model_validate({**base, "warmstart": {"pass_tokens": 4096}})
+    ws_cfg = warmstart_config(cfg)
+    assert ws_cfg is not None and ws_cfg.pass_tokens == 4096
+    with pytest.raises(ValueError):
+        WarmStartSection(pass_tokens=0)

@@ -89,6 +89,11 @@ class WarmStartSection(_Strict):
     Why: on an H100 an 800-step float32 clone of SmolLM2 took 283 of a village run's 294 s of set-up,
     inside the 20 minutes the run is judged by. ``fp32`` (the default) is how every measured recipe built
     its clone."""
+    pass_tokens: int = Field(default=16_384, gt=0)
+    """Most padded tokens (rows x longest row) in one of the clone's forward/backward passes: a batch above
+    it is cut into passes whose gradients add up to the batch's. Why: in ``rollout.prompt: conversation``
+    the clone's prompts are whole conversations (~8k tokens for 12-player Werewolf) and one 16-row pass ran
+    out of an H200's memory. Changes memory, not the clone (never in its cache key)."""
 
 
 class OpponentPolicy(_Strict):

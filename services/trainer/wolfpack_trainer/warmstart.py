@@ -81,6 +81,10 @@ class WarmStartConfig:
     """The driver's ``system_prompt`` (none unless a run sets one)."""
     precision: str = "fp32"
     """``bf16``: forward passes under bfloat16 autocast (``WarmStartSection.precision``)."""
+    pass_tokens: int = 16_384
+    """Most padded tokens (rows x longest row) one forward/backward pass takes (``WarmStartSection``): a
+    batch above it is trained in several passes whose gradients add up to the batch's (``split_passes``).
+    Memory, not arithmetic: it never counts in the cache key."""
 
 
 FORMAT_ONLY_SPEECH = {"en": "I have nothing to add.", "zh": "我没有要补充的。"}
@@ -222,6 +226,7 @@ def warmstart_config(cfg: Any) -> WarmStartConfig | None:
         system_prompt=driver.system_prompt,
         format_only=bool(getattr(ws, "format_only", False)),
         precision=str(getattr(ws, "precision", "fp32")),
+        pass_tokens=int(getattr(ws, "pass_tokens", WarmStartConfig.pass_tokens)),
     )
 
 
@@ -230,8 +235,10 @@ def cache_key(model_dir: str, cfg: WarmStartConfig) -> str:
     format_only, system_prompt) count only when set, so a config that does not use them keeps its cached
     clone; ``prompt_mode`` and ``memory_steps`` always count: clones cached before them were trained on
     whole observations (and Werewolf ones on empty answers), which no run should load again. ``precision``
-    counts only when it is not the default ``fp32`` (the clones cached before it were float32)."""
+    counts only when it is not the default ``fp32`` (the clones cached before it were float32);
+    ``pass_tokens`` never counts (how a batch is cut into passes changes memory, not the loss)."""
     fields = asdict(cfg)
+    del fields["pass_tokens"]
     for name in ("roles", "options", "format_only", "system_prompt"):
         if not fields[name]:
             del fields[name]
@@ -250,11 +257,39 @@ RECORD = "warmstart.json"
 so a run's base can be told apart from a second build of the same key."""
 
 
+LONG_PAIR_TOKENS = 4_096
+"""A clone whose longest pair is longer trains with gradient checkpointing (``clone_bot``). Why: a
+``conversation`` run's pairs carry the seat's whole conversation (up to ~8k tokens for 12-player Werewolf),
+and a pass keeps every layer's activations for the backward pass: the 12-player clone died out of memory on
+an H200 (139.6 GiB in use) before this. Shorter pairs (every other recipe) keep the faster passes."""
+
+
+def split_passes(lengths: list[int], budget: int) -> list[list[int]]:
+    """The rows of a batch (their indices) cut into passes of at most ``budget`` padded tokens each (rows x
+    the pass's longest row), longest rows first so that rows of like length share a pass; a row longer than
+    the budget gets a pass of its own. Why longest first: each pass pads to its own longest row only."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    passes: list[list[int]] = []
+    for i in order:
+        if passes and (len(passes[-1]) + 1) * lengths[passes[-1][0]] <= budget:
+            passes[-1].append(i)
+        else:
+            passes.append([i])
+    return passes
+
+
 def response_loss(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    labels: torch.Tensor,
+    denominator: int | None = None,
 ) -> torch.Tensor:
     """The causal-LM loss ``model(..., labels=labels).loss`` (mean next-token cross-entropy over the tokens
     whose label is not -100), with the output layer applied only at the positions that predict a label.
+    With ``denominator`` the sum over this pass's label tokens is divided by it instead of by their count:
+    a batch cut into passes (``split_passes``) divides each by the whole batch's label tokens, so the passes'
+    losses and gradients add up to the batch's mean.
 
     Why: the clone's labels are the bot's few answer tokens after prompts of up to ~4k tokens, and the full
     forward keeps float32 logits (and their gradient) for every position: batch x 4k x 49k vocabulary for
@@ -266,12 +301,18 @@ def response_loss(
     )
     if not (plain_head and hasattr(model, "get_decoder") and model.get_output_embeddings() is not None):
         full: torch.Tensor = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-        return full
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if denominator is None:
+            return full
+        return full * int((labels[:, 1:] != -100).sum()) / denominator
+    hidden = model.get_decoder()(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+    ).last_hidden_state
     target = labels[:, 1:]
     keep = target != -100
     logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()
-    return torch.nn.functional.cross_entropy(logits, target[keep])
+    if denominator is None:
+        return torch.nn.functional.cross_entropy(logits, target[keep])
+    return torch.nn.functional.cross_entropy(logits, target[keep], reduction="sum") / denominator
 
 
 def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
@@ -290,6 +331,9 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
     pairs = bot_pairs(cfg, tok)
+    longest = max((len(p) + len(r) for p, r in pairs), default=0)
+    if longest > LONG_PAIR_TOKENS:  # recompute each layer in the backward pass instead of keeping it
+        model.gradient_checkpointing_enable()
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     model.train()
@@ -307,21 +351,31 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
             ids[i, : len(seq)] = torch.tensor(seq)
             att[i, : len(seq)] = 1
             labels[i, len(p) : len(seq)] = torch.tensor(r)
-        with (
-            torch.autocast(device_type=device, dtype=torch.bfloat16)
-            if cfg.precision == "bf16"
-            else contextlib.nullcontext()
-        ):
-            loss = response_loss(model, ids.to(device), att.to(device), labels.to(device))
         opt.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]  # untyped in torch
+        answers = int((labels[:, 1:] != -100).sum())  # the batch's mean is over all its answer tokens
+        loss = 0.0
+        for rows in split_passes([len(p) + len(r) for p, r in chunk], cfg.pass_tokens):
+            width = max(len(chunk[i][0]) + len(chunk[i][1]) for i in rows)
+            part = torch.tensor(rows)
+            with (
+                torch.autocast(device_type=device, dtype=torch.bfloat16)
+                if cfg.precision == "bf16"
+                else contextlib.nullcontext()
+            ):
+                piece = response_loss(
+                    model, ids[part, :width].to(device), att[part, :width].to(device),
+                    labels[part, :width].to(device), denominator=answers,
+                )  # fmt: skip
+            piece.backward()  # type: ignore[no-untyped-call]  # untyped in torch
+            loss += float(piece.detach())
         opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(loss)
     tmp = out.with_name(out.name + f".tmp{random.randrange(1 << 30)}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     record = {"model": model_dir, "config": asdict(cfg), "pairs": len(pairs), "device": device,
-              "precision": cfg.precision,
+              "precision": cfg.precision, "longest_pair": longest,
+              "gradient_checkpointing": longest > LONG_PAIR_TOKENS,
               "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
               "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
     (tmp / RECORD).write_text(json.dumps(record, indent=1, default=str))
