@@ -16,7 +16,8 @@
 # none shares memory or compute with another (the host's 64 cores and 512 GB are far from the bound).
 # PLAN=s19: card 0 12p ZH GRPO, card 1 AIW GiGPO, card 2 the village through the verl agent loop
 #   (agent_loop_village.sh, MIN_VILLAGE 10), card 3 the GPU end-to-end test then IPPO.
-# PLAN=next (the default; run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
+# PLAN=s22 (the default; not yet run): see its case below.
+# PLAN=next (run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
 #   memory then, mended since; the rest finished): card 0 AIW in its new shape (half its groups against the heuristic wolves,
 #   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
 #   mode and the episode layout), card 2 a second training seed of the bargaining recipe, card 3 the GPU test then
@@ -31,7 +32,7 @@ export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
-case "${PLAN:-next}" in
+case "${PLAN:-s22}" in
   s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
     CARDS="0 1" PARALLEL=20 \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
@@ -82,7 +83,34 @@ case "${PLAN:-next}" in
       say "vs main_ppo exit $?"
     ) &
     card3=$! ;;
-  *) echo "PLAN: s19 or next" >&2; exit 2 ;;
+  s22)  # what the s21 hold left open (bench/results/2026-11-28-h200x4-hold-s21.md): all four cards one queue
+    # card 0: 12p as conversations, now that its warm start trains in passes (the s21 run died in it)
+    # card 1: AIW with more optimiser steps an update: in s21 one step of ~1,700 turn samples at LoRA lr 1e-4
+    #   moved the policy by ppo_kl ~1e-4 an update (clipfrac ~0), 11 updates in 15 minutes: mini-batches of 256
+    #   (~7 steps an update) at 3e-4, both ids alike (share_policy)
+    # card 2: the village from the heuristic clone with the faster learner (fused kernels and gradient
+    #   checkpointing let micro-batches of 32 fit, as they did AIW's) and lr 3e-5: in s21 its update took 73 s of
+    #   ~120, six updates in 12 minutes, ppo_kl ~0.001-0.003 at 1e-5
+    # card 3: a third training seed of the bargaining recipe
+    AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
+      policies.1.lr=3.0e-4"
+    VILLAGE_FAST="policies.0.micro_batch_size=32 policies.0.extra.fused_kernels=true
+      policies.0.extra.gradient_checkpointing=true policies.0.extra.infer_micro_batch_size=32 policies.0.lr=3.0e-5"
+    CONVERSATION_12P="rollout.prompt=conversation batch.layout=episode rollout.max_prompt_tokens=8000
+      batch.max_prompt_len=8192 batch.max_response_len=8192 policies.0.micro_batch_size=4
+      policies.0.extra.infer_micro_batch_size=8 policies.0.extra.fused_kernels=true
+      policies.0.extra.gradient_checkpointing=true"
+    CARDS="0 1 2 3" PARALLEL=20 EXTRA_1="${TWELVE_P:-$CONVERSATION_12P}" EXTRA_2="$AIW_FAST" \
+      EXTRA_3="$VILLAGE_FAST" EXTRA_4="seed=2" \
+      bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
+      "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" \
+      "configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml:${MIN_VILLAGE:-15}" \
+      "configs/gpu-bargaining-smollm2.yaml:${MIN_BARGAIN:-15}" > /tmp/queue.log 2>&1 &
+    queue=$!
+    wait "$queue"
+    say "hold plan done"
+    exit 0 ;;
+  *) echo "PLAN: s19, next or s22" >&2; exit 2 ;;
 esac
 wait "$queue" "$card2" "$card3"
 say "hold plan done"
