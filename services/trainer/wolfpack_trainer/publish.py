@@ -97,6 +97,14 @@ class Publisher:
         """Why ``auto`` went back to ``push`` (the first directory inference could not load); empty if not."""
 
     @property
+    def service_settings(self) -> Settings:
+        """What the trainer's calls to the other services use: the job's settings, else the environment's
+        (read when asked, as every caller did before this property held the rule)."""
+        from wolfpack.settings import load_settings
+
+        return self.settings or load_settings()
+
+    @property
     def sync_mode(self) -> str:
         """``push`` or ``path``: what the next publish uses."""
         if self.weight_sync == "auto":
@@ -156,7 +164,6 @@ class Publisher:
         import grpc
 
         from wolfpack import rpc
-        from wolfpack.settings import load_settings
         from wolfpack.v1 import inference_service_pb2 as inf_pb
         from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
 
@@ -170,7 +177,7 @@ class Publisher:
             adapter_path=str(directory) if adapter else "",
         )
         try:
-            async with rpc.channel(self.inference_addr, self.settings or load_settings()) as ch:
+            async with rpc.channel(self.inference_addr, self.service_settings) as ch:
                 resp = await inf_grpc.InferenceServiceStub(ch).LoadPolicy(req)
         except grpc.aio.AioRpcError as exc:
             if self.weight_sync != "auto" or exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
@@ -185,18 +192,16 @@ class Publisher:
 
     async def _push(self, policy_id: str, version: int, weights: _Weights) -> None:
         from wolfpack import rpc
-        from wolfpack.settings import load_settings
         from wolfpack.v1 import inference_service_pb2_grpc as inf_grpc
 
         assert self.inference_addr is not None
         chunks = weights.chunks(policy_id, version)
-        async with rpc.channel(self.inference_addr, self.settings or load_settings()) as ch:
+        async with rpc.channel(self.inference_addr, self.service_settings) as ch:
             resp = await inf_grpc.InferenceServiceStub(ch).PushWeights(chunks)
         if resp.policy.policy.version != version:
             raise RuntimeError(f"inference serves {policy_id}@{resp.policy.policy.version}, pushed {version}")
 
     async def _freeze(self, policy_id: str, version: int) -> None:
-        from wolfpack.settings import load_settings
         from wolfpack.v1 import curriculum_service_pb2 as cur_pb
         from wolfpack_curriculum.client import CurriculumClient
 
@@ -206,7 +211,7 @@ class Publisher:
             kind=cur_pb.OPPONENT_KIND_CHECKPOINT,
             policy=common_pb2.PolicyRef(policy_id=policy_id, version=version),
         )
-        async with CurriculumClient(self.curriculum_addr, self.settings or load_settings()) as client:
+        async with CurriculumClient(self.curriculum_addr, self.service_settings) as client:
             await client.register_opponent(opponent)
 
 

@@ -405,7 +405,7 @@ class Trainer:
             if self.publisher.inference_addr:  # a job's stack serves them already; a hand-built one may not
                 from wolfpack_trainer.stack import serve_missing
 
-                settings = self.publisher.settings or load_settings()
+                settings = self.publisher.service_settings
                 bases = ev.base_models(self.cfg, self.cache_dir)
                 for pid in await serve_missing(settings, self.publisher.inference_addr, bases):
                     log.info(
@@ -430,7 +430,7 @@ class Trainer:
         client = aioredis.Redis.from_url(self.redis_url)
         # The retry window and the dead-letter count are the deployment's WOLFPACK_STREAM_* settings, as for
         # every other consumer of the stream; the reclaim idle time is the run's own (``stream.claim_idle_ms``).
-        stream_settings = self.publisher.settings or load_settings()
+        stream_settings = self.publisher.service_settings
         consumer: ProtoStreamConsumer[trajectory_pb2.Trajectory] = ProtoStreamConsumer(
             client,
             cfg.stream.name,
