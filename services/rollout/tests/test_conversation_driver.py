@@ -27,6 +27,7 @@ from wolfpack_inference.policies import PolicyRegistry
 from wolfpack_inference.server import register
 from wolfpack_rollout.driver import RolloutConfig, RolloutDriver, SamplingConfig
 from wolfpack_rollout.prompts import TokenizerCodec
+from wolfpack_rollout.summary import summarize
 
 from .conftest import SpyInference
 
@@ -176,6 +177,8 @@ async def test_a_late_answer_after_the_seat_was_asked_again_does_not_fork_its_co
     late = mine[(0, 2)]
     assert late.defaulted and not late.valid and "timed out" in late.invalid_reason, late
     assert driver.stats.stale_acts == 1 and driver.stats.compressed_prompts == 0
+    summary = summarize([traj], {}, 1.0, driver.stats)  # what `wolfpack rollout` prints of it
+    assert summary.late_answers == 1 and summary.defaulted_moves >= 1
     # in its turn's place: the scenario verifier reads the applied messages in order (the default there)
     order = [t.turn_id for t in traj.turns if t.response_token_ids]
     assert order == sorted(order)

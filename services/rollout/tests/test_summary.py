@@ -25,6 +25,7 @@ class Counters:
     truncated_responses: int = 0
     compressed_prompts: int = 0
     backpressure_wait_s: float = 0.0
+    stale_acts: int = 0
 
 
 def traj(
@@ -86,8 +87,9 @@ def test_counts_rates_and_rewards_by_hand() -> None:
 )
 def test_rates_use_the_driver_counters_when_given(elapsed: float, per_s: float, per_min: float) -> None:
     two = [traj(0, {0: ("seer", WIN, 1.0)}, [(0, 1, True, False, STOP)]) for _ in range(2)]
-    s = summarize(two, {}, elapsed, Counters(120, 3, 4, 1.5))
+    s = summarize(two, {}, elapsed, Counters(120, 3, 4, 1.5, 2))
     assert (s.generated_tokens, s.truncated_responses, s.compressed_prompts) == (120, 3, 4)
+    assert s.late_answers == 2 and summarize(two, {}, elapsed).late_answers == 0
     assert s.backpressure_wait_s == 1.5
     assert s.tokens_per_s == pytest.approx(per_s) and s.episodes_per_min == pytest.approx(per_min)
 

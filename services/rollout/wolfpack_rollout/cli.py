@@ -58,7 +58,8 @@ def print_summary(s: RolloutSummary, out: Console | None = None, *, title: str =
     rows = [
         ("episodes", f"{s.episodes}"), ("failed episodes", f"{s.failed}"), ("turns (all seats)", f"{s.turns}"),
         ("trainee turns", f"{s.trainee_turns}"), ("invalid moves (re-prompted)", f"{s.invalid_moves}"),
-        ("defaulted moves", f"{s.defaulted_moves}"), ("truncated episodes", f"{s.truncated_episodes}"),
+        ("defaulted moves", f"{s.defaulted_moves}"), ("late answers (defaulted: after the turn timeout)", f"{s.late_answers}"),
+        ("truncated episodes", f"{s.truncated_episodes}"),
         ("responses cut at max_tokens", f"{s.truncated_responses}"), ("compressed prompts", f"{s.compressed_prompts}"),
         ("mean trainee reward", f"{s.mean_trainee_reward:+.3f}"), ("generated tokens", f"{s.generated_tokens}"),
         ("episodes / min", f"{s.episodes_per_min:.1f}"), ("generated tokens / s", f"{s.tokens_per_s:.0f}"),

@@ -111,6 +111,7 @@ class _CounterDelta:
     truncated_responses: int
     compressed_prompts: int
     backpressure_wait_s: float
+    stale_acts: int
 
 
 class EpisodeFailed(Exception):
@@ -408,6 +409,7 @@ class RolloutDriver:
             self.stats.truncated_responses,
             self.stats.compressed_prompts,
             self.stats.backpressure_wait_s,
+            self.stats.stale_acts,
         )
 
         async def tasks() -> AsyncIterator[cur_pb.Task]:
@@ -442,6 +444,7 @@ class RolloutDriver:
             self.stats.truncated_responses - before.truncated_responses,
             self.stats.compressed_prompts - before.compressed_prompts,
             self.stats.backpressure_wait_s - before.backpressure_wait_s,
+            self.stats.stale_acts - before.stale_acts,
         )
         examples = [f for f in self.stats.recent_failures if f.number > numbered_before]
         return summarize(self.trajectories, failures, time.monotonic() - started, delta, examples)

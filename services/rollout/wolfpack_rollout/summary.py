@@ -30,6 +30,8 @@ class _Counters(Protocol):
     def compressed_prompts(self) -> int: ...
     @property
     def backpressure_wait_s(self) -> float: ...
+    @property
+    def stale_acts(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class RolloutSummary:
     failures: dict[str, int] = field(default_factory=dict)
     failure_details: dict[str, str] = field(default_factory=dict)
     """Per failure reason, the detail of its first failed episode (``where: detail``)."""
+    late_answers: int = 0
+    """Answers that came after the environment's turn timeout had applied its default: the driver records
+    those turns defaulted (so they are among ``defaulted_moves`` too). Only the driver's counters tell them
+    apart; a summary of trajectories alone reports 0."""
     interrupted: int = 0
     """Episodes started but neither delivered nor failed when the run was stopped (Ctrl-C)."""
 
@@ -132,6 +138,7 @@ def summarize(
         s.truncated_responses = counters.truncated_responses
         s.compressed_prompts = counters.compressed_prompts
         s.backpressure_wait_s = counters.backpressure_wait_s
+        s.late_answers = counters.stale_acts
     else:  # what the trajectories themselves tell (compressed prompts are not recorded per turn)
         policy_turns = [t for tr in trajectories for t in tr.turns if t.response_token_ids]
         s.generated_tokens = sum(len(t.response_token_ids) for t in policy_turns)
