@@ -190,6 +190,21 @@ def test_bf16_clone_trains_under_autocast(tmp_path: Any) -> None:
         clone_bot(model, replace(cfg, precision="fp16"), tmp_path / "cache")
 
 
+def _answer_rows(shapes: list[tuple[int, int]], seed: int) -> tuple[Any, Any, Any]:
+    """Right-padded rows of random tokens, one per (prompt, answer) length pair, labels on each row's answer
+    tokens only: the batches ``clone_bot`` builds. Returns ids, attention mask, labels."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 900, (len(shapes), max(p + a for p, a in shapes)), generator=gen)
+    att = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for row, (prompt, answer) in enumerate(shapes):
+        att[row, : prompt + answer] = 1
+        labels[row, prompt : prompt + answer] = ids[row, prompt : prompt + answer]
+    return ids, att, labels
+
+
 def test_response_loss_is_the_models_loss_with_logits_only_where_labels_are(tmp_path: Any) -> None:
     """The clone's loss applies the output layer only at the positions that predict an answer token; value
     and gradients must be those of ``model(..., labels=...).loss`` (right-padded rows of different lengths,
@@ -198,13 +213,7 @@ def test_response_loss_is_the_models_loss_with_logits_only_where_labels_are(tmp_
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model(tmp_path / "models")), dtype=torch.float32)
-    gen = torch.Generator().manual_seed(3)
-    ids = torch.randint(5, 900, (3, 24), generator=gen)
-    att = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)
-    for row, (prompt, answer) in enumerate([(10, 4), (17, 7), (5, 2)]):
-        att[row, : prompt + answer] = 1
-        labels[row, prompt : prompt + answer] = ids[row, prompt : prompt + answer]
+    ids, att, labels = _answer_rows([(10, 4), (17, 7), (5, 2)], seed=3)
     ours = response_loss(model, ids, att, labels)
     ours.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -237,15 +246,8 @@ def test_passes_add_up_to_the_batchs_loss_and_gradient(tmp_path: Any) -> None:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model(tmp_path / "models")), dtype=torch.float32)
-    gen = torch.Generator().manual_seed(5)
     shapes = [(30, 2), (6, 9), (14, 1), (3, 5), (20, 6)]
-    width = max(p + a for p, a in shapes)
-    ids = torch.randint(5, 900, (len(shapes), width), generator=gen)
-    att = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)
-    for row, (prompt, answer) in enumerate(shapes):
-        att[row, : prompt + answer] = 1
-        labels[row, prompt : prompt + answer] = ids[row, prompt : prompt + answer]
+    ids, att, labels = _answer_rows(shapes, seed=5)
     whole = response_loss(model, ids, att, labels)
     whole.backward()
     want = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
