@@ -192,6 +192,15 @@ class TrainSection(_Strict):
     """True: one learner for all policies (role in the prompt), updated once per training step on the samples
     of every policy (each policy's advantages computed on its own samples, then one batch: one old-log-prob
     pass, one optimiser step sequence); False: IPPO, one learner per policy, each updated on its own samples."""
+    parallel_learners: bool = False
+    """Several learners (IPPO): each update's learners train side by side, one thread each, and their new
+    versions are written and sent to inference side by side. Each learner's arithmetic is its own, so the
+    results are those of one after the other (the default). Why: IPPO on one H200 spent 15.0 s of a 27.1 s
+    update training its two learners one after the other and 10.4 s publishing them one after the other
+    (bench/results/2026-11-27-h200x4-hold-s19.md), neither learner filling the card. Off by default until
+    measured on a GPU: two in-process verl learners on one card share the process's collective group, and
+    whether their FSDP calls may run from two threads at once is not yet checked there (on the CPU learner,
+    which has none, it is: services/trainer/tests/test_parallel_learners.py)."""
     tracking: list[str] = Field(default_factory=list)
     """Experiment trackers through verl's ``Tracking`` (``wandb``, ``mlflow``, ``swanlab``, ``clearml``,
     ``trackio``, ``file``, ...), fed the same rows as ``metrics.jsonl``. ``console`` and ``tensorboard`` are

@@ -39,6 +39,7 @@ from wolfpack.auth import is_loopback
 from wolfpack.settings import Settings
 from wolfpack.v1 import common_pb2
 from wolfpack_trainer.learners.base import ExportedWeights, Learner
+from wolfpack_trainer.offload import off_loop
 
 if TYPE_CHECKING:
     from wolfpack.v1 import inference_service_pb2 as inf_pb
@@ -134,8 +135,8 @@ class Publisher:
             t0 = time.monotonic()
             if self.save_dirs:
                 target = self.root / policy_id / f"v{version:06d}"
-                if written is None:
-                    path = str(written := learner.save_pretrained(target))
+                if written is None:  # in a thread: the loop serves on, another learner's save beside it
+                    path = str(written := await off_loop(learner.save_pretrained, target))
                 else:
                     path = str(_link_tree(written, target))
             t1 = time.monotonic()

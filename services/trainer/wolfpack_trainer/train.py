@@ -84,6 +84,7 @@ from wolfpack_trainer.metrics import (
     episode_time_split,
     transcript,
 )
+from wolfpack_trainer.offload import off_loop as _off_loop
 from wolfpack_trainer.publish import Publisher
 from wolfpack_trainer.state import RunState
 
@@ -300,7 +301,7 @@ class Trainer:
     ) -> list[trajectory_pb2.Trajectory]:
         """Local mode: the rollout driver over in-process backends (``local_rollout``) plays ``tasks`` as
         service mode would (the same curriculum ``Task`` protos, ``service_task``), sampling with the
-        learners' current weights. Runs its own event loop: call it from a worker thread (``_off_loop``)."""
+        learners' current weights. Runs its own event loop: call it from a worker thread (``off_loop``)."""
         for task in tasks:
             if task.opponent_policy:
                 raise ValueError(
@@ -754,13 +755,24 @@ class Trainer:
             metrics["staleness/mean_versions"] = sum(lags) / len(lags)
         tokens = seq_tokens = 0  # trained (sampled) tokens; every real token the learner's passes read
         by_policy = split_by_policy(samples)
-        for pids in self._learner_groups(by_policy):
+
+        def train_one(
+            pids: list[str],
+        ) -> tuple[list[tuple[str, dict[str, float]]], dict[str, float], TrainBatch]:
             learner = self.learners[pids[0]]
             batch = collate([s for pid in pids for s in by_policy[pid]], pad)
             if self.cfg.algo_config().estimator == "gae":
                 batch.values = learner.compute_values(batch)  # GAE needs V(s) before the advantages
-            adv = self._advantages(batch, pids, by_policy, metrics)
-            m = self._update(learner, batch, adv)
+            adv, adv_metrics = self._advantages(batch, pids, by_policy)
+            return adv_metrics, self._update(learner, batch, adv), batch
+
+        groups = self._learner_groups(by_policy)
+        # the metrics merged in the learners' order whichever finished first, so a run reads the same
+        for pids, (adv_metrics, m, batch) in zip(groups, self._each_learner(train_one, groups), strict=True):
+            for pid, part in adv_metrics:
+                for k, v in part.items():
+                    metrics[k if len(self.learners) == 1 else f"{pid}/{k}"] = v
+                    metrics.setdefault(k, v)
             tokens += int(batch.response_mask.sum())
             seq_tokens += int(batch.attention_mask.sum())
             for k, v in m.items():
@@ -781,6 +793,37 @@ class Trainer:
         metrics["batch/trajectories"] = float(len(trajectories))
         return metrics
 
+    def _each_learner(self, fn: Callable[[list[str]], T], groups: list[list[str]]) -> list[T]:
+        """``fn`` of every learner's group, in the groups' order: side by side in threads of their own when
+        there are several and ``train.parallel_learners`` (each learner's work touches only its own model,
+        batch and workers), else one after the other. The first failure is raised, after every thread ends."""
+        if len(groups) < 2 or not self.cfg.train.parallel_learners:
+            return [fn(pids) for pids in groups]
+        results: list[Any] = [None] * len(groups)
+        errors: list[BaseException | None] = [None] * len(groups)
+
+        def work(i: int, pids: list[str], context: contextvars.Context) -> None:
+            try:
+                results[i] = context.run(fn, pids)
+            except BaseException as exc:  # raised below, in the caller's thread
+                errors[i] = exc
+
+        # daemon threads named trainer:* as ``off_loop``'s (not a pool, whose threads the interpreter joins
+        # at exit: a second Ctrl-C would wait for the update); ``_exit_before_finalizing`` sees them
+        threads = [
+            threading.Thread(target=work, args=(i, pids, contextvars.copy_context()),
+                             name=f"trainer:learner-{pids[0]}", daemon=True)
+            for i, pids in enumerate(groups)
+        ]  # fmt: skip
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for exc in errors:
+            if exc is not None:
+                raise exc
+        return results
+
     def _learner_groups(self, pids: Iterable[str]) -> list[list[str]]:
         """``pids`` (the policy ids with samples, or every trained id: ``self.learners``) grouped by the
         learner that trains them, in first-seen order: one id each under IPPO, every id in one group under
@@ -793,19 +836,16 @@ class Trainer:
         return list(groups.values())
 
     def _advantages(
-        self,
-        batch: TrainBatch,
-        pids: list[str],
-        by_policy: dict[str, list[Sample]],
-        metrics: dict[str, float],
-    ) -> algos.Advantages:
+        self, batch: TrainBatch, pids: list[str], by_policy: dict[str, list[Sample]]
+    ) -> tuple[algos.Advantages, list[tuple[str, dict[str, float]]]]:
         """Advantages of one learner's ``batch`` (``pids``' samples in that order), each policy's computed on
-        its own rows at its own padding widths (``narrow``), exactly as it would be alone, and written into
-        ``metrics`` (``<policy>/adv/...`` with several policies)."""
+        its own rows at its own padding widths (``narrow``), exactly as it would be alone, with each policy's
+        advantage metrics (``train_step`` names them ``<policy>/adv/...`` with several policies)."""
         config = self.cfg.algo_config()
         advantages = torch.zeros_like(batch.response_mask)
         returns = torch.zeros_like(batch.response_mask)
         start = 0
+        per_policy: list[tuple[str, dict[str, float]]] = []
         for pid in pids:
             own = by_policy[pid]
             rows = slice(start, start + len(own))
@@ -818,10 +858,8 @@ class Trainer:
                 width = adv.advantages.shape[1]
                 advantages[rows, :width] = adv.advantages
                 returns[rows, :width] = adv.returns
-            for k, v in adv.metrics.items():
-                metrics[k if len(self.learners) == 1 else f"{pid}/{k}"] = v
-                metrics.setdefault(k, v)
-        return algos.Advantages(advantages, returns)
+            per_policy.append((pid, dict(adv.metrics)))
+        return algos.Advantages(advantages, returns), per_policy
 
     def _update(self, learner: Learner, batch: TrainBatch, adv: algos.Advantages) -> dict[str, float]:
         """verl's recompute mode: old logprobs from the learner before the update (the ratio's anchor);
@@ -855,13 +893,27 @@ class Trainer:
         if freeze is None:
             every = self.cfg.train.freeze_every
             freeze = every > 0 and self.state.step % every == 0
+        planned: list[tuple[Learner, list[tuple[str, int]]]] = []
         for pids in self._learner_groups(self.learners):
             versions = []
             for pid in pids:
                 self.state.versions[pid] = self.state.versions.get(pid, 0) + 1
                 versions.append((pid, self.state.versions[pid]))
-            for done in await self.publisher.publish_learner(self.learners[pids[0]], versions, freeze=freeze):
-                self.state.published.append(done.__dict__)
+            planned.append((self.learners[pids[0]], versions))
+        if len(planned) > 1 and self.cfg.train.parallel_learners:  # each learner's save and load side by side
+            results = await asyncio.gather(
+                *(
+                    self.publisher.publish_learner(learner, versions, freeze=freeze)
+                    for learner, versions in planned
+                )
+            )
+        else:
+            results = [
+                await self.publisher.publish_learner(learner, versions, freeze=freeze)
+                for learner, versions in planned
+            ]
+        for done in (d for published in results for d in published):  # in the learners' order
+            self.state.published.append(done.__dict__)
 
     def checkpoint(self) -> Path:
         """Write learners + state to a new directory, then atomically point LATEST at it.
@@ -1199,36 +1251,6 @@ def crash_from_env(point: str, step: int) -> None:
     at a chosen line rather than a chosen moment (points: ``checkpointed``, ``ack``, ``acked``)."""
     if os.environ.get(CRASH_ENV) == f"{point}@{step}":
         os._exit(CRASH_EXIT)
-
-
-async def _off_loop(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` in a worker thread while the event loop keeps serving (TrainerService, health checks).
-
-    A daemon thread of its own rather than ``asyncio.to_thread``: the default executor's threads are
-    joined when the loop and the interpreter shut down, so a second Ctrl-C would wait for the update to
-    finish instead of quitting at once."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-    context = contextvars.copy_context()
-
-    def settle(result: Any, exc: BaseException | None) -> None:
-        if done.done():
-            return  # the awaiting task was cancelled (shutdown)
-        if exc is not None:
-            done.set_exception(exc)
-        else:
-            done.set_result(result)
-
-    def work() -> None:
-        try:
-            result, exc = context.run(fn, *args), None
-        except BaseException as e:  # handed to the awaiting task, raised there
-            result, exc = None, e
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile (second Ctrl-C)
-            loop.call_soon_threadsafe(settle, result, exc)
-
-    threading.Thread(target=work, name=f"trainer:{getattr(fn, '__name__', 'work')}", daemon=True).start()
-    return await done
 
 
 def _exit_before_finalizing(code: int) -> None:

@@ -292,7 +292,7 @@ class Workers:
         self.ray = ray_gpus > 0
         self.world_size = max(ray_gpus, 1)
         # The card of an in-process learner on CUDA. The current CUDA device is per thread and the trainer
-        # runs each update in a fresh thread (``train._off_loop``), where it is card 0 again: verl places
+        # runs each update in a fresh thread (``offload.off_loop``), where it is card 0 again: verl places
         # every micro-batch on the current device, so a learner on ``cuda:1`` (the split layout) got its
         # batches on card 0 ("Expected all tensors to be on the same device", seen on 2 H200s). Each local
         # call sets it first.

@@ -1,0 +1,145 @@
+"""``train.parallel_learners`` (IPPO, two learners): the learners of an update train side by side and their
+versions are written side by side, with exactly the results of one after the other.
+
+Real parts: the tiny model, ultimatum episodes played in process, the trainer's batches, verl's GRPO / GAE,
+the CPU learner, the publisher writing real version directories. The instrumentation is a pass-through that
+makes both learners' ``update`` (and ``save_pretrained``) wait for each other at a barrier: one after the other,
+the first would wait alone and the barrier break, so the tests fail unless the two really run at once."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from wolfpack_inference.models import tiny_model
+from wolfpack_trainer.config import TrainConfig
+from wolfpack_trainer.train import Trainer
+
+BARRIER_S = 30.0
+"""How long a learner waits at the barrier for the other (far above one tiny update)."""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tiny_model(tmp_path_factory.mktemp("models"), max_positions=2048))
+
+
+def _trainer(tmp_path: Path, tiny: str, estimator: str, parallel: bool) -> Trainer:
+    policy: dict[str, Any] = {
+        "model": tiny, "lr": 1e-2, "value_head": estimator == "gae", "mini_batch_size": 4, "ppo_epochs": 2,
+    }  # fmt: skip
+    cfg = TrainConfig.model_validate(
+        {
+            "name": "ippo",
+            "seed": 3,
+            "game": {"id": "ultimatum_v1", "variant": "easy"},
+            "policies": [
+                {"id": "proposer", "seats": [0], **policy},
+                {"id": "responder", "seats": [1], **policy},
+            ],
+            "rollout": {
+                "episodes_per_update": 4,
+                "group_size": 2,
+                "max_tokens": 8,
+                "max_prompt_tokens": 1500,
+            },
+            "algo": {"estimator": estimator, "lam": 0.95},
+            "loss": {"kl_coef": 0.04, "kl_type": "low_var_kl", "tis_cap": 2.0},
+            "batch": {"layout": "turn", "group_by": ["group", "role"]},
+            "train": {"parallel_learners": parallel, "max_staleness": 1},
+        }
+    )
+    t = Trainer(cfg, tmp_path / ("parallel" if parallel else "serial"), "redis://unused", cache_dir=tmp_path)
+    t.setup()
+    return t
+
+
+def _meet_at(barrier: threading.Barrier, learner: Any, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = getattr(learner, name)
+
+    def meet(*args: Any) -> Any:
+        barrier.wait()  # BrokenBarrierError after BARRIER_S if the other learner is not running beside it
+        return real(*args)
+
+    monkeypatch.setattr(learner, name, meet)
+
+
+def _played(t: Trainer) -> list[Any]:
+    trajs = t.play_local(t.tasks([1, 2], 2, "u0"), 1.0)
+    # the random tiny model's answers are all invalid: spread the returns by hand so both roles have a gradient
+    for i, traj in enumerate(trajs):
+        for o in traj.outcomes:
+            o.final_reward = float(i if o.seat == 0 else -i)
+    return trajs
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gae"])
+def test_side_by_side_updates_are_the_one_after_the_other_updates(
+    tmp_path: Path, tiny: str, estimator: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serial = _trainer(tmp_path, tiny, estimator, parallel=False)
+    parallel = _trainer(tmp_path, tiny, estimator, parallel=True)
+    assert serial.learners["proposer"] is not serial.learners["responder"]  # IPPO: a learner each
+    barrier = threading.Barrier(2, timeout=BARRIER_S)
+    for learner in parallel.learners.values():
+        _meet_at(barrier, learner, "update", monkeypatch)
+    trajs = _played(serial)
+    want = serial.train_step(trajs)
+    got = parallel.train_step(trajs)
+    assert not barrier.broken
+    for pid in ("proposer", "responder"):
+        a, b = serial.learners[pid], parallel.learners[pid]
+        assert a.step == b.step == 1
+        for x, y in zip(a.model.parameters(), b.model.parameters(), strict=True):
+            assert torch.equal(x, y), pid
+    # every metric as one after the other: per-policy names, and the first policy's under the bare name
+    assert set(got) == set(want)
+    timing = ("perf/", "time/")
+    for k, v in want.items():
+        if not k.startswith(timing) and "/perf/" not in k:
+            assert got[k] == v or (v != v and got[k] != got[k]), k  # NaN equals NaN here
+    assert got["proposer/actor/pg_loss"] != got["responder/actor/pg_loss"]
+    assert got["actor/pg_loss"] == got["proposer/actor/pg_loss"]
+
+
+def test_a_failing_learner_fails_the_update_after_both_end(
+    tmp_path: Path, tiny: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = _trainer(tmp_path, tiny, "grpo", parallel=True)
+    other_done = threading.Event()
+    real = t.learners["proposer"].update
+
+    def fails(*args: Any) -> Any:
+        raise RuntimeError("responder learner broke")
+
+    def finishes(*args: Any) -> Any:
+        out = real(*args)
+        other_done.set()
+        return out
+
+    monkeypatch.setattr(t.learners["responder"], "update", fails)
+    monkeypatch.setattr(t.learners["proposer"], "update", finishes)
+    with pytest.raises(RuntimeError, match="responder learner broke"):
+        t.train_step(_played(t))
+    assert other_done.is_set()  # raised only once the other learner's update had ended
+
+
+def test_versions_are_written_side_by_side_in_order(
+    tmp_path: Path, tiny: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = _trainer(tmp_path, tiny, "grpo", parallel=True)
+    barrier = threading.Barrier(2, timeout=BARRIER_S)
+    for learner in t.learners.values():
+        _meet_at(barrier, learner, "save_pretrained", monkeypatch)
+    before = len(t.state.published)
+    asyncio.run(t.publish_current())
+    assert not barrier.broken
+    new = t.state.published[before:]
+    assert [(p["policy_id"], p["version"]) for p in new] == [("proposer", 1), ("responder", 1)]
+    for p in new:
+        assert (Path(p["path"]) / "config.json").exists() and Path(p["path"]).parent.name == p["policy_id"]
