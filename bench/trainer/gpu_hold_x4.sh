@@ -91,7 +91,9 @@ case "${PLAN:-s22}" in
     # card 2: the village from the heuristic clone with the faster learner (fused kernels and gradient
     #   checkpointing let micro-batches of 32 fit, as they did AIW's) and lr 3e-5: in s21 its update took 73 s of
     #   ~120, six updates in 12 minutes, ppo_kl ~0.001-0.003 at 1e-5
-    # card 3: a third training seed of the bargaining recipe
+    # card 3: IPPO with train.parallel_learners (off by default until this run): the two learners' updates and
+    #   publishes side by side; s19's IPPO on an H200 took 27.1 s an update (15.0 training the two one after
+    #   the other, 10.4 publishing them), the number to compare with, and its learning line (-0.45 -> +0.80)
     AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
       policies.1.lr=3.0e-4"
     VILLAGE_FAST="policies.0.micro_batch_size=32 policies.0.extra.fused_kernels=true
@@ -101,11 +103,11 @@ case "${PLAN:-s22}" in
       policies.0.extra.infer_micro_batch_size=8 policies.0.extra.fused_kernels=true
       policies.0.extra.gradient_checkpointing=true"
     CARDS="0 1 2 3" PARALLEL=20 EXTRA_1="${TWELVE_P:-$CONVERSATION_12P}" EXTRA_2="$AIW_FAST" \
-      EXTRA_3="$VILLAGE_FAST" EXTRA_4="seed=2" \
+      EXTRA_3="$VILLAGE_FAST" EXTRA_4="train.parallel_learners=true" \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
       "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" \
       "configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml:${MIN_VILLAGE:-15}" \
-      "configs/gpu-bargaining-smollm2.yaml:${MIN_BARGAIN:-15}" > /tmp/queue.log 2>&1 &
+      "configs/gpu-ippo-smollm2.yaml:${MIN_IPPO:-15}" > /tmp/queue.log 2>&1 &
     queue=$!
     wait "$queue"
     say "hold plan done"
