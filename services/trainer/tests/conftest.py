@@ -61,3 +61,40 @@ def two_turn_episode() -> Callable[..., Any]:
         return make_trajectory(tid, [(0, p1, r1, 0.0, "o1"), (0, p2, r2, reward, "o2")])
 
     return build
+
+
+def two_seat_ultimatum(model: str, estimator: str, **train: Any) -> Any:
+    """A ``TrainConfig``: ultimatum ``easy``, proposer (seat 0) and responder (seat 1) as two policy ids with
+    the same CPU-learner settings, 4 episodes in groups of 2, KL to the reference and truncated IS on; ``train``
+    is the ``train`` section (``share_policy``, ``parallel_learners``...)."""
+    from wolfpack_trainer.config import TrainConfig
+
+    policy: dict[str, Any] = {
+        "model": model, "lr": 1e-2, "value_head": estimator == "gae", "mini_batch_size": 4, "ppo_epochs": 2,
+    }  # fmt: skip
+    return TrainConfig.model_validate(
+        {
+            "name": "two-seats",
+            "game": {"id": "ultimatum_v1", "variant": "easy"},
+            "policies": [
+                {"id": "proposer", "seats": [0], **policy},
+                {"id": "responder", "seats": [1], **policy},
+            ],
+            "rollout": {
+                "episodes_per_update": 4,
+                "group_size": 2,
+                "max_tokens": 8,
+                "max_prompt_tokens": 1500,
+            },
+            "algo": {"estimator": estimator, "lam": 0.95},
+            "loss": {"kl_coef": 0.04, "kl_type": "low_var_kl", "tis_cap": 2.0},
+            "batch": {"layout": "turn", "group_by": ["group", "role"]},
+            "train": {"max_staleness": 1, **train},
+        }
+    )
+
+
+@pytest.fixture
+def two_seat_config() -> Callable[..., Any]:
+    """``two_seat_ultimatum`` (a fixture: under importlib mode test modules cannot import each other)."""
+    return two_seat_ultimatum

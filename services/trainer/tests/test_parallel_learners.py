@@ -29,31 +29,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tiny_model(tmp_path_factory.mktemp("models"), max_positions=2048))
 
 
-def _trainer(tmp_path: Path, tiny: str, estimator: str, parallel: bool) -> Trainer:
-    policy: dict[str, Any] = {
-        "model": tiny, "lr": 1e-2, "value_head": estimator == "gae", "mini_batch_size": 4, "ppo_epochs": 2,
-    }  # fmt: skip
-    cfg = TrainConfig.model_validate(
-        {
-            "name": "ippo",
-            "seed": 3,
-            "game": {"id": "ultimatum_v1", "variant": "easy"},
-            "policies": [
-                {"id": "proposer", "seats": [0], **policy},
-                {"id": "responder", "seats": [1], **policy},
-            ],
-            "rollout": {
-                "episodes_per_update": 4,
-                "group_size": 2,
-                "max_tokens": 8,
-                "max_prompt_tokens": 1500,
-            },
-            "algo": {"estimator": estimator, "lam": 0.95},
-            "loss": {"kl_coef": 0.04, "kl_type": "low_var_kl", "tis_cap": 2.0},
-            "batch": {"layout": "turn", "group_by": ["group", "role"]},
-            "train": {"parallel_learners": parallel, "max_staleness": 1},
-        }
-    )
+def _trainer(tmp_path: Path, cfg: TrainConfig, parallel: bool) -> Trainer:
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"parallel_learners": parallel})})
     t = Trainer(cfg, tmp_path / ("parallel" if parallel else "serial"), "redis://unused", cache_dir=tmp_path)
     t.setup()
     return t
@@ -80,10 +57,11 @@ def _played(t: Trainer) -> list[Any]:
 
 @pytest.mark.parametrize("estimator", ["grpo", "gae"])
 def test_side_by_side_updates_are_the_one_after_the_other_updates(
-    tmp_path: Path, tiny: str, estimator: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tiny: str, estimator: str, monkeypatch: pytest.MonkeyPatch, two_seat_config: Any
 ) -> None:
-    serial = _trainer(tmp_path, tiny, estimator, parallel=False)
-    parallel = _trainer(tmp_path, tiny, estimator, parallel=True)
+    cfg = two_seat_config(tiny, estimator)
+    serial = _trainer(tmp_path, cfg, parallel=False)
+    parallel = _trainer(tmp_path, cfg, parallel=True)
     assert serial.learners["proposer"] is not serial.learners["responder"]  # IPPO: a learner each
     barrier = threading.Barrier(2, timeout=BARRIER_S)
     for learner in parallel.learners.values():
@@ -108,9 +86,9 @@ def test_side_by_side_updates_are_the_one_after_the_other_updates(
 
 
 def test_a_failing_learner_fails_the_update_after_both_end(
-    tmp_path: Path, tiny: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tiny: str, monkeypatch: pytest.MonkeyPatch, two_seat_config: Any
 ) -> None:
-    t = _trainer(tmp_path, tiny, "grpo", parallel=True)
+    t = _trainer(tmp_path, two_seat_config(tiny, "grpo"), parallel=True)
     other_done = threading.Event()
     real = t.learners["proposer"].update
 
@@ -130,9 +108,9 @@ def test_a_failing_learner_fails_the_update_after_both_end(
 
 
 def test_versions_are_written_side_by_side_in_order(
-    tmp_path: Path, tiny: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tiny: str, monkeypatch: pytest.MonkeyPatch, two_seat_config: Any
 ) -> None:
-    t = _trainer(tmp_path, tiny, "grpo", parallel=True)
+    t = _trainer(tmp_path, two_seat_config(tiny, "grpo"), parallel=True)
     barrier = threading.Barrier(2, timeout=BARRIER_S)
     for learner in t.learners.values():
         _meet_at(barrier, learner, "save_pretrained", monkeypatch)

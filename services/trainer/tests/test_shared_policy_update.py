@@ -29,32 +29,6 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tiny_model(tmp_path_factory.mktemp("models"), max_positions=2048))
 
 
-def _config(tiny: str, estimator: str, share: bool) -> TrainConfig:
-    policy: dict[str, Any] = {
-        "model": tiny, "lr": 1e-2, "value_head": estimator == "gae", "mini_batch_size": 4, "ppo_epochs": 2,
-    }  # fmt: skip
-    return TrainConfig.model_validate(
-        {
-            "name": "shared",
-            "game": {"id": "ultimatum_v1", "variant": "easy"},
-            "policies": [
-                {"id": "proposer", "seats": [0], **policy},
-                {"id": "responder", "seats": [1], **policy},
-            ],
-            "rollout": {
-                "episodes_per_update": 4,
-                "group_size": 2,
-                "max_tokens": 8,
-                "max_prompt_tokens": 1500,
-            },
-            "algo": {"estimator": estimator, "lam": 0.95},
-            "loss": {"kl_coef": 0.04, "kl_type": "low_var_kl", "tis_cap": 2.0},
-            "batch": {"layout": "turn", "group_by": ["group", "role"]},
-            "train": {"share_policy": share, "max_staleness": 1},
-        }
-    )
-
-
 def _trainer(tmp_path: Path, cfg: TrainConfig) -> Trainer:
     t = Trainer(cfg, tmp_path / "run", "redis://unused", cache_dir=tmp_path)
     t.setup()
@@ -129,9 +103,9 @@ def _hand_merge(batches: list[TrainBatch], pad: int) -> TrainBatch:
 
 @pytest.mark.parametrize("estimator", ["grpo", "gae", "reinforce_pp"])
 def test_shared_policy_is_one_update_over_both_policies_samples(
-    tmp_path: Path, tiny: str, estimator: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tiny: str, estimator: str, monkeypatch: pytest.MonkeyPatch, two_seat_config: Any
 ) -> None:
-    cfg = _config(tiny, estimator, share=True)
+    cfg = two_seat_config(tiny, estimator, share_policy=True)
     t = _trainer(tmp_path, cfg)
     learner: Any = t.learners["proposer"]
     assert t.learners["responder"] is learner
@@ -199,8 +173,8 @@ def test_shared_policy_is_one_update_over_both_policies_samples(
     assert not any(k.endswith("/actor/pg_loss") for k in metrics)
 
 
-def test_narrow_gives_one_policys_own_batch(tmp_path: Path, tiny: str) -> None:
-    cfg = _config(tiny, "grpo", share=True)
+def test_narrow_gives_one_policys_own_batch(tmp_path: Path, tiny: str, two_seat_config: Any) -> None:
+    cfg = two_seat_config(tiny, "grpo", share_policy=True)
     t = _trainer(tmp_path, cfg)
     trajs = t.play_local(t.tasks([3, 4], 2, "n"), 1.0)
     pad = int(t.tokenizer.pad_token_id or 0)
@@ -217,9 +191,9 @@ def test_narrow_gives_one_policys_own_batch(tmp_path: Path, tiny: str) -> None:
 
 
 def test_ippo_still_updates_each_learner_once_on_its_own_samples(
-    tmp_path: Path, tiny: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tiny: str, monkeypatch: pytest.MonkeyPatch, two_seat_config: Any
 ) -> None:
-    cfg = _config(tiny, "grpo", share=False)
+    cfg = two_seat_config(tiny, "grpo", share_policy=False)
     t = _trainer(tmp_path, cfg)
     trajs = t.play_local(t.tasks([1, 2], 2, "u0"), 1.0)
     calls = {pid: _record(t.learners[pid], monkeypatch) for pid in ("proposer", "responder")}
