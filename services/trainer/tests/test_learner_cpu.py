@@ -329,6 +329,28 @@ def test_kl_term_pulls_the_policy_towards_the_reference(model_dir: str) -> None:
     assert after < before
 
 
+def test_version_directories_get_the_tokenizer_files_save_pretrained_writes(
+    model_dir: str, tmp_path: Path
+) -> None:
+    """``write_tokenizer``: byte for byte the files of ``AutoTokenizer.save_pretrained``, the tokenizer
+    loaded once per model path however many versions are written."""
+    from wolfpack_trainer.learners.base import _tokenizer_files, write_tokenizer
+
+    AutoTokenizer.from_pretrained(model_dir).save_pretrained(tmp_path / "theirs")
+    _tokenizer_files.cache_clear()
+    for v in range(3):
+        (tmp_path / f"v{v}").mkdir()
+        write_tokenizer(model_dir, tmp_path / f"v{v}")
+    theirs = {f.name: f.read_bytes() for f in (tmp_path / "theirs").iterdir()}
+    assert theirs and "tokenizer_config.json" in theirs
+    for v in range(3):
+        assert {f.name: f.read_bytes() for f in (tmp_path / f"v{v}").iterdir()} == theirs
+    info = _tokenizer_files.cache_info()
+    assert (info.misses, info.hits) == (1, 2)
+    with pytest.raises(OSError):  # no tokenizer there: raised as from_pretrained raises, each time
+        write_tokenizer(str(tmp_path / "nowhere"), tmp_path / "v0")
+
+
 def test_save_pretrained_full_model_loads_by_path_with_its_tokenizer(model_dir: str, tmp_path: Path) -> None:
     learner = CpuLearner(LearnerConfig(model=model_dir))
     out = learner.save_pretrained(tmp_path / "hf")

@@ -16,6 +16,8 @@ Change this file only additively: other engineers build on it.
 from __future__ import annotations
 
 import abc
+import functools
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -287,6 +289,28 @@ class Learner(abc.ABC):
 
 
 L = TypeVar("L", bound=type[Learner])
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer_files(model_path: str) -> tuple[tuple[str, bytes], ...]:
+    """The files ``AutoTokenizer.save_pretrained`` writes for ``model_path``'s tokenizer, as bytes (loaded and
+    written once per model path; a failure is raised, not cached)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_path)
+    with tempfile.TemporaryDirectory(prefix="wolfpack-tokenizer-") as tmp:
+        tok.save_pretrained(tmp)
+        return tuple((f.name, f.read_bytes()) for f in sorted(Path(tmp).iterdir()) if f.is_file())
+
+
+def write_tokenizer(model_path: str, directory: Path) -> None:
+    """``model_path``'s tokenizer files into a version directory, byte for byte what
+    ``AutoTokenizer.from_pretrained(model_path).save_pretrained(directory)`` writes. Why cached: a learner
+    writes a version directory every update, and loading the tokenizer each time cost 0.3-0.5 s of a
+    SmolLM2 publish on this CPU (bench/results/2026-11-28-tokenizer-files-cpu-s21.md). Raises as
+    ``from_pretrained`` does for a model without a tokenizer."""
+    for name, data in _tokenizer_files(model_path):
+        (directory / name).write_bytes(data)
 
 
 def register_learner(name: str) -> Callable[[L], L]:

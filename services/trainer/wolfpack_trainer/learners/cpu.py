@@ -31,6 +31,7 @@ from wolfpack_trainer.learners.base import (
     TrainBatch,
     register_learner,
     resolve_device,
+    write_tokenizer,
 )
 
 
@@ -302,12 +303,10 @@ class CpuLearner(Learner):
 
     def save_pretrained(self, directory: Path) -> Path:
         """An HF (full) or peft (LoRA) directory that inference loads by path, with the tokenizer."""
-        from transformers import AutoTokenizer
-
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(directory)  # type: ignore[operator,arg-type]
         if self.config.lora_rank == 0:
-            AutoTokenizer.from_pretrained(self.model_path).save_pretrained(directory)
+            write_tokenizer(self.model_path, directory)
         return directory
 
     def generation_model(self) -> AbstractContextManager[nn.Module]:

@@ -51,6 +51,7 @@ longest first (``infer_order``) and map the results back to the batch's order. P
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import random
@@ -71,6 +72,7 @@ from wolfpack_trainer.learners.base import (
     TrainBatch,
     register_learner,
     resolve_device,
+    write_tokenizer,
 )
 
 _METRIC_NAMES = {
@@ -737,10 +739,7 @@ class VerlFsdpLearner(Learner):
         else:
             state = {k: v.contiguous() for k, v in self._full_state().items() if k not in drop}
             save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
-        try:
-            from transformers import AutoTokenizer
-
-            AutoTokenizer.from_pretrained(self.model_path).save_pretrained(directory)
-        except (OSError, ValueError):
-            pass  # a model without a tokenizer (token ids only): inference then needs skip_tokenizer_init
+        # a model without a tokenizer (token ids only): inference then needs skip_tokenizer_init
+        with contextlib.suppress(OSError, ValueError):
+            write_tokenizer(self.model_path, directory)
         return directory
