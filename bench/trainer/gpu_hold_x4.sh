@@ -32,6 +32,15 @@ export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
+# FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
+# `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
+# evaluation and learning line), so that every result is back before the 30 minutes end. In s21 this was done
+# by hand at minute 24 for two runs; 0 turns it off. (A run still in its set-up then would be ended, not
+# finished: its signal handler is not yet installed.)
+if [ "${FINISH_AFTER_S:-1260}" -gt 0 ]; then
+  ( sleep "${FINISH_AFTER_S:-1260}"; say "finishing every wolfpack train (SIGUSR1)"
+    pkill -USR1 -f "wolfpack[.]cli[.]main train" ) &
+fi
 case "${PLAN:-s22}" in
   s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
     CARDS="0 1" PARALLEL=20 \
