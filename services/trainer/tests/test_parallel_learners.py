@@ -121,3 +121,45 @@ def test_versions_are_written_side_by_side_in_order(
     assert [(p["policy_id"], p["version"]) for p in new] == [("proposer", 1), ("responder", 1)]
     for p in new:
         assert (Path(p["path"]) / "config.json").exists() and Path(p["path"]).parent.name == p["policy_id"]
+
+
+def test_verl_learners_side_by_side_on_one_collective_group(
+    tmp_path: Path, tiny: str, monkeypatch: pytest.MonkeyPatch, two_seat_config: Any
+) -> None:
+    """The real ``verl_fsdp`` learner (FSDP2 on gloo, in process: both learners share the process's one
+    collective group, the case that keeps the setting off by default on a GPU): updates and publishes side
+    by side give exactly the weights and metrics of one after the other, without a hang."""
+    pytest.importorskip("verl.workers.engine_workers", reason="verl (trainer extra) is not installed")
+    player = _trainer(tmp_path / "cpu", two_seat_config(tiny, "grpo"), parallel=False)
+    trajs = _played(player)  # the verl learner does not sample in process: the CPU learner plays
+
+    def verl(parallel: bool) -> Trainer:
+        cfg = two_seat_config(tiny, "grpo")
+        learner = {
+            "learner": "verl_fsdp",
+            "device": "cpu",
+            "micro_batch_size": 4,
+            "extra": {"strategy": "fsdp2"},
+        }
+        policies = [p.model_copy(update=learner) for p in cfg.policies]
+        return _trainer(tmp_path / "verl", cfg.model_copy(update={"policies": policies}), parallel)
+
+    serial, parallel = verl(False), verl(True)
+    assert type(parallel.learners["proposer"]).__name__ == "VerlFsdpLearner"
+    barrier = threading.Barrier(2, timeout=BARRIER_S)
+    for learner in parallel.learners.values():
+        _meet_at(barrier, learner, "update", monkeypatch)
+        _meet_at(barrier, learner, "save_pretrained", monkeypatch)
+    want, got = serial.train_step(trajs), parallel.train_step(trajs)
+    asyncio.run(parallel.publish_current())
+    assert not barrier.broken
+    for pid in ("proposer", "responder"):
+        a, b = serial.learners[pid]._full_state(), parallel.learners[pid]._full_state()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), pid
+    for k, v in want.items():
+        if not k.startswith(("perf/", "time/")) and "/perf/" not in k:
+            assert got[k] == v or (v != v and got[k] != got[k]), k
+    assert [(p["policy_id"], p["version"]) for p in parallel.state.published[-2:]] == [
+        ("proposer", 1),
+        ("responder", 1),
+    ]

@@ -198,9 +198,9 @@ class TrainSection(_Strict):
     results are those of one after the other (the default). Why: IPPO on one H200 spent 15.0 s of a 27.1 s
     update training its two learners one after the other and 10.4 s publishing them one after the other
     (bench/results/2026-11-27-h200x4-hold-s19.md), neither learner filling the card. Off by default until
-    measured on a GPU: two in-process verl learners on one card share the process's collective group, and
-    whether their FSDP calls may run from two threads at once is not yet checked there (on the CPU learner,
-    which has none, it is: services/trainer/tests/test_parallel_learners.py)."""
+    measured on a GPU: two in-process verl learners on one card share the process's collective group (NCCL
+    there); on the CPU both the CPU learner and verl's FSDP2 learner on gloo give exactly the one-after-the-
+    other results side by side (services/trainer/tests/test_parallel_learners.py)."""
     tracking: list[str] = Field(default_factory=list)
     """Experiment trackers through verl's ``Tracking`` (``wandb``, ``mlflow``, ``swanlab``, ``clearml``,
     ``trackio``, ``file``, ...), fed the same rows as ``metrics.jsonl``. ``console`` and ``tensorboard`` are
