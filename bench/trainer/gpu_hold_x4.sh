@@ -16,7 +16,7 @@
 # none shares memory or compute with another (the host's 64 cores and 512 GB are far from the bound).
 # PLAN=s19: card 0 12p ZH GRPO, card 1 AIW GiGPO, card 2 the village through the verl agent loop
 #   (agent_loop_village.sh, MIN_VILLAGE 10), card 3 the GPU end-to-end test then IPPO.
-# PLAN=s22 (the default; not yet run): see its case below.
+# PLAN=s22 (the default; not yet run): see its case below (card 3: the GPU test, then IPPO).
 # PLAN=next (run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
 #   memory then, mended since; the rest finished): card 0 AIW in its new shape (half its groups against the heuristic wolves,
 #   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
@@ -100,9 +100,11 @@ case "${PLAN:-s22}" in
     # card 2: the village from the heuristic clone with the faster learner (fused kernels and gradient
     #   checkpointing let micro-batches of 32 fit, as they did AIW's) and lr 3e-5: in s21 its update took 73 s of
     #   ~120, six updates in 12 minutes, ppo_kl ~0.001-0.003 at 1e-5
-    # card 3: IPPO with train.parallel_learners (off by default until this run): the two learners' updates and
-    #   publishes side by side; s19's IPPO on an H200 took 27.1 s an update (15.0 training the two one after
-    #   the other, 10.4 publishing them), the number to compare with, and its learning line (-0.45 -> +0.80)
+    # card 3: the GPU end-to-end test first (the trainer changed after s21's pass: warm start in passes, version
+    #   directories written off the loop, tokenizer files cached), then IPPO with train.parallel_learners (off by
+    #   default until this run): the two learners' updates and publishes side by side; s19's IPPO on an H200
+    #   took 27.1 s an update (15.0 training the two one after the other, 10.4 publishing them), the number to
+    #   compare with, and its learning line (-0.45 -> +0.80)
     AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
       policies.1.lr=3.0e-4"
     VILLAGE_FAST="policies.0.micro_batch_size=32 policies.0.extra.fused_kernels=true
@@ -111,14 +113,22 @@ case "${PLAN:-s22}" in
       batch.max_prompt_len=8192 batch.max_response_len=8192 policies.0.micro_batch_size=4
       policies.0.extra.infer_micro_batch_size=8 policies.0.extra.fused_kernels=true
       policies.0.extra.gradient_checkpointing=true"
-    CARDS="0 1 2 3" PARALLEL=20 EXTRA_1="${TWELVE_P:-$CONVERSATION_12P}" EXTRA_2="$AIW_FAST" \
-      EXTRA_3="$VILLAGE_FAST" EXTRA_4="train.parallel_learners=true" \
+    CARDS="0 1 2" PARALLEL=20 EXTRA_1="${TWELVE_P:-$CONVERSATION_12P}" EXTRA_2="$AIW_FAST" \
+      EXTRA_3="$VILLAGE_FAST" \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
       "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" \
-      "configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml:${MIN_VILLAGE:-15}" \
-      "configs/gpu-ippo-smollm2.yaml:${MIN_IPPO:-15}" > /tmp/queue.log 2>&1 &
+      "configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml:${MIN_VILLAGE:-15}" > /tmp/queue.log 2>&1 &
     queue=$!
-    wait "$queue"
+    (
+      export CUDA_VISIBLE_DEVICES=3
+      bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
+      say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
+      RUN=gpu-ippo-smollm2-parallel bash "$here/gpu_train.sh" recipe configs/gpu-ippo-smollm2.yaml \
+        train.parallel_learners=true "train.max_minutes=${MIN_IPPO:-12}" > /tmp/gpu-ippo-smollm2-parallel.queue.log 2>&1
+      say "ippo (parallel learners) exit $?"
+    ) &
+    card3=$!
+    wait "$queue" "$card3"
     say "hold plan done"
     exit 0 ;;
   *) echo "PLAN: s19, next or s22" >&2; exit 2 ;;
