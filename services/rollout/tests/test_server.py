@@ -51,9 +51,15 @@ async def test_run_from_the_curriculum_into_the_stream_with_status(
     async with connect(stack.settings, config, addresses) as driver:
         servicer.stats, servicer.worker_id = driver.stats, driver.worker_id
         summary = await driver.run(6)
+        first = list(driver.trajectories)
+        again = await driver.run(2)  # a second run's summary counts its own episodes and tokens only
+        assert again.episodes == 2 and again.failed == 0, again.failures
+        tokens = sum(len(t.response_token_ids) for tr in driver.trajectories for t in tr.turns)
+        assert 0 < again.generated_tokens == tokens < driver.stats.generated_tokens
+        driver.trajectories = first
     assert summary.episodes == 6 and summary.failed == 0, summary.failures
     assert summary.trainee_turns > 0 and set(summary.win_rate_by_opponent) == {"scripted"}
-    assert await redis_client.xlen(stream_key) == 6
+    assert await redis_client.xlen(stream_key) == 8
     groups: dict[str, int] = {}
     for traj in driver.trajectories:
         groups[traj.group_id] = groups.get(traj.group_id, 0) + 1
@@ -61,10 +67,10 @@ async def test_run_from_the_curriculum_into_the_stream_with_status(
     assert sorted(groups.values()) == [2, 2, 2], "whole groups of the same task and seed"
     async with rpc.channel(f"127.0.0.1:{ro_server.port}", load_settings()) as ch:
         status = await pb_grpc.RolloutServiceStub(ch).GetRolloutStatus(pb.GetRolloutStatusRequest())
-    assert (status.episodes_finished, status.episodes_failed, status.episodes_in_flight) == (6, 0, 0)
-    assert status.turns == summary.trainee_turns and status.worker_id
+    assert (status.episodes_finished, status.episodes_failed, status.episodes_in_flight) == (8, 0, 0)
+    assert status.turns == summary.trainee_turns + again.trainee_turns and status.worker_id
     async with CurriculumClient(f"127.0.0.1:{cur_server.port}", stack.settings) as cur:
         stats = await cur.get_stats()
-    assert sum(b.scheduled for b in stats.buckets) == 6
+    assert sum(b.scheduled for b in stats.buckets) == 8
     for server in (cur_server, ro_server):
         await server.stop(0)

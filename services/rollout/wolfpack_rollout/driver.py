@@ -44,7 +44,7 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from wolfpack import stream as wolfpack_stream
@@ -107,11 +107,22 @@ _BACKPRESSURE: tuple[type[BaseException], ...] = tuple(
 
 @dataclass(frozen=True)
 class _CounterDelta:
+    """The driver counters a ``run`` summarises (``summary._Counters``), as taken from ``RolloutStats``."""
+
     generated_tokens: int
     truncated_responses: int
     compressed_prompts: int
     backpressure_wait_s: float
     stale_acts: int
+
+    @classmethod
+    def of(cls, stats: RolloutStats) -> _CounterDelta:
+        return cls(**{f.name: getattr(stats, f.name) for f in fields(cls)})
+
+    def since(self, before: _CounterDelta) -> _CounterDelta:
+        return _CounterDelta(
+            **{f.name: getattr(self, f.name) - getattr(before, f.name) for f in fields(self)}
+        )
 
 
 class EpisodeFailed(Exception):
@@ -404,13 +415,7 @@ class RolloutDriver:
         started = time.monotonic()
         failed_before = Counter(self.stats.failures)
         numbered_before = self.stats.episodes_failed
-        before = _CounterDelta(
-            self.stats.generated_tokens,
-            self.stats.truncated_responses,
-            self.stats.compressed_prompts,
-            self.stats.backpressure_wait_s,
-            self.stats.stale_acts,
-        )
+        before = _CounterDelta.of(self.stats)
 
         async def tasks() -> AsyncIterator[cur_pb.Task]:
             left = episodes
@@ -439,13 +444,7 @@ class RolloutDriver:
 
         await self._drive(tasks(), deliver)
         failures = self.stats.failures - failed_before
-        delta = _CounterDelta(
-            self.stats.generated_tokens - before.generated_tokens,
-            self.stats.truncated_responses - before.truncated_responses,
-            self.stats.compressed_prompts - before.compressed_prompts,
-            self.stats.backpressure_wait_s - before.backpressure_wait_s,
-            self.stats.stale_acts - before.stale_acts,
-        )
+        delta = _CounterDelta.of(self.stats).since(before)
         examples = [f for f in self.stats.recent_failures if f.number > numbered_before]
         return summarize(self.trajectories, failures, time.monotonic() - started, delta, examples)
 
