@@ -1,6 +1,7 @@
-"""Blocking work handed to a thread of its own while the event loop keeps serving (the trainer's loop:
-TrainerService, health checks, the stream's consumer). Used by the trainer for updates, checkpoints and
-evaluations, and by the publisher for writing a version's directory.
+"""Blocking work handed to threads of their own: ``off_loop`` while the event loop keeps serving (the
+trainer's loop: TrainerService, health checks, the stream's consumer), used by the trainer for updates,
+checkpoints and evaluations and by the publisher for writing a version's directory; ``side_by_side`` for
+several learners' work at once (``train.parallel_learners``).
 
 Worker threads are named ``trainer:<function>``: ``train._exit_before_finalizing`` looks for them at exit."""
 
@@ -10,10 +11,11 @@ import asyncio
 import contextlib
 import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 async def off_loop(fn: Callable[..., T], *args: Any) -> T:
@@ -44,3 +46,32 @@ async def off_loop(fn: Callable[..., T], *args: Any) -> T:
 
     threading.Thread(target=work, name=f"trainer:{getattr(fn, '__name__', 'work')}", daemon=True).start()
     return await done
+
+
+def side_by_side(fn: Callable[[A], T], items: Sequence[A], names: Sequence[str]) -> list[T]:
+    """``fn`` of every item at once, one thread each (``trainer:<name>``), results in the items' order; the
+    first failure is raised once every thread has ended. Daemon threads as ``off_loop``'s, not a pool: the
+    interpreter joins a pool's threads at exit, so a second Ctrl-C would wait for the work."""
+    results: list[Any] = [None] * len(items)
+    errors: list[BaseException | None] = [None] * len(items)
+
+    def work(i: int, context: contextvars.Context) -> None:
+        try:
+            results[i] = context.run(fn, items[i])
+        except BaseException as exc:  # raised below, in the caller's thread
+            errors[i] = exc
+
+    threads = [
+        threading.Thread(
+            target=work, args=(i, contextvars.copy_context()), name=f"trainer:{name}", daemon=True
+        )
+        for i, name in enumerate(names)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return results

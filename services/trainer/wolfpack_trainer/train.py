@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import contextvars
 import dataclasses
 import functools
 import hashlib
@@ -85,6 +84,7 @@ from wolfpack_trainer.metrics import (
     transcript,
 )
 from wolfpack_trainer.offload import off_loop as _off_loop
+from wolfpack_trainer.offload import side_by_side
 from wolfpack_trainer.publish import Publisher
 from wolfpack_trainer.state import RunState
 
@@ -794,35 +794,12 @@ class Trainer:
         return metrics
 
     def _each_learner(self, fn: Callable[[list[str]], T], groups: list[list[str]]) -> list[T]:
-        """``fn`` of every learner's group, in the groups' order: side by side in threads of their own when
+        """``fn`` of every learner's group, in the groups' order: side by side (``offload.side_by_side``) when
         there are several and ``train.parallel_learners`` (each learner's work touches only its own model,
-        batch and workers), else one after the other. The first failure is raised, after every thread ends."""
+        batch and workers), else one after the other."""
         if len(groups) < 2 or not self.cfg.train.parallel_learners:
             return [fn(pids) for pids in groups]
-        results: list[Any] = [None] * len(groups)
-        errors: list[BaseException | None] = [None] * len(groups)
-
-        def work(i: int, pids: list[str], context: contextvars.Context) -> None:
-            try:
-                results[i] = context.run(fn, pids)
-            except BaseException as exc:  # raised below, in the caller's thread
-                errors[i] = exc
-
-        # daemon threads named trainer:* as ``off_loop``'s (not a pool, whose threads the interpreter joins
-        # at exit: a second Ctrl-C would wait for the update); ``_exit_before_finalizing`` sees them
-        threads = [
-            threading.Thread(target=work, args=(i, pids, contextvars.copy_context()),
-                             name=f"trainer:learner-{pids[0]}", daemon=True)
-            for i, pids in enumerate(groups)
-        ]  # fmt: skip
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for exc in errors:
-            if exc is not None:
-                raise exc
-        return results
+        return side_by_side(fn, groups, [f"learner-{pids[0]}" for pids in groups])
 
     def _learner_groups(self, pids: Iterable[str]) -> list[list[str]]:
         """``pids`` (the policy ids with samples, or every trained id: ``self.learners``) grouped by the
