@@ -31,6 +31,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
+case "${PLAN:-s22}" in s19 | next | s22) ;; *) echo "PLAN: s19, next or s22" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
@@ -41,6 +42,12 @@ if [ "${FINISH_AFTER_S:-1260}" -gt 0 ]; then
   ( sleep "${FINISH_AFTER_S:-1260}"; say "finishing every wolfpack train (SIGUSR1)"
     pkill -USR1 -f "wolfpack[.]cli[.]main train" ) &
 fi
+# 12p as conversations (the 12p recipe's header; PLAN=next and s22): SmolLM2's context less the answer, long
+# sequences in small micro-batches with the fused kernels (no full-vocabulary logits). TWELVE_P replaces it.
+CONVERSATION_12P="rollout.prompt=conversation batch.layout=episode rollout.max_prompt_tokens=8000
+  batch.max_prompt_len=8192 batch.max_response_len=8192 policies.0.micro_batch_size=4
+  policies.0.extra.infer_micro_batch_size=8 policies.0.extra.fused_kernels=true
+  policies.0.extra.gradient_checkpointing=true"
 case "${PLAN:-s22}" in
   s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
     CARDS="0 1" PARALLEL=20 \
@@ -64,13 +71,8 @@ case "${PLAN:-s22}" in
     ) &
     card3=$! ;;
   next)  # what the s19 hold left open (its results file, "What the three Werewolf results say")
-    # 12p as conversations (the 12p recipe's header): SmolLM2's context less the answer, long sequences in
-    # small micro-batches with the fused kernels (no full-vocabulary logits). An experiment: 2.7x fewer learner
-    # tokens, yet 1.5x the update time on the CPU learner (bench/results/2026-11-27-conversation-layout-s19.md)
-    CONVERSATION_12P="rollout.prompt=conversation batch.layout=episode rollout.max_prompt_tokens=8000
-      batch.max_prompt_len=8192 batch.max_response_len=8192 policies.0.micro_batch_size=4
-      policies.0.extra.infer_micro_batch_size=8 policies.0.extra.fused_kernels=true
-      policies.0.extra.gradient_checkpointing=true"
+    # 12p as conversations (CONVERSATION_12P above), an experiment: 2.7x fewer learner tokens, yet 1.5x the
+    # update time on the CPU learner (bench/results/2026-11-27-conversation-layout-s19.md)
     # cards 0 and 1: the AIW recipe's new shape (half its groups against the heuristic wolves, heuristic clone),
     # and 12p with a seat's turns as one sequence (TWELVE_P: the conversation prompt mode and the episode layout)
     CARDS="0 1" PARALLEL=20 EXTRA_2="${TWELVE_P:-$CONVERSATION_12P}" \
@@ -109,10 +111,6 @@ case "${PLAN:-s22}" in
       policies.1.lr=3.0e-4"
     VILLAGE_FAST="policies.0.micro_batch_size=32 policies.0.extra.fused_kernels=true
       policies.0.extra.gradient_checkpointing=true policies.0.extra.infer_micro_batch_size=32 policies.0.lr=3.0e-5"
-    CONVERSATION_12P="rollout.prompt=conversation batch.layout=episode rollout.max_prompt_tokens=8000
-      batch.max_prompt_len=8192 batch.max_response_len=8192 policies.0.micro_batch_size=4
-      policies.0.extra.infer_micro_batch_size=8 policies.0.extra.fused_kernels=true
-      policies.0.extra.gradient_checkpointing=true"
     CARDS="0 1 2" PARALLEL=20 EXTRA_1="${TWELVE_P:-$CONVERSATION_12P}" EXTRA_2="$AIW_FAST" \
       EXTRA_3="$VILLAGE_FAST" \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
