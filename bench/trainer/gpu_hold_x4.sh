@@ -16,7 +16,8 @@
 # none shares memory or compute with another (the host's 64 cores and 512 GB are far from the bound).
 # PLAN=s19: card 0 12p ZH GRPO, card 1 AIW GiGPO, card 2 the village through the verl agent loop
 #   (agent_loop_village.sh, MIN_VILLAGE 10), card 3 the GPU end-to-end test then IPPO.
-# PLAN=s22 (the default; not yet run): see its case below (card 3: the GPU test, then IPPO).
+# PLAN=s22 (the default; not yet run): see its case below (card 3: the GPU test, then IPPO). PLAN=s22x2: its
+#   GPU test, AIW and 12p on a lent 2-GPU machine.
 # PLAN=next (run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
 #   memory then, mended since; the rest finished): card 0 AIW in its new shape (half its groups against the heuristic wolves,
 #   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
@@ -31,7 +32,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
-case "${PLAN:-s22}" in s19 | next | s22) ;; *) echo "PLAN: s19, next or s22" >&2; exit 2 ;; esac  # before starting anything
+case "${PLAN:-s22}" in s19 | next | s22 | s22x2) ;; *) echo "PLAN: s19, next, s22 or s22x2" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
@@ -48,6 +49,9 @@ CONVERSATION_12P="rollout.prompt=conversation batch.layout=episode rollout.max_p
   batch.max_prompt_len=8192 batch.max_response_len=8192 policies.0.micro_batch_size=4
   policies.0.extra.infer_micro_batch_size=8 policies.0.extra.fused_kernels=true
   policies.0.extra.gradient_checkpointing=true"
+# AIW with more optimiser steps an update (PLAN=s22 and s22x2; why: s22's card 1 below)
+AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
+  policies.1.lr=3.0e-4"
 case "${PLAN:-s22}" in
   s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
     CARDS="0 1" PARALLEL=20 \
@@ -107,8 +111,6 @@ case "${PLAN:-s22}" in
     #   default until this run): the two learners' updates and publishes side by side; s19's IPPO on an H200
     #   took 27.1 s an update (15.0 training the two one after the other, 10.4 publishing them), the number to
     #   compare with, and its learning line (-0.45 -> +0.80)
-    AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
-      policies.1.lr=3.0e-4"
     VILLAGE_FAST="policies.0.micro_batch_size=32 policies.0.extra.fused_kernels=true
       policies.0.extra.gradient_checkpointing=true policies.0.extra.infer_micro_batch_size=32 policies.0.lr=3.0e-5"
     CARDS="0 1 2" PARALLEL=20 EXTRA_1="${TWELVE_P:-$CONVERSATION_12P}" EXTRA_2="$AIW_FAST" \
@@ -129,7 +131,28 @@ case "${PLAN:-s22}" in
     wait "$queue" "$card3"
     say "hold plan done"
     exit 0 ;;
-  *) echo "PLAN: s19, next or s22" >&2; exit 2 ;;
+  s22x2)  # s22 on a lent 2-GPU machine (when no 4-GPU one comes): the village and IPPO wait for a later hold
+    # card 0: the GPU test, then AIW as in s22; card 1: 12p as conversations as in s22
+    ( export CUDA_VISIBLE_DEVICES=0
+      bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
+      say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
+      # shellcheck disable=SC2086  # AIW_FAST is a list of key=value overrides
+      RUN=gpu-werewolf-gigpo-aiw-smollm2 bash "$here/gpu_train.sh" recipe configs/gpu-werewolf-gigpo-aiw-smollm2.yaml \
+        "train.max_minutes=${MIN_AIW:-15}" $AIW_FAST > /tmp/gpu-werewolf-gigpo-aiw-smollm2.queue.log 2>&1
+      say "aiw exit $?" ) &
+    card0=$!
+    ( export CUDA_VISIBLE_DEVICES=1
+      sleep 20  # staggered as gpu_queue.sh's PARALLEL does (the first start fills the shared model cache)
+      # shellcheck disable=SC2086  # a list of key=value overrides
+      RUN=gpu-werewolf-12p-zh-grpo-smollm2 bash "$here/gpu_train.sh" recipe \
+        configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml "train.max_minutes=${MIN_12P:-15}" ${TWELVE_P:-$CONVERSATION_12P} \
+        > /tmp/gpu-werewolf-12p-zh-grpo-smollm2.queue.log 2>&1
+      say "12p exit $?" ) &
+    card1=$!
+    wait "$card0" "$card1"
+    say "hold plan done"
+    exit 0 ;;
+  *) echo "PLAN: s19, next, s22 or s22x2" >&2; exit 2 ;;
 esac
 wait "$queue" "$card2" "$card3"
 say "hold plan done"
