@@ -4,7 +4,8 @@
 # background so that they outlive the call that starts them (poll with `sleep` calls, back to back: a lent
 # machine goes back 30 s after the last call ends, with everything started on it).
 #
-#   SMOL=/tmp/smol OUT=/tmp/out setsid nohup bash bench/trainer/gpu_hold_x4.sh > /tmp/hold.log 2>&1 < /dev/null &
+#   bash bench/trainer/hold_start.sh     # the last staging call: starts this script from a snapshot, as
+#   # SMOL=/tmp/smol OUT=/tmp/out setsid nohup bash bench/trainer/gpu_hold_x4.sh > /tmp/hold.log 2>&1 < /dev/null &
 #   bash bench/trainer/poll.sh 270       # every polling call, back to back (it copies the logs to $OUT)
 # Uses: s18 (bench/results/2026-11-27-h200x4-hold-s18.md): all four runs training by minute 6, the machine lost
 # at minute 15 to a gap of more than 30 s between two polling calls. s19 (2026-11-27-h200x4-hold-s19.md, PLAN=s19):

@@ -2,8 +2,9 @@
 # Stage everything a lent GPU machine needs for `wolfpack train` (it has no network): vLLM 0.24 + verl 0.9.1
 # bundles (../shared/gpu/stage.py), the project's own extra wheels for CPython 3.12 (.wb/extra), SmolLM2's GGUF
 # cut in three pieces (one call carries at most 64 MiB) and a snapshot of HEAD (.wb/src/src.tar).
-# Run from the repo root on the CPU machine; then make the calls in .wb/CALLS.txt, carrying .wb/extra,
-# .wb/smolA, .wb/smolB, .wb/smolC and .wb/src with the last ones, and `. bench/trainer/gpu_env.sh` there.
+# Run from the repo root on the CPU machine, after committing (src.tar is HEAD); then make the calls in
+# .wb/CALLS.txt, one carrying .wb/smolA, one .wb/smolB, and the last one .wb/extra, .wb/src and .wb/smolC with
+# `bash bench/trainer/hold_start.sh` (it runs the hold plan from the snapshot, not from the synced root).
 set -euo pipefail
 grep -qx '/.wb/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo /.wb/ >> .git/info/exclude; }
 python3 ../shared/gpu/stage.py vllm+verl --out .wb
