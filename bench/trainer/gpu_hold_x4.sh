@@ -17,8 +17,8 @@
 # none shares memory or compute with another (the host's 64 cores and 512 GB are far from the bound).
 # PLAN=s19: card 0 12p ZH GRPO, card 1 AIW GiGPO, card 2 the village through the verl agent loop
 #   (agent_loop_village.sh, MIN_VILLAGE 10), card 3 the GPU end-to-end test then IPPO.
-# PLAN=s22 (the default; not yet run): see its case below (card 3: the GPU test, then IPPO). PLAN=s22x2: its
-#   GPU test, AIW and 12p on a lent 2-GPU machine.
+# PLAN=s22 (run in s22, 2026-11-28-h200x4-hold-s22.md): see its case below. PLAN=s22x2: its GPU test, AIW and
+#   12p on a lent 2-GPU machine (unrun). PLAN=s23 (the default; not yet run): see its case below.
 # PLAN=next (run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
 #   memory then, mended since; the rest finished): card 0 AIW in its new shape (half its groups against the heuristic wolves,
 #   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
@@ -33,12 +33,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
-case "${PLAN:-s22}" in s19 | next | s22 | s22x2) ;; *) echo "PLAN: s19, next, s22 or s22x2" >&2; exit 2 ;; esac  # before starting anything
+case "${PLAN:-s23}" in s19 | next | s22 | s22x2 | s23) ;; *) echo "PLAN: s19, next, s22, s22x2 or s23" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
 # evaluation and learning line), so that every result is back before the 30 minutes end. In s21 this was done
-# by hand at minute 24 for two runs; 0 turns it off. (A run still in its set-up then would be ended, not
+# by hand at minute 24 for two runs; 0 turns it off. Set it from the reply of the call that starts the plan:
+# its lease's budget_left_s less ~420 s (the final evaluations take up to ~190 s, the last polling call's
+# copies and margin the rest). In s22 the machine's start counted ~385 s of the budget before the first call
+# ran, and a refused request another 120 s: 1,140 s then. (A run still in its set-up then would be ended, not
 # finished: its signal handler is not yet installed.)
 if [ "${FINISH_AFTER_S:-1260}" -gt 0 ]; then
   ( sleep "${FINISH_AFTER_S:-1260}"; say "finishing every wolfpack train (SIGUSR1)"
@@ -53,7 +56,7 @@ CONVERSATION_12P="rollout.prompt=conversation batch.layout=episode rollout.max_p
 # AIW with more optimiser steps an update (PLAN=s22 and s22x2; why: s22's card 1 below)
 AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
   policies.1.lr=3.0e-4"
-case "${PLAN:-s22}" in
+case "${PLAN:-s23}" in
   s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
     CARDS="0 1" PARALLEL=20 \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
@@ -153,7 +156,35 @@ case "${PLAN:-s22}" in
     wait "$card0" "$card1"
     say "hold plan done"
     exit 0 ;;
-  *) echo "PLAN: s19, next, s22 or s22x2" >&2; exit 2 ;;
+  s23)  # what the s22 hold left open (bench/results/2026-11-28-h200x4-hold-s22.md)
+    # cards 0-2: second training seeds of the two Werewolf recipes that moved in s22, in their new settings
+    #   (the village from the heuristic clone 0.13 -> 0.32, AIW 0.14 -> 0.27: one seed each), and the village's
+    #   seed 0 again with the clone under bf16 autocast (warmstart.precision=bf16): the fp32 clone took ~290 s
+    #   of every Werewolf run's hold in s22; against s22's seed 0 (clone at 0.13, 0.08..0.20) this measures what
+    #   bf16 saves and whether the clone is as good
+    # card 3: the GPU end-to-end test (s22's died in the harness, not the product), then a third training seed
+    #   of the bargaining recipe (seeds 0 and 1: 0.75 and 0.80)
+    CARDS="0 1 2" PARALLEL=20 \
+      NAME_1=gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed1 EXTRA_1="seed=1" \
+      NAME_2=gpu-werewolf-gigpo-aiw-smollm2-seed1 EXTRA_2="seed=1" \
+      NAME_3=gpu-werewolf-6p-ppo-heuristic-clone-smollm2-bf16clone EXTRA_3="warmstart.precision=bf16" \
+      bash "$here/gpu_queue.sh" "configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml:${MIN_VILLAGE:-15}" \
+      "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" \
+      "configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml:${MIN_VILLAGE:-15}" > /tmp/queue.log 2>&1 &
+    queue=$!
+    (
+      export CUDA_VISIBLE_DEVICES=3
+      bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
+      say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
+      RUN=gpu-bargaining-smollm2-seed2 bash "$here/gpu_train.sh" recipe configs/gpu-bargaining-smollm2.yaml \
+        seed=2 "train.max_minutes=${MIN_BARGAIN:-15}" > /tmp/gpu-bargaining-smollm2-seed2.queue.log 2>&1
+      say "bargaining seed 2 exit $?"
+    ) &
+    card3=$!
+    wait "$queue" "$card3"
+    say "hold plan done"
+    exit 0 ;;
+  *) echo "PLAN: s19, next, s22, s22x2 or s23" >&2; exit 2 ;;
 esac
 wait "$queue" "$card2" "$card3"
 say "hold plan done"

@@ -26,6 +26,8 @@
 # $OUT/gpu-samples.csv (one row per card), which is what says whether the recipes were waiting on a card.
 # EXTRA applies to every recipe; EXTRA_1, EXTRA_2, ... to the first, second, ... recipe only (e.g. a faster
 # learner for one of two recipes sharing a hold: EXTRA_2="policies.0.extra.fused_kernels=true ...").
+# NAME_1, NAME_2, ... name that recipe's run (its run directory, log and files in $OUT; default the config's
+# file name): needed when one config runs twice in a queue, e.g. two seeds side by side.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : > /tmp/queue.done
@@ -40,9 +42,13 @@ mkdir -p "$out"  # else the sampler and every recipe's tee fail (and pipefail tu
   done ) > "$out/gpu-samples.csv" 2>/dev/null &
 sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
+run_name() {  # CONFIG POSITION: NAME_<POSITION>, else the config's file name
+  local own="NAME_$2"
+  echo "${!own:-$(basename "$1" .yaml)}"
+}
 run_one() {  # CONFIG MINUTES POSITION (1-based: EXTRA_<POSITION> adds overrides for that recipe only)
   local cfg=$1 minutes=$2 own="EXTRA_$3" name
-  name=$(basename "$cfg" .yaml)
+  name=$(run_name "$cfg" "$3")
   echo "== $(date +%T) $name ${minutes:+($minutes min)}"
   # shellcheck disable=SC2086  # EXTRA and EXTRA_<n> are lists of key=value overrides
   if [ -n "$minutes" ]; then
@@ -60,10 +66,10 @@ if [ -n "${PARALLEL:-}" ]; then
     (
       if [ "${#cards[@]}" -gt 0 ]; then
         export CUDA_VISIBLE_DEVICES=${cards[$((i % ${#cards[@]}))]}
-        echo "== $(basename "$cfg" .yaml) on card $CUDA_VISIBLE_DEVICES"
+        echo "== $(run_name "$cfg" $((i + 1))) on card $CUDA_VISIBLE_DEVICES"
       fi
       run_one "$cfg" "$minutes" $((i + 1))
-    ) > "/tmp/$(basename "$cfg" .yaml).queue.log" 2>&1 &
+    ) > "/tmp/$(run_name "$cfg" $((i + 1))).queue.log" 2>&1 &
     pids+=($!)
     i=$((i + 1))
     sleep "$PARALLEL"
