@@ -197,10 +197,12 @@ class TrainSection(_Strict):
     versions are written and sent to inference side by side. Each learner's arithmetic is its own, so the
     results are those of one after the other (the default). Why: IPPO on one H200 spent 15.0 s of a 27.1 s
     update training its two learners one after the other and 10.4 s publishing them one after the other
-    (bench/results/2026-11-27-h200x4-hold-s19.md), neither learner filling the card. Off by default until
-    measured on a GPU: two in-process verl learners on one card share the process's collective group (NCCL
-    there); on the CPU both the CPU learner and verl's FSDP2 learner on gloo give exactly the one-after-the-
-    other results side by side (services/trainer/tests/test_parallel_learners.py)."""
+    (bench/results/2026-11-27-h200x4-hold-s19.md), neither learner filling the card. Off by default because
+    on that card it did not pay: side by side (NCCL, one H200, s22) each learner trained ~2.2x slower beside
+    the other and an update took 27.5 s against 27.1 s, only publishing got faster (6.2 s against 10.4 s;
+    bench/results/2026-11-28-h200x4-hold-s22.md); learners on separate cards are untried. On the CPU both the
+    CPU learner and verl's FSDP2 learner on gloo give exactly the one-after-the-other results side by side
+    (services/trainer/tests/test_parallel_learners.py)."""
     tracking: list[str] = Field(default_factory=list)
     """Experiment trackers through verl's ``Tracking`` (``wandb``, ``mlflow``, ``swanlab``, ``clearml``,
     ``trackio``, ``file``, ...), fed the same rows as ``metrics.jsonl``. ``console`` and ``tensorboard`` are
