@@ -113,6 +113,11 @@ def test_dry_run_plans_the_recipe_and_checks_verls_config(tmp_path: Path) -> Non
     assert f"start clone: {tmp_path}/wp/models/warm-smollm2-135m-instruct-" in out
     assert "village roles villager,seer,witch vs heuristic wolves" in out and "eval 16 held-out seeds" in out
     assert "wrote 64 rows (werewolf_v1/6p, roles ['villager', 'seer', 'witch'])" in out
+    # main_ppo trains with the recipe's own learner settings, read from its config, not a copy of them
+    assert "learner: lr 3e-05, critic lr 5e-05, 2 PPO epochs, micro-batch 32, fused kernels True" in out
+    assert "actor_rollout_ref.actor.optim.lr=3e-05 " in out
+    assert "critic.ppo_micro_batch_size_per_gpu=32 " in out
+    assert "actor_rollout_ref.model.use_fused_kernels=True" in out
     assert "adv_estimator gae: critic True, reference policy False" in out
     assert "actor checkpoint save_contents ['hf_model']" in out
     assert "training rows verl keeps: 64" in out and "main_ppo config check: ok" in out

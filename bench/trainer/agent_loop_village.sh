@@ -40,8 +40,11 @@
 #     prompt is then empty, which verl's over-long filter cannot template (it dropped every row when tried on
 #     CPU): data.filter_overlong_prompts=False (the agent loop builds the prompt from the observation).
 #  4. Training: `main_ppo`, adv_estimator=gae, critic on the start model, n=1, the recipe's PPO settings
-#     (lr 1e-5, critic lr 5e-5, 2 PPO epochs; from the config: clip 0.2, value clip 0.2, entropy 0.001,
-#     token-mean, lam 0.95, gamma 1, temperature 1; no KL, as the recipe), vLLM async
+#     from the config (lr, critic lr, PPO epochs, micro-batch and fused kernels of its policy: 3e-5, 5e-5, 2,
+#     32 and on since s22, when the recipe's own run went 0.13 -> 0.32; the s19 run of this script used
+#     1e-5 and micro-batch 8, the recipe's settings then; clip 0.2, value clip 0.2, entropy 0.001,
+#     token-mean, lam 0.95, gamma 1, temperature 1; no KL, as the recipe; verl's default gradient
+#     checkpointing for actor and critic), vLLM async
 #     rollout at gpu_memory_utilization 0.35. WALL-CLOCK BOUND: verl counts steps, not minutes, so the step
 #     budget is left large and a watchdog (bench/trainer/stop_after_checkpoint.sh) ends the run: the clock
 #     starts when verl's "Training Progress" bar (or its first step line)
@@ -66,7 +69,8 @@
 # MODEL (START=base only: a model dir instead of the config's), MINUTES (15), WORK
 # ($WOLFPACK_RUN_DIR/agent-loop-village), OUT, EVAL (extra key=value overrides for both evaluations, e.g.
 # "eval.episodes=64"; the learning line is read with the same), BATCH (games per step, 32), MINI (PPO
-# mini-batch in games, 8), MICRO (micro-batch per GPU, 8), EPOCHS (2), LR (1e-5), CRITIC_LR (5e-5),
+# mini-batch in games, 8), MICRO (micro-batch per GPU), EPOCHS, LR, CRITIC_LR, FUSED (True|False) (these
+# four and FUSED default to the config's policy: micro_batch_size, ppo_epochs, lr, extra.critic_lr, extra.fused_kernels),
 # RESPONSE_LEN (a seat's whole conversation after the first prompt, tokens, 2048: past it the seat is on
 # autopilot; measured on CPU with SmolLM2's tokenizer, the heuristic village's answers in 40 games (160
 # seats): median 577, p90 899, max 1401 tokens, at most 9 decisions a seat, so 64-token answers stay under
@@ -108,10 +112,6 @@ MINUTES=${MINUTES:-15}
 WORK=${WORK:-$WOLFPACK_RUN_DIR/agent-loop-village}
 BATCH=${BATCH:-32}
 MINI=${MINI:-8}
-MICRO=${MICRO:-8}
-EPOCHS=${EPOCHS:-2}
-LR=${LR:-1e-5}
-CRITIC_LR=${CRITIC_LR:-5e-5}
 RESPONSE_LEN=${RESPONSE_LEN:-2048}
 PROMPT_LEN=${PROMPT_LEN:-1024}
 ROWS=${ROWS:-$((BATCH * 400))}
@@ -200,14 +200,26 @@ out = {
     "EVAL_EPISODES": cfg.eval.episodes,
     "EVAL_SEED0": cfg.eval.seed_offset, "START_MODEL": start_model, "BASE_MODEL": base,
     "WARM": f"{w.bot} bot, {w.episodes} games, {w.steps} steps, lr {w.lr}" if w and start == "clone" else "none",
+    # the recipe's learner: main_ppo trains with the same step size, epochs, micro-batches and kernels
+    "CFG_LR": p.lr, "CFG_CRITIC_LR": p.extra.get("critic_lr", 5.0e-5), "CFG_EPOCHS": p.ppo_epochs,
+    "CFG_MICRO": p.micro_batch_size, "CFG_FUSED": bool(p.extra.get("fused_kernels", False)),
 }
 for k, v in out.items():
     print(f"{k}={shlex.quote(str(v))}")
 PY
 )
 eval "$PLAN"
+LR=${LR:-$CFG_LR}
+CRITIC_LR=${CRITIC_LR:-$CFG_CRITIC_LR}
+EPOCHS=${EPOCHS:-$CFG_EPOCHS}
+MICRO=${MICRO:-$CFG_MICRO}
+FUSED=${FUSED:-$CFG_FUSED}
+FUSED_OVR=()  # verl's fused-kernel forward for the actor (log-probs without full-vocabulary logits), as the recipe's learner
+[ "$FUSED" = True ] && FUSED_OVR=(actor_rollout_ref.model.use_fused_kernels=True
+  actor_rollout_ref.model.fused_kernel_options.impl_backend=torch)
 say "plan: $CONFIG, start $START: $START_MODEL (base $BASE_MODEL; warm start: $WARM); $MINUTES training minutes"
 say "village roles $ROLES vs $BOT wolves on $GAME/$VARIANT, reward $REWARD_SPEC, eval $EVAL_EPISODES held-out seeds from $EVAL_SEED0"
+say "learner: lr $LR, critic lr $CRITIC_LR, $EPOCHS PPO epochs, micro-batch $MICRO, fused kernels $FUSED"
 evaluate() {  # evaluate RUN_NAME OVERRIDES...: an evaluation-only `wolfpack train` run
   local name=$1; shift
   "$PY" -m wolfpack.cli.main train -c "$CONFIG" --run-dir "$WORK/$name" --fresh train.updates=0 "$@" \
@@ -256,7 +268,7 @@ CMD=("$PY" -m verl.trainer.main_ppo
   # verl 0.9.1 loads the critic with flash_attention_2 hard-coded (no flash-attn wheel on these hosts: the first
   # GPU run died there); every Ray worker first runs the trainer's own sdpa loader patch, as `wolfpack train` does
   +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=wolfpack_trainer.learners.verl.learner.use_sdpa_value_model
-  "$@")
+  "${FUSED_OVR[@]}" "$@")
 if [ -n "${DRY_RUN:-}" ]; then
   say "DRY_RUN: would evaluate the start: wolfpack train -c $CONFIG --run-dir $WORK/eval-start --fresh train.updates=0 ${START_OVR[*]} ${EVAL_OVR[*]}"
   say "DRY_RUN: would train for $MINUTES minutes (then stop after the next checkpoint):"
