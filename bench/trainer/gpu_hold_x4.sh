@@ -18,7 +18,8 @@
 # PLAN=s19: card 0 12p ZH GRPO, card 1 AIW GiGPO, card 2 the village through the verl agent loop
 #   (agent_loop_village.sh, MIN_VILLAGE 10), card 3 the GPU end-to-end test then IPPO.
 # PLAN=s22 (run in s22, 2026-11-28-h200x4-hold-s22.md): see its case below. PLAN=s22x2: its GPU test, AIW and
-#   12p on a lent 2-GPU machine (unrun). PLAN=s23 (the default; not yet run): see its case below.
+#   12p on a lent 2-GPU machine (unrun). PLAN=s23 (the default; not yet run): see its case below; s23x2 its
+#   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine.
 # PLAN=next (run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
 #   memory then, mended since; the rest finished): card 0 AIW in its new shape (half its groups against the heuristic wolves,
 #   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
@@ -33,7 +34,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
-case "${PLAN:-s23}" in s19 | next | s22 | s22x2 | s23) ;; *) echo "PLAN: s19, next, s22, s22x2 or s23" >&2; exit 2 ;; esac  # before starting anything
+case "${PLAN:-s23}" in s19 | next | s22 | s22x2 | s23 | s23x2) ;; *) echo "PLAN: s19, next, s22, s22x2, s23 or s23x2" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
@@ -184,7 +185,25 @@ case "${PLAN:-s23}" in
     wait "$queue" "$card3"
     say "hold plan done"
     exit 0 ;;
-  *) echo "PLAN: s19, next, s22, s22x2 or s23" >&2; exit 2 ;;
+  s23x2)  # s23 on a lent 2-GPU machine: the GPU test then bargaining seed 2 (card 0), the village's seed 1 (card 1)
+    ( export CUDA_VISIBLE_DEVICES=0
+      bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
+      say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
+      RUN=gpu-bargaining-smollm2-seed2 bash "$here/gpu_train.sh" recipe configs/gpu-bargaining-smollm2.yaml \
+        seed=2 "train.max_minutes=${MIN_BARGAIN:-15}" > /tmp/gpu-bargaining-smollm2-seed2.queue.log 2>&1
+      say "bargaining seed 2 exit $?" ) &
+    card0=$!
+    ( export CUDA_VISIBLE_DEVICES=1
+      sleep 20  # staggered as gpu_queue.sh's PARALLEL does (the first start fills the shared model cache)
+      RUN=gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed1 bash "$here/gpu_train.sh" recipe \
+        configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml seed=1 "train.max_minutes=${MIN_VILLAGE:-15}" \
+        > /tmp/gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed1.queue.log 2>&1
+      say "village seed 1 exit $?" ) &
+    card1=$!
+    wait "$card0" "$card1"
+    say "hold plan done"
+    exit 0 ;;
+  *) echo "PLAN: s19, next, s22, s22x2, s23 or s23x2" >&2; exit 2 ;;
 esac
 wait "$queue" "$card2" "$card3"
 say "hold plan done"
