@@ -54,6 +54,19 @@ CONVERSATION_12P="rollout.prompt=conversation batch.layout=episode rollout.max_p
   batch.max_prompt_len=8192 batch.max_response_len=8192 policies.0.micro_batch_size=4
   policies.0.extra.infer_micro_batch_size=8 policies.0.extra.fused_kernels=true
   policies.0.extra.gradient_checkpointing=true"
+gpu_test() {  # the GPU end-to-end test on this subshell's card, its log in $OUT
+  bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
+  say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
+}
+one_run() {  # RUN CONFIG [key=value ...]: one recipe on this subshell's card, its log /tmp/RUN.queue.log
+  local run=$1 cfg=$2
+  shift 2
+  RUN=$run bash "$here/gpu_train.sh" recipe "$cfg" "$@" > "/tmp/$run.queue.log" 2>&1
+  say "$run exit $?"
+}
+bargaining_seed2() {  # a third training seed of the bargaining recipe (seeds 0 and 1: 0.75 and 0.80)
+  one_run gpu-bargaining-smollm2-seed2 configs/gpu-bargaining-smollm2.yaml seed=2 "train.max_minutes=${MIN_BARGAIN:-15}"
+}
 # AIW with more optimiser steps an update (PLAN=s22 and s22x2; why: s22's card 1 below)
 AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
   policies.1.lr=3.0e-4"
@@ -138,21 +151,16 @@ case "${PLAN:-s23}" in
     exit 0 ;;
   s22x2)  # s22 on a lent 2-GPU machine (when no 4-GPU one comes): the village and IPPO wait for a later hold
     # card 0: the GPU test, then AIW as in s22; card 1: 12p as conversations as in s22
-    ( export CUDA_VISIBLE_DEVICES=0
-      bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
-      say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
-      # shellcheck disable=SC2086  # AIW_FAST is a list of key=value overrides
-      RUN=gpu-werewolf-gigpo-aiw-smollm2 bash "$here/gpu_train.sh" recipe configs/gpu-werewolf-gigpo-aiw-smollm2.yaml \
-        "train.max_minutes=${MIN_AIW:-15}" $AIW_FAST > /tmp/gpu-werewolf-gigpo-aiw-smollm2.queue.log 2>&1
-      say "aiw exit $?" ) &
+    # shellcheck disable=SC2086  # AIW_FAST, TWELVE_P and CONVERSATION_12P are lists of key=value overrides
+    ( export CUDA_VISIBLE_DEVICES=0; gpu_test
+      one_run gpu-werewolf-gigpo-aiw-smollm2 configs/gpu-werewolf-gigpo-aiw-smollm2.yaml \
+        "train.max_minutes=${MIN_AIW:-15}" $AIW_FAST ) &
     card0=$!
+    # shellcheck disable=SC2086
     ( export CUDA_VISIBLE_DEVICES=1
       sleep 20  # staggered as gpu_queue.sh's PARALLEL does (the first start fills the shared model cache)
-      # shellcheck disable=SC2086  # a list of key=value overrides
-      RUN=gpu-werewolf-12p-zh-grpo-smollm2 bash "$here/gpu_train.sh" recipe \
-        configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml "train.max_minutes=${MIN_12P:-15}" ${TWELVE_P:-$CONVERSATION_12P} \
-        > /tmp/gpu-werewolf-12p-zh-grpo-smollm2.queue.log 2>&1
-      say "12p exit $?" ) &
+      one_run gpu-werewolf-12p-zh-grpo-smollm2 configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml \
+        "train.max_minutes=${MIN_12P:-15}" ${TWELVE_P:-$CONVERSATION_12P} ) &
     card1=$!
     wait "$card0" "$card1"
     say "hold plan done"
@@ -164,7 +172,7 @@ case "${PLAN:-s23}" in
     #   of every Werewolf run's hold in s22; against s22's seed 0 (clone at 0.13, 0.08..0.20) this measures what
     #   bf16 saves and whether the clone is as good
     # card 3: the GPU end-to-end test (s22's died in the harness, not the product), then a third training seed
-    #   of the bargaining recipe (seeds 0 and 1: 0.75 and 0.80)
+    #   of the bargaining recipe
     CARDS="0 1 2" PARALLEL=20 \
       NAME_1=gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed1 EXTRA_1="seed=1" \
       NAME_2=gpu-werewolf-gigpo-aiw-smollm2-seed1 EXTRA_2="seed=1" \
@@ -173,32 +181,18 @@ case "${PLAN:-s23}" in
       "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" \
       "configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml:${MIN_VILLAGE:-15}" > /tmp/queue.log 2>&1 &
     queue=$!
-    (
-      export CUDA_VISIBLE_DEVICES=3
-      bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
-      say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
-      RUN=gpu-bargaining-smollm2-seed2 bash "$here/gpu_train.sh" recipe configs/gpu-bargaining-smollm2.yaml \
-        seed=2 "train.max_minutes=${MIN_BARGAIN:-15}" > /tmp/gpu-bargaining-smollm2-seed2.queue.log 2>&1
-      say "bargaining seed 2 exit $?"
-    ) &
+    ( export CUDA_VISIBLE_DEVICES=3; gpu_test; bargaining_seed2 ) &
     card3=$!
     wait "$queue" "$card3"
     say "hold plan done"
     exit 0 ;;
   s23x2)  # s23 on a lent 2-GPU machine: the GPU test then bargaining seed 2 (card 0), the village's seed 1 (card 1)
-    ( export CUDA_VISIBLE_DEVICES=0
-      bash "$here/gpu_train.sh" test > "$OUT/gpu-test.log" 2>&1
-      say "gpu test exit $?" | tee -a "$OUT/gpu-test.log"
-      RUN=gpu-bargaining-smollm2-seed2 bash "$here/gpu_train.sh" recipe configs/gpu-bargaining-smollm2.yaml \
-        seed=2 "train.max_minutes=${MIN_BARGAIN:-15}" > /tmp/gpu-bargaining-smollm2-seed2.queue.log 2>&1
-      say "bargaining seed 2 exit $?" ) &
+    ( export CUDA_VISIBLE_DEVICES=0; gpu_test; bargaining_seed2 ) &
     card0=$!
     ( export CUDA_VISIBLE_DEVICES=1
       sleep 20  # staggered as gpu_queue.sh's PARALLEL does (the first start fills the shared model cache)
-      RUN=gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed1 bash "$here/gpu_train.sh" recipe \
-        configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml seed=1 "train.max_minutes=${MIN_VILLAGE:-15}" \
-        > /tmp/gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed1.queue.log 2>&1
-      say "village seed 1 exit $?" ) &
+      one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed1 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
+        seed=1 "train.max_minutes=${MIN_VILLAGE:-15}" ) &
     card1=$!
     wait "$card0" "$card1"
     say "hold plan done"
