@@ -306,3 +306,31 @@ def test_pass_tokens_reaches_the_warm_start() -> None:
     assert ws_cfg is not None and ws_cfg.pass_tokens == 4096
     with pytest.raises(ValueError):
         WarmStartSection(pass_tokens=0)
+
+
+def test_pairs_tokenised_in_one_batch_are_those_of_one_prompt_at_a_time(tokenizer: Any) -> None:
+    """``bot_pairs`` tokenises a clone's prompts and answers in one call each (``policy_prompts``): every pair
+    is exactly what the chat template tokenised on its own gives (``local_rollout.chat_ids``, the driver's
+    encoder), cropped to ``max_prompt_tokens`` as the driver crops, in the bot's order."""
+    from wolfpack_rollout.client import render_messages
+    from wolfpack_trainer.local_rollout import chat_ids
+
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for cfg in (
+        _werewolf(roles=("seer", "villager", "witch"), episodes=3),  # memory prompts, speeches, votes
+        _werewolf(roles=("villager",), episodes=2, max_prompt_tokens=64),  # cropped
+        replace(_werewolf(roles=("seer",), episodes=2), prompt_mode="full_history"),
+    ):
+        heuristic = get_game("werewolf_v1").bots["heuristic"]
+        turns = [t for i in range(cfg.episodes) for t in bot_turns(cfg, cfg.seed_offset + i, heuristic)]
+        expected = []
+        for t in turns:
+            messages = render_messages(
+                t.observation, [], list(t.past), mode=cfg.prompt_mode, k=cfg.memory_steps,
+                system_prompt=cfg.system_prompt,
+            )  # fmt: skip
+            prompt = chat_ids(tokenizer, [{"role": m.role, "content": m.content} for m in messages])
+            if cfg.max_prompt_tokens > 0:
+                prompt = prompt[-cfg.max_prompt_tokens :]
+            expected.append((prompt, [*tokenizer.encode(t.text, add_special_tokens=False), eos]))
+        assert turns and bot_pairs(cfg, tokenizer) == expected

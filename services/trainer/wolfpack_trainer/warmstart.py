@@ -37,7 +37,7 @@ import hashlib
 import json
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,6 @@ import torch
 
 from wolfpack_games import Action, GameEnv, get_game, make_game
 from wolfpack_rollout.client import SeatChat, TokenizerCodec, conversation_turn, render_messages
-from wolfpack_trainer.local_rollout import chat_ids
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,10 @@ def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], lis
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     speech = FORMAT_ONLY_SPEECH.get(str(cfg.options.get("language", "en")), FORMAT_ONLY_SPEECH["en"])
     codec = TokenizerCodec(tokenizer) if cfg.prompt_mode == "conversation" else None
-    pairs = []
+    decisions: list[tuple[str, tuple[str, ...]]] = []  # every decision's observation and the seat's past
+    answers: list[str] = []
+    prompts: list[list[int]] = []  # conversation mode: each prompt as the seat's conversation grew
+    responses: list[list[int]] = []
     for i in range(cfg.episodes):
         chats: dict[int, SeatChat] = {}  # conversation mode: each cloned seat's conversation of this game
         for turn in bot_turns(cfg, cfg.seed_offset + i, bot):
@@ -108,30 +110,59 @@ def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], lis
             if not text.strip():  # an empty answer is an invalid move everywhere but a speech turn
                 raise ValueError(f"warm start: the {cfg.bot} bot's answer at seed {cfg.seed_offset + i}, "
                                  f"seat {turn.seat} is empty; the clone would learn to say nothing")  # fmt: skip
-            response = [*tokenizer.encode(text, add_special_tokens=False), eos]
-            if codec is None:
-                prompt = policy_prompt(tokenizer, turn.observation, turn.past, cfg)
-            else:  # the seat's conversation as the driver grows it, the bot's earlier answers in it
+            decisions.append((turn.observation, turn.past))
+            answers.append(text)
+            if codec is not None:
+                # the seat's conversation as the driver grows it, the bot's earlier answers in it
                 grown = conversation_turn(
                     codec, chats.get(turn.seat), turn.observation, turn.past, budget=cfg.max_prompt_tokens,
                     memory_steps=cfg.memory_steps, system_prompt=cfg.system_prompt,
                 )  # fmt: skip
                 assert grown is not None  # without truncate a conversation over budget starts again
                 messages, prompt, _ = grown
+                response = [*tokenizer.encode(text, add_special_tokens=False), eos]
                 chats[turn.seat] = SeatChat(messages, text, [*prompt, *response], response, turn.observation)
-            pairs.append((prompt, response))
-    return pairs
+                prompts.append(prompt)
+                responses.append(response)
+    if codec is None and answers:  # the other modes: prompts, then answers, tokenised in one call each
+        prompts = policy_prompts(tokenizer, decisions, cfg)
+        responses = [[*map(int, r), eos] for r in tokenizer(answers, add_special_tokens=False)["input_ids"]]
+    return list(zip(prompts, responses, strict=True))
 
 
 def policy_prompt(tokenizer: Any, observation: str, past: Any, cfg: WarmStartConfig) -> list[int]:
     """The prompt ids the rollout driver sends for a seat's decision (``wolfpack_rollout.prompts.
     render_messages`` in the run's mode, the chat template, the last ``max_prompt_tokens``): ``past`` are the
     seat's earlier observation texts in this game, oldest first."""
-    messages = render_messages(
-        observation, [], list(past), mode=cfg.prompt_mode, k=cfg.memory_steps, system_prompt=cfg.system_prompt
-    )
-    ids = chat_ids(tokenizer, [{"role": m.role, "content": m.content} for m in messages])
-    return ids[-cfg.max_prompt_tokens :] if cfg.max_prompt_tokens > 0 else ids
+    return policy_prompts(tokenizer, [(observation, past)], cfg)[0]
+
+
+def policy_prompts(
+    tokenizer: Any, decisions: Sequence[tuple[str, Any]], cfg: WarmStartConfig
+) -> list[list[int]]:
+    """``policy_prompt`` of each (observation, past) decision: every chat template rendered to text, then all
+    tokenised in one call. Why: a clone of the heuristic village reads ~13,700 prompts, and one
+    ``apply_chat_template(tokenize=True)`` a prompt spent most of its 2.8 ms on this CPU in the tokenizer's
+    per-call overhead; one batch call is faster (bench/trainer/bench_warmstart_pairs.py) and spreads over the
+    cores of a GPU host. The ids are those of ``apply_chat_template(tokenize=True)`` (it tokenises its
+    rendered text without special tokens), hence the driver's (``local_rollout.chat_ids``): tested against it
+    (test_warmstart.py) and against the rollout driver's own prompts (test_warmstart_answers.py)."""
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": m.role, "content": m.content} for m in render_messages(
+                observation, [], list(past), mode=cfg.prompt_mode, k=cfg.memory_steps,
+                system_prompt=cfg.system_prompt)],
+            add_generation_prompt=True, tokenize=False,
+        )
+        for observation, past in decisions
+    ]  # fmt: skip
+    if not texts:
+        return []
+    out = []
+    for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]:
+        ids = [int(t) for t in ids]
+        out.append(ids[-cfg.max_prompt_tokens :] if cfg.max_prompt_tokens > 0 else ids)
+    return out
 
 
 def move_text(env: GameEnv, seat: int, action: Action) -> str:
