@@ -143,8 +143,33 @@ def test_outcome_estimators_return_seat_returns_and_count_groups(
         out = compute_advantages(batch, samples, AlgoConfig(estimator=name))
         # each sample's return is its seat's episode return on every valid token, 0 on padding
         assert out.returns.tolist() == [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0], [3.0, 0.0]]
-        assert out.metrics == {f"adv/{name}_groups": 2.0, "adv/episodes": 3.0}
+        counts = {k: v for k, v in out.metrics.items() if k in (f"adv/{name}_groups", "adv/episodes")}
+        assert counts == {f"adv/{name}_groups": 2.0, "adv/episodes": 3.0}
         assert torch.all(out.advantages[batch.response_mask == 0] == 0)
+    # GRPO by hand: group A returns 1 and 0 (mean 0.5, std 0.707): +-0.707 on its 4 answer tokens; B alone
+    # keeps its return (verl: a one-episode group has mean 0, std 1): 3.0 on 1 token; no sample at zero
+    out = compute_advantages(batch, samples, AlgoConfig(estimator="grpo"))
+    assert out.metrics["adv/zero_fraction"] == 0.0
+    assert out.metrics["adv/abs_mean"] == pytest.approx((4 * 0.5 / 0.5**0.5 + 3.0) / 5, rel=1e-5)
+
+
+def test_zero_fraction_counts_the_samples_of_groups_whose_episodes_all_ended_alike(
+    trajectory_factory: Callable[..., Any],
+) -> None:
+    """A group whose episodes all returned the same gives its samples no gradient: adv/zero_fraction is their
+    share of the batch's samples (here group A's three of five), adv/abs_mean the mean over answer tokens."""
+    trajs = [
+        trajectory_factory("a0", [(0, [1], [2, 3], 0.0, "x"), (0, [1], [2], -1.0, "y")], group="A"),
+        trajectory_factory("a1", [(0, [1], [2], -1.0, "x")], group="A"),
+        trajectory_factory("b0", [(0, [1], [2], 1.0, "x")], group="B"),
+        trajectory_factory("b1", [(0, [1], [2], 0.0, "x")], group="B"),
+    ]
+    samples = build_samples(trajs, BatchConfig())
+    batch = collate(samples)
+    out = compute_advantages(batch, samples, AlgoConfig(estimator="grpo"))
+    assert out.metrics["adv/zero_fraction"] == pytest.approx(3 / 5)
+    # group B: returns 1 and 0 -> +-0.707 on one token each; group A's four answer tokens at 0
+    assert out.metrics["adv/abs_mean"] == pytest.approx(2 * 0.5 / 0.5**0.5 / 6, rel=1e-5)
 
 
 def test_reinforce_pp_discounts_with_gamma(trajectory_factory: Callable[..., Any]) -> None:

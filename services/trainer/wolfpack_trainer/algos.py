@@ -86,7 +86,26 @@ def get_estimator(name: str) -> EstimatorFn:
 def compute_advantages(batch: TrainBatch, samples: Sequence[Sample], config: AlgoConfig) -> Advantages:
     if len(samples) != len(batch):
         raise ValueError(f"{len(samples)} samples for a batch of {len(batch)}")
-    return get_estimator(config.estimator)(batch, samples, config)
+    out = get_estimator(config.estimator)(batch, samples, config)
+    out.metrics.update(advantage_spread(out.advantages, batch.response_mask))
+    return out
+
+
+def advantage_spread(advantages: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
+    """``adv/zero_fraction``: the share of samples whose advantage is 0 on every answer token; ``adv/abs_mean``:
+    the mean |advantage| over answer tokens. Why: a group-relative estimator gives every sample of a group
+    whose episodes all returned the same a zero advantage, i.e. no gradient at all (the 6p village from a
+    format clone: every game lost; 12p: 0.00 -> 0.00), and a small share of moving samples shows up only as a
+    small grad norm and ppo_kl (AIW on an H200: grad norm ~0.035, ppo_kl ~4e-4); these say which it was."""
+    mask = response_mask.bool()
+    answered = mask.any(dim=1)
+    if not bool(answered.any()):
+        return {}
+    zero = ((advantages.abs() <= 1e-8) | ~mask).all(dim=1) & answered
+    return {
+        "adv/zero_fraction": float(zero.sum()) / float(answered.sum()),
+        "adv/abs_mean": float(advantages.abs()[mask].mean()),
+    }
 
 
 @cache

@@ -402,6 +402,7 @@ def _run(
         "actor/entropy",
         "actor/pg_clipfrac",
         "actor/grad_norm",
+        "adv/zero_fraction",  # samples without gradient: their group's episodes all returned the same
         "mismatch/abs_logprob_diff",
     ):
         if key in last and (multi_step or key not in ("actor/ppo_kl", "actor/pg_clipfrac")):
