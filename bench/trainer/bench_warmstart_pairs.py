@@ -45,12 +45,9 @@ def one_at_a_time(tokenizer: Any, turns: list[Any], cfg: Any) -> list[tuple[list
 
 def batched(tokenizer: Any, turns: list[Any], cfg: Any) -> list[tuple[list[int], list[int]]]:
     """The pairs as bot_pairs builds them now."""
-    from wolfpack_trainer.warmstart import policy_prompts
+    from wolfpack_trainer.warmstart import tokenised_pairs
 
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    prompts = policy_prompts(tokenizer, [(t.observation, t.past) for t in turns], cfg)
-    answers = tokenizer([t.text for t in turns], add_special_tokens=False)["input_ids"]
-    return [(p, [*map(int, a), eos]) for p, a in zip(prompts, answers, strict=True)]
+    return tokenised_pairs(tokenizer, [(t.observation, t.past) for t in turns], [t.text for t in turns], cfg)
 
 
 def main(args: argparse.Namespace) -> None:

@@ -96,13 +96,11 @@ MAX_STEPS = 400
 def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, response ids) for every message the bot sent in the cloned seats."""
     bot = get_game(cfg.game_id).bots[cfg.bot]
-    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     speech = FORMAT_ONLY_SPEECH.get(str(cfg.options.get("language", "en")), FORMAT_ONLY_SPEECH["en"])
     codec = TokenizerCodec(tokenizer) if cfg.prompt_mode == "conversation" else None
-    decisions: list[tuple[str, tuple[str, ...]]] = []  # every decision's observation and the seat's past
-    answers: list[str] = []
-    prompts: list[list[int]] = []  # conversation mode: each prompt as the seat's conversation grew
-    responses: list[list[int]] = []
+    decisions: list[tuple[str, tuple[str, ...]]] = []  # turn modes: each decision's observation and past,
+    answers: list[str] = []  # and the bot's answer, tokenised together at the end (tokenised_pairs)
+    pairs = []  # conversation mode: each pair as the seat's conversation grew
     for i in range(cfg.episodes):
         chats: dict[int, SeatChat] = {}  # conversation mode: each cloned seat's conversation of this game
         for turn in bot_turns(cfg, cfg.seed_offset + i, bot):
@@ -110,24 +108,38 @@ def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], lis
             if not text.strip():  # an empty answer is an invalid move everywhere but a speech turn
                 raise ValueError(f"warm start: the {cfg.bot} bot's answer at seed {cfg.seed_offset + i}, "
                                  f"seat {turn.seat} is empty; the clone would learn to say nothing")  # fmt: skip
-            decisions.append((turn.observation, turn.past))
-            answers.append(text)
-            if codec is not None:
-                # the seat's conversation as the driver grows it, the bot's earlier answers in it
-                grown = conversation_turn(
-                    codec, chats.get(turn.seat), turn.observation, turn.past, budget=cfg.max_prompt_tokens,
-                    memory_steps=cfg.memory_steps, system_prompt=cfg.system_prompt,
-                )  # fmt: skip
-                assert grown is not None  # without truncate a conversation over budget starts again
-                messages, prompt, _ = grown
-                response = [*tokenizer.encode(text, add_special_tokens=False), eos]
-                chats[turn.seat] = SeatChat(messages, text, [*prompt, *response], response, turn.observation)
-                prompts.append(prompt)
-                responses.append(response)
-    if codec is None and answers:  # the other modes: prompts, then answers, tokenised in one call each
-        prompts = policy_prompts(tokenizer, decisions, cfg)
-        responses = [[*map(int, r), eos] for r in tokenizer(answers, add_special_tokens=False)["input_ids"]]
-    return list(zip(prompts, responses, strict=True))
+            if codec is None:
+                decisions.append((turn.observation, turn.past))
+                answers.append(text)
+                continue
+            # the seat's conversation as the driver grows it, the bot's earlier answers in it
+            grown = conversation_turn(
+                codec, chats.get(turn.seat), turn.observation, turn.past, budget=cfg.max_prompt_tokens,
+                memory_steps=cfg.memory_steps, system_prompt=cfg.system_prompt,
+            )  # fmt: skip
+            assert grown is not None  # without truncate a conversation over budget starts again
+            messages, prompt, _ = grown
+            response = [*tokenizer.encode(text, add_special_tokens=False), _eos(tokenizer)]
+            chats[turn.seat] = SeatChat(messages, text, [*prompt, *response], response, turn.observation)
+            pairs.append((prompt, response))
+    return pairs if codec is not None else tokenised_pairs(tokenizer, decisions, answers, cfg)
+
+
+def _eos(tokenizer: Any) -> int:
+    """The end-of-turn id every cloned answer ends with (SmolLM2's ChatML ``<|im_end|>``)."""
+    return int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+
+
+def tokenised_pairs(
+    tokenizer: Any, decisions: Sequence[tuple[str, Any]], answers: Sequence[str], cfg: WarmStartConfig
+) -> list[tuple[list[int], list[int]]]:
+    """The turn modes' (prompt ids, response ids) of ``decisions`` (observation, past) answered with
+    ``answers``: the prompts, then the answers, each tokenised in one call (``policy_prompts`` says why)."""
+    if not answers:
+        return []
+    eos = _eos(tokenizer)
+    responses = [[*map(int, r), eos] for r in tokenizer(list(answers), add_special_tokens=False)["input_ids"]]
+    return list(zip(policy_prompts(tokenizer, decisions, cfg), responses, strict=True))
 
 
 def policy_prompt(tokenizer: Any, observation: str, past: Any, cfg: WarmStartConfig) -> list[int]:
