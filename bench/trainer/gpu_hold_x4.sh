@@ -19,7 +19,8 @@
 #   (agent_loop_village.sh, MIN_VILLAGE 10), card 3 the GPU end-to-end test then IPPO.
 # PLAN=s22 (run in s22, 2026-11-28-h200x4-hold-s22.md): see its case below. PLAN=s22x2: its GPU test, AIW and
 #   12p on a lent 2-GPU machine (unrun). PLAN=s23 (the default; not yet run): see its case below; s23x2 its
-#   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine.
+#   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
+#   training minutes beside the GPU test on one lent H200.
 # PLAN=next (run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
 #   memory then, mended since; the rest finished): card 0 AIW in its new shape (half its groups against the heuristic wolves,
 #   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
@@ -34,7 +35,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
-case "${PLAN:-s23}" in s19 | next | s22 | s22x2 | s23 | s23x2) ;; *) echo "PLAN: s19, next, s22, s22x2, s23 or s23x2" >&2; exit 2 ;; esac  # before starting anything
+case "${PLAN:-s23}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1) ;; *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2 or s23x1" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
@@ -197,7 +198,20 @@ case "${PLAN:-s23}" in
     wait "$card0" "$card1"
     say "hold plan done"
     exit 0 ;;
-  *) echo "PLAN: s19, next, s22, s22x2, s23 or s23x2" >&2; exit 2 ;;
+  s23x1)  # one lent H200 (a one-GPU machine's held time counts half, so a hold can last its full 30 minutes plus
+    # the call in flight then): the village's seed 1 for 15+ training minutes, which no Werewolf recipe has had
+    # (s22's seed 0: 8.2 minutes), its clone under bf16 autocast (s22's fp32 clone: ~290 s); the GPU test beside
+    # it during the village's set-up (evaluations and clone; 322 s in s21). vLLM's share 0.2 of the H200 (28.6 GB,
+    # what 0.35 gives on an H100) so that the two fit the card together: a KV-cache size, not a learning setting.
+    ( one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed1 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
+        seed=1 warmstart.precision=bf16 inference.gpu_memory_utilization=0.2 "train.max_minutes=${MIN_VILLAGE:-16}" ) &
+    village=$!
+    ( sleep 90; gpu_test ) &  # after the village's vLLM has taken its memory (vLLM profiles the free memory)
+    test=$!
+    wait "$village" "$test"
+    say "hold plan done"
+    exit 0 ;;
+  *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2 or s23x1" >&2; exit 2 ;;
 esac
 wait "$queue" "$card2" "$card3"
 say "hold plan done"
