@@ -130,6 +130,11 @@ def test_lora_adapters_are_pushed_onto_the_warm_started_base(redis_url: str, tmp
     # ... and the base model as configured, for the base evaluation (eval.base, on with a warm start)
     assert served == {"responder": str(clone), "base-responder": str(tiny)}
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # The clone's build in the run's own metrics and summary (the clone's folder stays on the machine).
+    setup = next(r for r in rows if "perf/setup_s" in r)
+    assert setup["step"] == 0 and setup["warmstart/build_s"] == json.loads(record)["seconds"]
+    assert setup["warmstart/pairs"] == json.loads(record)["pairs"] > 0
+    assert "warm start: a clone of the random bot, " in first and " x 60 steps (fp32, cpu)" in first
     update = next(r for r in rows if "actor/pg_loss" in r)
     assert update["mismatch/abs_logprob_diff"] < 1e-3  # inference sampled with the learner's weights
     # 8 groups of 4 with a clone that wins some games: a group with mixed outcomes, so the adapter moves.

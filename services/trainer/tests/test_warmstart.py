@@ -24,6 +24,9 @@ from wolfpack_trainer.warmstart import (
     bot_turns,
     cache_key,
     clone_bot,
+    clone_record,
+    record_line,
+    record_metrics,
     response_loss,
     split_passes,
     warmstart_config,
@@ -188,6 +191,39 @@ def test_bf16_clone_trains_under_autocast(tmp_path: Any) -> None:
     assert 0 < gap < 0.1  # autocast changed the arithmetic, not the training
     with pytest.raises(ValueError, match="fp32 or bf16"):
         clone_bot(model, replace(cfg, precision="fp16"), tmp_path / "cache")
+
+
+def test_a_clones_record_reaches_the_runs_metrics_and_summary(tmp_path: Any) -> None:
+    """``clone_record`` reads what ``clone_bot`` wrote; ``record_metrics`` and ``record_line`` report the
+    build's seconds, pairs, losses and precision; a model that is no clone, or a damaged record, reports
+    nothing instead of failing the run."""
+    model = str(tiny_model(tmp_path / "models"))
+    cfg = WarmStartConfig(game_id="ultimatum_v1", variant="easy", seats=(1,), episodes=8, steps=5,
+                          batch_size=4, lr=3e-3, precision="bf16")  # fmt: skip
+    clone = clone_bot(model, cfg, tmp_path / "cache")
+    record = clone_record(clone)
+    assert record is not None and record == json.loads((Path(clone) / RECORD).read_text())
+    metrics = record_metrics(record)
+    assert metrics == {
+        "warmstart/bf16": 1.0,
+        "warmstart/build_s": record["seconds"],
+        "warmstart/pairs": float(record["pairs"]),
+        "warmstart/first_loss": record["first_loss"],
+        "warmstart/last_loss": record["last_loss"],
+    }
+    assert metrics["warmstart/pairs"] > 0 and metrics["warmstart/build_s"] > 0
+    line = record_line(record)
+    assert line.startswith(
+        f"warm start: a clone of the random bot, {record['pairs']:,} pairs x 5 steps (bf16, cpu)"
+    )
+    assert f"built in {record['seconds']:.0f} s" in line and " -> " in line
+    assert record_metrics({"precision": "fp32", "seconds": True}) == {
+        "warmstart/bf16": 0.0
+    }  # no bool as seconds
+    assert record_line({}) == "warm start: a clone of the ? bot"
+    assert clone_record(model) is None  # the configured model: no clone, no record
+    (Path(clone) / RECORD).write_text("{not json")
+    assert clone_record(clone) is None
 
 
 def _answer_rows(shapes: list[tuple[int, int]], seed: int) -> tuple[Any, Any, Any]:

@@ -416,6 +416,10 @@ def _run(
         console.print(f"  {split}", highlight=False)
     if evaluation := eval_time_line(rows):
         console.print(f"  {evaluation}", highlight=False)
+    if trainer.warmstart is not None:
+        from wolfpack_trainer.warmstart import record_line
+
+        console.print(f"  {record_line(trainer.warmstart)}", highlight=False, markup=False)
     console.print(
         f"  metrics: {out / 'metrics.jsonl'}  plot: {out / 'curves.png'}  tensorboard: {out / 'tb'}"
     )

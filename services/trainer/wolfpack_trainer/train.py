@@ -147,6 +147,8 @@ class Trainer:
         self.serving_port: int | None = None
         self.setup_s = 0.0
         """Seconds of set-up (model build, warm start, resume): not part of the training time."""
+        self.warmstart: dict[str, Any] | None = None
+        """The warm-started base's build record (``warmstart.clone_record``); None without a warm start."""
         self._gen = torch.Generator().manual_seed(config.seed)
         self.publisher = Publisher(run_dir / "policies", save_dirs=config.train.save_versions)
         self.driver: Any = None
@@ -195,12 +197,13 @@ class Trainer:
             self.resumed_from = self.state.step
         policies = self.cfg.policies
         base = self.state.model_path or resolve_model_path(policies[0].model, str(self.cache_dir))
-        from wolfpack_trainer.warmstart import clone_bot, warmstart_config
+        from wolfpack_trainer.warmstart import clone_bot, clone_record, warmstart_config
 
         wcfg = warmstart_config(self.cfg)
         if not self.state.model_path and wcfg is not None:
             self.progress("warm start", 0, 1)
             base = clone_bot(base, wcfg, self.cache_dir)
+        self.warmstart = clone_record(base) if wcfg is not None else None
         self.state.model_path = base
         self.tokenizer = AutoTokenizer.from_pretrained(base)
         self.vocab_size = vocab_size(base, self.tokenizer)
@@ -455,6 +458,11 @@ class Trainer:
         try:
             if self.publisher.inference_addr and (self.state.step < total or evaluate_first):
                 await self.publish_current()  # a finished, evaluated run plays nothing: nothing to serve
+            if not evals:  # a fresh run: what its set-up cost, beside the base evaluation's time
+                from wolfpack_trainer.warmstart import record_metrics
+
+                setup = {"perf/setup_s": self.setup_s}
+                self.metrics.log(0, setup | (record_metrics(self.warmstart) if self.warmstart else {}))
             if evaluate_first:
                 base = await self._evaluate_base() if not evals and self.cfg.eval_base else None
                 first = await self._evaluate()
