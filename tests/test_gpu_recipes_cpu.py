@@ -31,6 +31,7 @@ EXPECTED = {
     "gpu-werewolf-6p-ppo-heuristic-clone-smollm2",
     "gpu-werewolf-gigpo-aiw-smollm2",
     "gpu-werewolf-12p-zh-grpo-smollm2",
+    "gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2",
     "gpu-ippo-smollm2",
 }
 

@@ -20,7 +20,8 @@
 # PLAN=s22 (run in s22, 2026-11-28-h200x4-hold-s22.md): see its case below. PLAN=s22x2: its GPU test, AIW and
 #   12p on a lent 2-GPU machine (unrun). PLAN=s23 (the default; not yet run): see its case below; s23x2 its
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
-#   training minutes beside the GPU test on one lent H200.
+#   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
+# PLAN=s24 (the default; not yet run): see its case below; s24x1 its 12p recipe beside the GPU test on one H200.
 # PLAN=next (run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
 #   memory then, mended since; the rest finished): card 0 AIW in its new shape (half its groups against the heuristic wolves,
 #   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
@@ -35,7 +36,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
-case "${PLAN:-s23}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1) ;; *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2 or s23x1" >&2; exit 2 ;; esac  # before starting anything
+case "${PLAN:-s24}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1) ;; *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24 or s24x1" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
@@ -71,7 +72,7 @@ bargaining_seed2() {  # a third training seed of the bargaining recipe (seeds 0 
 # AIW with more optimiser steps an update (PLAN=s22 and s22x2; why: s22's card 1 below)
 AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
   policies.1.lr=3.0e-4"
-case "${PLAN:-s23}" in
+case "${PLAN:-s24}" in
   s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
     CARDS="0 1" PARALLEL=20 \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
@@ -211,7 +212,36 @@ case "${PLAN:-s23}" in
     wait "$village" "$test"
     say "hold plan done"
     exit 0 ;;
-  *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2 or s23x1" >&2; exit 2 ;;
+  s24)  # what the s23 hold left open (bench/results/2026-11-28-h200-hold-s23.md), on a lent 4-GPU machine
+    # card 0: 12p from a clone of the heuristic village (its new recipe; no 12p run has won a game yet)
+    # card 1: AIW's second training seed in its s22 settings (seed 0: 0.14 -> 0.27, overlapping intervals)
+    # card 2: a third training seed of the bargaining recipe (seeds 0 and 1: 0.75 and 0.80)
+    # card 3: the GPU test (the trainer changed after s23's pass: step-0 set-up metrics), then the village's
+    #   third training seed (seeds 0 and 1: 0.13 -> 0.32 and 0.18 -> 0.23)
+    CARDS="0 1" PARALLEL=20 NAME_2=gpu-werewolf-gigpo-aiw-smollm2-seed1 EXTRA_2="seed=1" \
+      bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2.yaml:${MIN_12P:-15}" \
+      "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" > /tmp/queue.log 2>&1 &
+    queue=$!
+    ( export CUDA_VISIBLE_DEVICES=2; sleep 40; bargaining_seed2 ) &
+    card2=$!
+    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test
+      one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed2 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
+        seed=2 "train.max_minutes=${MIN_VILLAGE:-15}" ) &
+    card3=$!
+    wait "$queue" "$card2" "$card3"
+    say "hold plan done"
+    exit 0 ;;
+  s24x1)  # s24 on one lent H200: the GPU test beside the 12p heuristic-clone recipe (s23x1's pattern: vLLM's
+    # shares lowered so that both fit the card; 2 x 0.15 of an H200 is more than 2 x 0.25 of an H100)
+    ( one_run gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2 configs/gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2.yaml \
+        inference.gpu_memory_utilization=0.15 "train.max_minutes=${MIN_12P:-15}" ) &
+    run12=$!
+    ( sleep 90; gpu_test ) &
+    test=$!
+    wait "$run12" "$test"
+    say "hold plan done"
+    exit 0 ;;
+  *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24 or s24x1" >&2; exit 2 ;;
 esac
 wait "$queue" "$card2" "$card3"
 say "hold plan done"
