@@ -457,7 +457,8 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, float]:
 
 def record_line(record: Mapping[str, Any]) -> str:
     """One line for the run's summary: ``warm start: a clone of the heuristic bot, 13,667 pairs x 800 steps
-    (bf16, cuda), loss 3.35 -> 0.12, built in 98 s``; parts missing from the record are left out."""
+    (bf16, cuda), loss 3.35 -> 0.12, its build took 98 s``; parts missing from the record are left out. "Its
+    build": a clone found in the cache was built by an earlier run, in the seconds its record holds."""
     given = record.get("config")
     config: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
     what = f"a clone of the {config.get('bot', '?')} bot"
@@ -471,7 +472,7 @@ def record_line(record: Mapping[str, Any]) -> str:
     if isinstance(first, (int, float)) and isinstance(last, (int, float)):
         parts.append(f"loss {first:.3g} -> {last:.3g}")
     if isinstance(record.get("seconds"), (int, float)):
-        parts.append(f"built in {record['seconds']:.0f} s")
+        parts.append(f"its build took {record['seconds']:.0f} s")
     return ", ".join(parts)
 
 
