@@ -231,8 +231,11 @@ case "${PLAN:-s24}" in
     wait "$queue" "$card2" "$card3"
     say "hold plan done"
     exit 0 ;;
-  s24x1)  # s24 on one lent H200: the GPU test beside the 12p heuristic-clone recipe (s23x1's pattern: vLLM's
-    # shares lowered so that both fit the card; 2 x 0.15 of an H200 is more than 2 x 0.25 of an H100)
+  s24x1)  # s24 on one lent H200: the GPU test beside the 12p heuristic-clone recipe (s23x1's pattern: the run's
+    # vLLM share lowered so that both fit the card; the job's engines split it evenly: policy, frozen opponent,
+    # base model, ~7 GB each at 0.15 of an H200). Expect ~8 minutes of set-up before its training clock (the
+    # base model's 64-game evaluation ~70 s, the clone of ~15k pairs of ~1,500 tokens, the first evaluation)
+    # and ~70 s for each evaluation: 15 training minutes need FINISH_AFTER_S of ~26 minutes from the start
     ( one_run gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2 configs/gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2.yaml \
         inference.gpu_memory_utilization=0.15 "train.max_minutes=${MIN_12P:-15}" ) &
     run12=$!
