@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One hold of a lent 4-GPU machine (`nvidia-h100-x4`), after staging (stage.sh) and `. bench/trainer/gpu_env.sh`:
+# One hold of a lent GPU machine (4 GPUs: `nvidia-h100-x4` / `nvidia-h200-x4`; the x2 and x1 plans for 2 and 1), after staging (stage.sh) and `. bench/trainer/gpu_env.sh`:
 # the GPU end-to-end test and issue 19's runs, each on a card of its own, started together in the
 # background so that they outlive the call that starts them (poll with `sleep` calls, back to back: a lent
 # machine goes back 30 s after the last call ends, with everything started on it).
@@ -18,7 +18,7 @@
 # PLAN=s19: card 0 12p ZH GRPO, card 1 AIW GiGPO, card 2 the village through the verl agent loop
 #   (agent_loop_village.sh, MIN_VILLAGE 10), card 3 the GPU end-to-end test then IPPO.
 # PLAN=s22 (run in s22, 2026-11-28-h200x4-hold-s22.md): see its case below. PLAN=s22x2: its GPU test, AIW and
-#   12p on a lent 2-GPU machine (unrun). PLAN=s23 (the default; not yet run): see its case below; s23x2 its
+#   12p on a lent 2-GPU machine (unrun). PLAN=s23 (not yet run): see its case below; s23x2 its
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
 # PLAN=s24 (the default; not yet run): see its case below; s24x1 its 12p recipe beside the GPU test on one H200.
