@@ -217,7 +217,12 @@ case "${PLAN:-s24}" in
     # card 1: AIW's second training seed in its s22 settings (seed 0: 0.14 -> 0.27, overlapping intervals)
     # card 2: a third training seed of the bargaining recipe (seeds 0 and 1: 0.75 and 0.80)
     # card 3: the GPU test (the trainer changed after s23's pass: step-0 set-up metrics), then the village's
-    #   third training seed (seeds 0 and 1: 0.13 -> 0.32 and 0.18 -> 0.23)
+    #   third training seed (seeds 0 and 1: 0.13 -> 0.32 and 0.18 -> 0.23) at micro-batches of 64 instead of
+    #   32: the same gradients (accumulated over a mini-batch of 128), half the micro-batches. Why: the learner
+    #   was 26 of s23's 30 s update, ~72 forward/backward micro-batch passes (2 epochs, actor and critic) at a
+    #   fixed host cost of ~0.1-0.25 s each whatever their size (bench/results/2026-11-27-learner-microbatch-cpu.md;
+    #   8 -> 32 took the learner from 73 to 34 s in s22), and micro 32 allocated only 12.5 GB. The run measures
+    #   the update time against s23's 30.1 s
     CARDS="0 1" PARALLEL=20 NAME_2=gpu-werewolf-gigpo-aiw-smollm2-seed1 EXTRA_2="seed=1" \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2.yaml:${MIN_12P:-15}" \
       "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" > /tmp/queue.log 2>&1 &
@@ -226,7 +231,8 @@ case "${PLAN:-s24}" in
     card2=$!
     ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test
       one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed2 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
-        seed=2 "train.max_minutes=${MIN_VILLAGE:-15}" ) &
+        seed=2 policies.0.micro_batch_size=64 policies.0.extra.infer_micro_batch_size=64 \
+        "train.max_minutes=${MIN_VILLAGE:-15}" ) &
     card3=$!
     wait "$queue" "$card2" "$card3"
     say "hold plan done"
