@@ -219,3 +219,25 @@ def test_tracker_names_are_verl_tracking_backends() -> None:
     from wolfpack_trainer.config import TRACKERS
 
     assert set(TRACKERS) <= set(Tracking.supported_backend)
+
+
+def test_a_key_given_twice_is_an_error_naming_both_lines(tmp_path: Path) -> None:
+    """YAML alone keeps the last of two equal keys: an edit of the first would silently do nothing."""
+    base = (CONFIGS / "demo-ultimatum-local.yaml").read_text()
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(base + "eval: {every: 1, episodes: 4}\n")
+    first = 1 + next(i for i, line in enumerate(base.splitlines()) if line.startswith("eval:"))
+    with pytest.raises(ConfigError, match=rf"found the key 'eval' twice \(first on line {first}\)"):
+        load_config(twice)
+    nested = tmp_path / "nested.yaml"  # the demo's game section names its bot: a second one inside it
+    nested.write_text(base.replace("game: {id: ultimatum_v1,", "game: {bot: random, id: ultimatum_v1,", 1))
+    assert nested.read_text() != base
+    with pytest.raises(ConfigError, match="found the key 'bot' twice"):
+        load_config(nested)
+    # a merge key's values may be overridden by the mapping's own keys, as YAML intends
+    merged = tmp_path / "merged.yaml"
+    merged.write_text(
+        "name: m\ngame: {id: ultimatum_v1, variant: outside, bot: heuristic}\n"
+        "policies:\n  - &p {id: proposer, seats: [0], model: tiny}\n  - {<<: *p, id: responder, seats: [1]}\n"
+    )
+    assert [p.id for p in load_config(merged).policies] == ["proposer", "responder"]

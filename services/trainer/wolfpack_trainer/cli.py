@@ -72,6 +72,14 @@ def train(
                     "base model and the references in their seats alike",
                     highlight=False, soft_wrap=True,
                 )  # fmt: skip
+            if cfg.eval.vs_bot:
+                ids = ", ".join(dict.fromkeys(p.id for p in cfg.policies))
+                console.print(
+                    f"  eval vs bot: every evaluation also plays each of {ids} alone against the "
+                    f"{cfg.game.bot} bot in the other policies' seats (eval.vs_bot), with its own references "
+                    "and learning vs-bot line",
+                    highlight=False, soft_wrap=True,
+                )  # fmt: skip
             for mix in cfg.rollout.opponents:
                 seats = f"the seats of {', '.join(mix.replaces)}" if mix.replaces else "the untrained seats"
                 who = f"the {mix.bot} bot" if mix.bot else f"the served policy {mix.policy}"
@@ -333,7 +341,13 @@ def _run(
     from wolfpack_trainer.config import TrainConfig
     from wolfpack_trainer.evaluate import base_policy_lines, reference_lines
     from wolfpack_trainer.metrics import eval_time_line, time_split_line, update_line
-    from wolfpack_trainer.train import ResumeError, learning_line, policy_learning_lines, run_training
+    from wolfpack_trainer.train import (
+        ResumeError,
+        learning_line,
+        policy_learning_lines,
+        run_training,
+        vs_bot_lines,
+    )
 
     assert isinstance(cfg, TrainConfig)  # train() has refused a run of another config before calling this
     total = updates if updates is not None else cfg.train.updates
@@ -434,6 +448,8 @@ def _run(
     console.print(learning_line(cfg.eval.metric, evals[0], evals[-1]), highlight=False)
     for line in policy_learning_lines(cfg.eval.metric, evals[0], evals[-1]):
         console.print(line, highlight=False, markup=False)  # "[policy]" is no rich style tag
+    for line in vs_bot_lines(cfg, evals[0], evals[-1]):
+        console.print(line, highlight=False, markup=False)
 
 
 def mount(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -258,6 +258,14 @@ class EvalSection(_Strict):
     (the bargaining buyer and seller of one shared learner) evaluated with ``replaces: [seller]`` scores the
     buyer against the heuristic seller (the references and the base model in the buyer's seat alike). The
     ``eval.roles`` of role policies, for seats."""
+    vs_bot: bool = False
+    """With several trained policies: every evaluation also plays each policy alone against ``game.bot``,
+    which takes every other trained policy's seats and roles (as ``replaces`` would, one policy at a time),
+    on the same held-out seeds, with that setting's own references (constants, random, heuristic in the
+    policy's seats against the bot) and its own ``learning vs-bot[<policy>]:`` line. Why: co-trained policies
+    scored against each other (IPPO's proposer and responder) can each improve against the other without
+    getting better against a fixed opponent, the score that compares across runs. Costs one more evaluation
+    per trained policy."""
     base: bool | None = None
     """Also evaluate each trained policy's *base model* (its ``model`` as configured: before any warm start,
     without LoRA) once, at the start of a fresh run, on the same held-out seeds with the same temperature,
@@ -496,6 +504,15 @@ def check_config(cfg: TrainConfig) -> None:
         raise ValueError(f"eval.replaces {unknown}: no such trained policy ({', '.join(ids)})")
     if set(cfg.eval.replaces) >= set(ids):
         raise ValueError("eval.replaces: every trained policy replaced, so the evaluation measures nothing")
+    if cfg.eval.vs_bot and len(ids) < 2:
+        raise ValueError(
+            "eval.vs_bot: needs two or more trained policies (one is already scored against the bot)"
+        )
+    if cfg.eval.vs_bot and cfg.eval.replaces:
+        raise ValueError(
+            "eval.vs_bot with eval.replaces: vs_bot already gives the other policies' seats to the bot, one "
+            "policy at a time; use one of them"
+        )
     eval_role_of: dict[str, str] = {}
     for pid, eval_roles in cfg.eval.roles.items():
         policy = next((p for p in cfg.policies if p.id == pid), None)
@@ -665,12 +682,38 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return out
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a key given twice in one mapping. Why: YAML keeps the last one
+    silently, so an edit of the first does nothing (``gpu-ippo-smollm2.yaml`` carried two ``eval`` sections
+    until session 23, and a change to the first was lost). Merge keys (``<<: *anchor``) may still be
+    overridden by the mapping's own keys, as YAML intends."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)
+        if isinstance(key, Hashable) and key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                f"found the key {key!r} twice (first on line {seen[key] + 1})", key_node.start_mark,
+            )  # fmt: skip
+        if isinstance(key, Hashable):
+            seen[key] = key_node.start_mark.line
+    return (yield from loader.construct_yaml_map(node))
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:
     """Read and validate a YAML config, with ``key=value`` overrides on top; errors name the file and the
-    field."""
+    field (a key given twice in one section is an error: ``_StrictLoader``)."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.load(p.read_text(), Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{p}: {exc}") from None
     if not isinstance(data, dict):

@@ -298,6 +298,22 @@ def eval_policies(cfg: Any) -> list[Any]:
     return [p for p in cfg.policies if p.id not in cfg.eval.replaces]
 
 
+def vs_bot_config(cfg: Any, pid: str) -> Any:
+    """``cfg`` with every trained policy but ``pid`` replaced by ``game.bot`` in the held-out games
+    (``eval.vs_bot``): ``pid``'s evaluation against the bot, its references and its held-out plan."""
+    others = list(dict.fromkeys(p.id for p in cfg.policies if p.id != pid))
+    return cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"replaces": others, "vs_bot": False})})
+
+
+def vs_bot_metrics(pid: str, score: PolicyScore, refs: Sequence[Reference] = ()) -> dict[str, float]:
+    """Metrics-file keys of ``pid`` against the bot: ``eval_vs_bot/<pid>/<metric>[_lo|_hi]`` (as
+    ``eval/<pid>/...``) and, when given, that setting's references, ``reference_vs_bot/<pid>/<name>/...``."""
+    out = {f"eval_vs_bot/{k.removeprefix('eval/')}": v for k, v in policy_metrics({pid: score}).items()}
+    out.update({f"reference_vs_bot/{pid}/{k.removeprefix('reference/')}": v
+                for k, v in reference_metrics(refs).items()})  # fmt: skip
+    return out
+
+
 def eval_role_pairs(cfg: Any, policies: Sequence[Any]) -> Iterator[tuple[str, str]]:
     """(role, policy id) of ``policies`` in the held-out games: each one's ``eval.roles`` where given, else
     its own ``roles``."""

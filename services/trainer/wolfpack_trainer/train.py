@@ -118,6 +118,8 @@ class EvalResult:
     base: EvalResult | None = None
     """The first evaluation of a fresh run with ``eval.base``: the base models on the same seeds, scored as
     the trained policies' seats (``Trainer.evaluate_base``)."""
+    vs_bot: dict[str, PolicyScore] = field(default_factory=dict)
+    """``eval.vs_bot``: each trained policy alone against ``game.bot`` in every other policy's seats."""
 
     def metric(self, name: str) -> Estimate:
         return self.win_rate if name == "win_rate" else self.reward
@@ -357,22 +359,8 @@ class Trainer:
         from wolfpack_trainer import evaluate as ev
 
         seeds = ev.eval_seeds(self.cfg)
-        temperature = self.cfg.eval.temperature
         self.progress("eval", 0, len(seeds))
-        tasks = held_out_plan(self.cfg, seeds)
-        if self.driver is not None:
-            served = [service_task(t, i) for i, t in enumerate(tasks)]
-            for task in served:
-                task.split = "eval"
-            trajs = await ev.play_served(self.driver, served, temperature)
-        else:
-            missing = [pid for pid, lr in self.learners.items() if not hasattr(lr, "generation_model")]
-            if missing:
-                raise RuntimeError(
-                    f"policies {missing}: their learner cannot sample in process, so rollout.mode local cannot "
-                    "evaluate them; use rollout.mode: service (inference serves the pushed weights)"
-                )
-            trajs = await _off_loop(self.play_local, tasks, temperature, "eval")
+        trajs = await self._play_held_out(self.cfg, seeds)
         scored = [p.id for p in ev.eval_policies(self.cfg)]  # eval.replaces: their seats are the bot's
         rows, failed = ev.trajectory_rows(trajs, len(seeds), scored)
         reward, win_rate = ev.summarize(rows)
@@ -384,8 +372,39 @@ class Trainer:
             metrics["eval/policy_version"] = float(max(versions))
         if not self.state.evals:
             metrics.update(ev.reference_metrics(ev.references(self.cfg)))
+        vs_bot: dict[str, ev.PolicyScore] = {}
+        if self.cfg.eval.vs_bot:
+            for pid in dict.fromkeys(p.id for p in self.cfg.policies):
+                self.progress(f"eval vs bot [{pid}]", 0, len(seeds))
+                alone = ev.vs_bot_config(self.cfg, pid)
+                played = await self._play_held_out(alone, seeds)
+                vs_bot[pid] = ev.PolicyScore(*ev.summarize(ev.trajectory_rows(played, len(seeds), [pid])[0]))
+                refs = ev.references(alone) if not self.state.evals else ()
+                metrics.update(ev.vs_bot_metrics(pid, vs_bot[pid], refs))
+                self.progress(f"eval vs bot [{pid}]", len(seeds), len(seeds))
         self.metrics.log(self.state.step, metrics)
-        return EvalResult(self.state.step, reward, win_rate, failed, list(trajs), per_policy)
+        return EvalResult(self.state.step, reward, win_rate, failed, list(trajs), per_policy, vs_bot=vs_bot)
+
+    async def _play_held_out(self, cfg: TrainConfig, seeds: Sequence[int]) -> list[trajectory_pb2.Trajectory]:
+        """The held-out games of ``cfg`` (this run's config, or ``evaluate.vs_bot_config`` of it) played by the
+        current policies at ``eval.temperature``: through the rollout driver in service mode (nothing on the
+        training stream), else in process with the learners' weights."""
+        from wolfpack_trainer.evaluate import play_served
+
+        tasks = held_out_plan(cfg, seeds)
+        temperature = cfg.eval.temperature
+        if self.driver is not None:
+            served = [service_task(t, i) for i, t in enumerate(tasks)]
+            for task in served:
+                task.split = "eval"
+            return await play_served(self.driver, served, temperature)
+        missing = [pid for pid, lr in self.learners.items() if not hasattr(lr, "generation_model")]
+        if missing:
+            raise RuntimeError(
+                f"policies {missing}: their learner cannot sample in process, so rollout.mode local cannot "
+                "evaluate them; use rollout.mode: service (inference serves the pushed weights)"
+            )
+        return list(await _off_loop(self.play_local, tasks, temperature, "eval"))
 
     async def evaluate_base(self) -> EvalResult:
         """The trained policies' base models (``eval.base``: each policy's ``model`` as configured, before the
@@ -1050,6 +1069,11 @@ def _eval_to_json(res: EvalResult) -> dict[str, Any]:
         out["policies"] = {
             pid: {"reward": s.reward.__dict__, "win_rate": s.win_rate.__dict__} for pid, s in policies.items()
         }
+    vs_bot: dict[str, PolicyScore] = getattr(res, "vs_bot", {})
+    if vs_bot:  # eval.vs_bot: the first evaluation's scores are the left side of a resumed run's lines
+        out["vs_bot"] = {
+            pid: {"reward": s.reward.__dict__, "win_rate": s.win_rate.__dict__} for pid, s in vs_bot.items()
+        }
     base = getattr(res, "base", None)
     if base is not None:  # the first evaluation of a run with eval.base: the base models', resumed with it
         out["base"] = {**_eval_to_json(base), "failed": base.failed}
@@ -1059,15 +1083,18 @@ def _eval_to_json(res: EvalResult) -> dict[str, Any]:
 def _eval_from_json(d: dict[str, Any]) -> dict[str, Any]:
     from wolfpack_trainer.evaluate import PolicyScore
 
-    policies = {
-        pid: PolicyScore(Estimate(**s["reward"]), Estimate(**s["win_rate"]))
-        for pid, s in d.get("policies", {}).items()
-    }
+    def scores(key: str) -> dict[str, PolicyScore]:
+        return {
+            pid: PolicyScore(Estimate(**s["reward"]), Estimate(**s["win_rate"]))
+            for pid, s in d.get(key, {}).items()
+        }
+
     out: dict[str, Any] = {
         "step": d["step"],
         "reward": Estimate(**d["reward"]),
         "win_rate": Estimate(**d["win_rate"]),
-        "policies": policies,
+        "policies": scores("policies"),
+        "vs_bot": scores("vs_bot"),
     }
     if "failed" in d:
         out["failed"] = int(d["failed"])
@@ -1106,6 +1133,25 @@ def policy_learning_lines(metric: str, first: EvalResult, last: EvalResult) -> l
         for pid, score in last.policies.items()
         if pid in first.policies
     ]
+
+
+def vs_bot_lines(cfg: TrainConfig, first: EvalResult, last: EvalResult) -> list[str]:
+    """``eval.vs_bot``'s summary, per trained policy: its ``reference:`` block against the bot (the update-0
+    score as ``initial``, then constants, random and heuristic in its seats against the bot, and which of them
+    the final CI lies above), each line prefixed ``vs-bot[<policy>]``, then ``learning vs-bot[<policy>]:``.
+    None for a policy the first evaluation did not score (a run resumed from before ``vs_bot`` was set)."""
+    from wolfpack_trainer.evaluate import reference_lines, vs_bot_config
+
+    metric = cfg.eval.metric
+    lines: list[str] = []
+    for pid, score in last.vs_bot.items():
+        if pid not in first.vs_bot:
+            continue
+        start, final = first.vs_bot[pid].metric(metric), score.metric(metric)
+        block = reference_lines(vs_bot_config(cfg, pid), start, final)
+        lines += [f"vs-bot[{pid}] {line.strip()}" for line in block]
+        lines.append(_learning(f"learning vs-bot[{pid}]", metric, start, final))
+    return lines
 
 
 class ResumeError(RuntimeError):
