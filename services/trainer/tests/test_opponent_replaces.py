@@ -93,12 +93,17 @@ def test_eval_replaces_scores_the_buyer_against_the_heuristic_seller() -> None:
     seats, and the references are exactly those of a buyer-only run."""
     from wolfpack_trainer import evaluate as ev
 
-    cfg = load_config(RECIPE, ["eval.replaces=[seller]"])
+    cfg = load_config(RECIPE, ["eval.replaces=[seller]", "eval.vs_bot=false"])  # the recipe sets vs_bot
     held_out = held_out_plan(cfg, ev.eval_seeds(cfg))
     assert all(dict(t.trainee_seats) == {0: "buyer"} and t.bot == "heuristic" for t in held_out)
     assert all(dict(t.trainee_seats) == {0: "buyer", 1: "seller"} for t in plan_tasks(cfg, [0, 1], 8, "u0"))
     buyer_only = load_config(
-        RECIPE, ["policies=[{id: buyer, seats: [0], learner: cpu, model: tiny}]", "train.share_policy=false"]
+        RECIPE,
+        [
+            "policies=[{id: buyer, seats: [0], learner: cpu, model: tiny}]",
+            "train.share_policy=false",
+            "eval.vs_bot=false",
+        ],
     )
     ours = {r.name: r.win_rate for r in ev.references(cfg)}
     assert ours == {r.name: r.win_rate for r in ev.references(buyer_only)}
@@ -117,7 +122,7 @@ def test_an_evaluation_only_run_scores_one_seat_against_the_bot(redis_url: str, 
         over += [f"policies.{i}.learner=cpu", f"policies.{i}.model=tiny", f"policies.{i}.device=cpu",
                  f"policies.{i}.micro_batch_size=8", f"policies.{i}.mini_batch_size=8", f"policies.{i}.extra={{}}"]  # fmt: skip
     over += [
-        "eval.replaces=[seller]", "rollout.mode=local", "rollout.max_tokens=6", "rollout.max_prompt_tokens=96",
+        "eval.replaces=[seller]", "eval.vs_bot=false", "rollout.mode=local", "rollout.max_tokens=6", "rollout.max_prompt_tokens=96",
         "inference={}", "warmstart=null", "train.updates=0", "eval.episodes=4",
         f"stream.name=test:eval-replaces:{os.getpid()}:{time.monotonic_ns()}",
     ]  # fmt: skip

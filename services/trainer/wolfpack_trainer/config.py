@@ -250,8 +250,9 @@ class EvalSection(_Strict):
     references'. Why: a self-play policy (one policy on every role) evaluated on every seat plays itself, so
     its win rate moves with which side improved, not with skill (the AIW recipe's first GPU run read 0.45 ->
     0.44 that way). ``{shared: [villager, seer, witch]}`` measures the village against the heuristic wolves;
-    a second evaluation-only run with ``{shared: [werewolf]}`` (``train.updates=0``, ``python -m
-    wolfpack_trainer.learning``) the wolves. Only for policies that train by ``roles``."""
+    a second evaluation-only run with ``{shared: [werewolf]}`` the wolves (``train.updates=0`` in a new run
+    directory whose policy ``model`` is the trained version; the trained run's own directory refuses another
+    eval section). Only for policies that train by ``roles``."""
     replaces: list[str] = Field(default_factory=list)
     """Trained policy ids whose seats and roles the held-out games give to ``game.bot``, so that the other
     policies are measured against the bot rather than against each other: a self-play run of seat policies
