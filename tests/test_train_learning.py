@@ -99,14 +99,19 @@ def test_demo_learns_the_outside_option_in_process(redis_url: str, tmp_path: Pat
 
 
 @contextlib.asynccontextmanager
-async def _stack(models: Path, redis_url: str, stream: str) -> AsyncIterator[Addresses]:
-    """Environment, inference (serving the tiny model as "responder", version 0) and reward servers in
-    process: a fresh stack per training run, so each starts from inference's version 0."""
+async def _stack(
+    models: Path, redis_url: str, stream: str, policy_ids: tuple[str, ...] = ("responder",)
+) -> AsyncIterator[Addresses]:
+    """Environment, inference (serving the tiny model as each of ``policy_ids``, version 0) and reward
+    servers in process: a fresh stack per training run, so each starts from inference's version 0."""
     settings = load_settings(rpc_timeout_s=60)
-    cfg = PolicyConfig(
-        policy_id="responder", model=str(tiny_model(models)), device="cpu", dtype="float32", max_batch=64
-    )  # type: ignore[arg-type]
-    registry = PolicyRegistry.from_configs([cfg], models / f"inference-{stream.rsplit(':', 1)[-1]}")
+    configs = [
+        PolicyConfig(
+            policy_id=pid, model=str(tiny_model(models)), device="cpu", dtype="float32", max_batch=64
+        )  # type: ignore[arg-type]
+        for pid in policy_ids
+    ]
+    registry = PolicyRegistry.from_configs(configs, models / f"inference-{stream.rsplit(':', 1)[-1]}")
     env = await rpc.start_server(
         "environment", lambda s: register_environment(s, EnvironmentServicer()), settings, "127.0.0.1:0"
     )
@@ -132,7 +137,8 @@ async def _train_through_services(
     servers, the driver ``wolfpack train`` builds, the weights pushed to inference after every update."""
     settings = load_settings(rpc_timeout_s=60)
     rollout = rollout_config(cfg, concurrency=concurrency)  # what `wolfpack train` gives the driver
-    async with _stack(models, redis_url, stream) as addresses:
+    ids = tuple(dict.fromkeys(p.id for p in cfg.policies))
+    async with _stack(models, redis_url, stream, ids) as addresses:
 
         def driver() -> Any:
             return connect(settings, rollout, addresses, stream=False)
@@ -170,6 +176,43 @@ async def test_service_mode_evaluates_the_served_policy_beside_the_references(
     assert {"reference/constant_ACCEPT/win_rate", "reference/random/win_rate", "perf/setup_s"} <= first
     trainee = [t for tr in evals[-1].trajectories for t in tr.turns if t.policy.policy_id]
     assert trainee and all(len(t.prompt_token_ids) == cfg.rollout.max_prompt_tokens for t in trainee)
+
+
+@pytest.mark.slow
+async def test_service_mode_scores_each_co_trained_policy_against_the_bot(
+    redis_url: str, tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``eval.vs_bot`` through the services: the IPPO config's evaluation plays the pair, then the proposer
+    alone and the responder alone, each with the heuristic bot in the other seat (the held-out plans it
+    asked for), every game through the served policies."""
+    from wolfpack_trainer import train as train_module
+
+    planned: list[list[str]] = []
+    real_plan = train_module.held_out_plan
+
+    def recording_plan(cfg: Any, seeds: Any) -> Any:
+        planned.append(list(cfg.eval.replaces))
+        return real_plan(cfg, seeds)
+
+    monkeypatch.setattr(train_module, "held_out_plan", recording_plan)
+    tiny = str(tiny_model(models))
+    stream = f"test:vs-bot-service:{tmp_path.name}"
+    data = load_config(ROOT / "configs" / "ippo-ultimatum.yaml").model_dump()
+    data["warmstart"] = None
+    data["stream"]["name"] = stream
+    data["rollout"].update(mode="service", episodes_per_update=8)
+    for p in data["policies"]:
+        p["model"] = tiny
+    data["train"].update(updates=0, save_versions=False)
+    data["eval"].update(episodes=8, vs_bot=True)
+    cfg = TrainConfig.model_validate(data)
+    trainer, evals = await _train_through_services(cfg, models, redis_url, stream, tmp_path, concurrency=8)
+    assert [e.step for e in evals] == [0] and planned == [[], ["responder"], ["proposer"]]
+    assert set(evals[0].vs_bot) == {"proposer", "responder"}
+    assert all(s.reward.n == 8 and s.win_rate.n == 8 for s in evals[0].vs_bot.values())
+    first = set().union(*(r for r in trainer.metrics.rows() if r["step"] == 0))
+    assert {"eval_vs_bot/proposer/reward_mean", "reference_vs_bot/responder/heuristic/win_rate"} <= first
+    assert evals[0].failed == 0
 
 
 @pytest.mark.slow
