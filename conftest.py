@@ -75,3 +75,21 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     with EmbeddedRedis(Path(tmp_path_factory.mktemp("redis"))) as server:
         yield server.url
+
+
+@pytest.fixture
+def held_out_plans(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The ``eval.replaces`` of every held-out plan a run asks ``wolfpack_trainer.train.held_out_plan`` for,
+    in order (the plans themselves unchanged): what an evaluation played, the pair or one policy alone
+    against the bot (``eval.vs_bot``)."""
+    from wolfpack_trainer import train as train_module
+
+    planned: list[list[str]] = []
+    real_plan = train_module.held_out_plan
+
+    def recording_plan(cfg: object, seeds: object) -> object:
+        planned.append(list(cfg.eval.replaces))  # type: ignore[attr-defined]
+        return real_plan(cfg, seeds)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(train_module, "held_out_plan", recording_plan)
+    return planned

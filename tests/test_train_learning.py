@@ -180,21 +180,11 @@ async def test_service_mode_evaluates_the_served_policy_beside_the_references(
 
 @pytest.mark.slow
 async def test_service_mode_scores_each_co_trained_policy_against_the_bot(
-    redis_url: str, tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, tmp_path: Path, models: Path, held_out_plans: list[list[str]]
 ) -> None:
     """``eval.vs_bot`` through the services: the IPPO config's evaluation plays the pair, then the proposer
     alone and the responder alone, each with the heuristic bot in the other seat (the held-out plans it
     asked for), every game through the served policies."""
-    from wolfpack_trainer import train as train_module
-
-    planned: list[list[str]] = []
-    real_plan = train_module.held_out_plan
-
-    def recording_plan(cfg: Any, seeds: Any) -> Any:
-        planned.append(list(cfg.eval.replaces))
-        return real_plan(cfg, seeds)
-
-    monkeypatch.setattr(train_module, "held_out_plan", recording_plan)
     tiny = str(tiny_model(models))
     stream = f"test:vs-bot-service:{tmp_path.name}"
     data = load_config(ROOT / "configs" / "ippo-ultimatum.yaml").model_dump()
@@ -207,7 +197,7 @@ async def test_service_mode_scores_each_co_trained_policy_against_the_bot(
     data["eval"].update(episodes=8, vs_bot=True)
     cfg = TrainConfig.model_validate(data)
     trainer, evals = await _train_through_services(cfg, models, redis_url, stream, tmp_path, concurrency=8)
-    assert [e.step for e in evals] == [0] and planned == [[], ["responder"], ["proposer"]]
+    assert [e.step for e in evals] == [0] and held_out_plans == [[], ["responder"], ["proposer"]]
     assert set(evals[0].vs_bot) == {"proposer", "responder"}
     assert all(s.reward.n == 8 and s.win_rate.n == 8 for s in evals[0].vs_bot.values())
     first = set().union(*(r for r in trainer.metrics.rows() if r["step"] == 0))

@@ -7,12 +7,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from wolfpack_trainer import evaluate as ev
-from wolfpack_trainer import train as train_module
 from wolfpack_trainer.config import ConfigError, load_config
 from wolfpack_trainer.train import (
     EvalResult,
@@ -58,19 +56,11 @@ def test_scores_round_trip_through_the_checkpoint_state() -> None:
 
 @pytest.mark.slow
 def test_a_run_scores_each_policy_against_the_bot(
-    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, tmp_path: Path, held_out_plans: list[list[str]]
 ) -> None:
     """A real in-process IPPO run (tiny model, one update): both evaluations play the pair, then each policy
     alone (the bot in the other seat: the held-out plans it asked for say so), log ``eval_vs_bot/<policy>/``
     and at update 0 that setting's references, and the summary gets each policy's vs-bot block."""
-    planned: list[list[str]] = []
-    real_plan = train_module.held_out_plan
-
-    def recording_plan(cfg: Any, seeds: Any) -> Any:
-        planned.append(list(cfg.eval.replaces))
-        return real_plan(cfg, seeds)
-
-    monkeypatch.setattr(train_module, "held_out_plan", recording_plan)
     cfg = load_config(IPPO, [
         "eval.vs_bot=true", "eval.episodes=8", "eval.every=1", "train.updates=1",
         "rollout.episodes_per_update=8", "warmstart.episodes=8", "warmstart.steps=2",
@@ -80,7 +70,7 @@ def test_a_run_scores_each_policy_against_the_bot(
     assert [e.step for e in evals] == [0, 1]
     # update 0: the base models (eval.base, on with the warm start), then per evaluation the pair, the
     # proposer alone (the responder replaced by the bot), the responder alone
-    assert planned == [[], *[[], ["responder"], ["proposer"]] * 2]
+    assert held_out_plans == [[], *[[], ["responder"], ["proposer"]] * 2]
     for e in evals:
         assert set(e.vs_bot) == {"proposer", "responder"}
         assert all(s.reward.n == 8 for s in e.vs_bot.values())
