@@ -129,6 +129,36 @@ def test_plot_draws_eval_cis_and_loss_kl_entropy_panels(tmp_path: Path) -> None:
     close(fig)
 
 
+def test_plot_draws_each_policy_against_the_bot(tmp_path: Path) -> None:
+    """``eval.vs_bot``'s scores beside the held-out evaluation in the reward and win-rate panels, one line a
+    policy at the updates that evaluated it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    writer = MetricsWriter(tmp_path, tensorboard=False)
+    _rows(writer)
+    for step, p, r in ((0, 0.1, 0.2), (2, 0.4, 0.7)):
+        writer.log(step, {"eval_vs_bot/proposer/win_rate": p, "eval_vs_bot/responder/win_rate": r,
+                          "eval_vs_bot/proposer/reward_mean": -p})  # fmt: skip
+    figures: list[Any] = []
+    close = plt.close
+    plt.close = lambda fig=None: figures.append(fig)  # type: ignore[assignment]
+    try:
+        writer.plot()
+    finally:
+        plt.close = close
+    (fig,) = figures
+    titles = {ax.get_title(): ax for ax in fig.axes}
+    lines = {ln.get_label(): ln for ln in titles["win rate"].lines}
+    assert list(lines["held-out vs bot: proposer"].get_ydata()) == [0.1, 0.4]
+    assert list(lines["held-out vs bot: responder"].get_xdata()) == [0, 2]
+    reward = [ln.get_label() for ln in titles["mean reward"].lines]
+    assert "held-out vs bot: proposer" in reward and "held-out vs bot: responder" not in reward
+    close(fig)
+
+
 def test_wall_clock_evals_place_each_evaluation_at_its_update_s_minute() -> None:
     rows = [
         {"step": 0, "eval/win_rate": 0.1, "eval/win_rate_lo": 0.0, "eval/win_rate_hi": 0.2},

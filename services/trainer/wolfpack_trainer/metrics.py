@@ -360,6 +360,8 @@ class MetricsWriter:
             if train:
                 ax.plot(*zip(*train, strict=True), label="training episodes", alpha=0.7)
             _draw_evals(ax, ev, "held-out eval")
+            for pid, points in _vs_bot_series(rows, key).items():  # eval.vs_bot: each policy alone vs the bot
+                ax.plot(*zip(*points, strict=True), "s--", label=f"held-out vs bot: {pid}", alpha=0.8)
             _finish(ax, title)
         panels = (
             (axes[2], "loss", ("actor/pg_loss", "critic/vf_loss")),
@@ -387,6 +389,18 @@ class MetricsWriter:
         if self._tracking is not None:
             self._tracking.finish()
             self._tracking = None
+
+
+def _vs_bot_series(rows: Sequence[Mapping[str, float]], key: str) -> dict[str, list[tuple[float, float]]]:
+    """Per policy, (update, ``eval_vs_bot/<policy>/<key>``) of each evaluation that played it alone against the
+    bot (``eval.vs_bot``); empty without it."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        for name, value in r.items():
+            parts = name.split("/")
+            if len(parts) == 3 and parts[0] == "eval_vs_bot" and parts[2] == key:
+                out.setdefault(parts[1], []).append((r["step"], value))
+    return dict(sorted(out.items()))
 
 
 def _ci_key(key: str) -> str:
