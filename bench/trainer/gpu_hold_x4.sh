@@ -21,7 +21,8 @@
 #   12p on a lent 2-GPU machine (unrun). PLAN=s23 (not yet run): see its case below; s23x2 its
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
-# PLAN=s24 (the default; not yet run): see its case below; s24x1 its 12p recipe beside the GPU test on one H200.
+# PLAN=s24 (the default; not yet run): see its case below (12p heuristic clone, AIW seed 1, IPPO with eval.vs_bot,
+#   the GPU test then village seed 2); s24x1 its 12p recipe beside the GPU test on one H200.
 # PLAN=next (run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
 #   memory then, mended since; the rest finished): card 0 AIW in its new shape (half its groups against the heuristic wolves,
 #   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
@@ -215,7 +216,9 @@ case "${PLAN:-s24}" in
   s24)  # what the s23 hold left open (bench/results/2026-11-28-h200-hold-s23.md), on a lent 4-GPU machine
     # card 0: 12p from a clone of the heuristic village (its new recipe; no 12p run has won a game yet)
     # card 1: AIW's second training seed in its s22 settings (seed 0: 0.14 -> 0.27, overlapping intervals)
-    # card 2: a third training seed of the bargaining recipe (seeds 0 and 1: 0.75 and 0.80)
+    # card 2: IPPO with eval.vs_bot (now the recipe's): each co-trained policy alone against the heuristic bot
+    #   at every evaluation, the claim the pair's own line cannot make (s19: the pair -0.45 -> +0.80); a third
+    #   bargaining seed (seeds 0 and 1: 0.75 and 0.80) waits, bargaining_seed2
     # card 3: the GPU test (the trainer changed after s23's pass: step-0 set-up metrics), then the village's
     #   third training seed (seeds 0 and 1: 0.13 -> 0.32 and 0.18 -> 0.23) at micro-batches of 64 instead of
     #   32: the same gradients (accumulated over a mini-batch of 128), half the micro-batches. Why: the learner
@@ -227,7 +230,8 @@ case "${PLAN:-s24}" in
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2.yaml:${MIN_12P:-15}" \
       "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" > /tmp/queue.log 2>&1 &
     queue=$!
-    ( export CUDA_VISIBLE_DEVICES=2; sleep 40; bargaining_seed2 ) &
+    ( export CUDA_VISIBLE_DEVICES=2; sleep 40
+      one_run gpu-ippo-smollm2-vs-bot configs/gpu-ippo-smollm2.yaml "train.max_minutes=${MIN_IPPO:-15}" ) &
     card2=$!
     ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test
       one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed2 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
