@@ -61,6 +61,8 @@ SHARED = {
         for pid, seat in (("proposer", 0), ("responder", 1))
     ],
     "train": {"updates": 2, "push_every": 1, "checkpoint_every": 1, "share_policy": True},
+    # each id also alone against the heuristic bot through the served adapters (eval.vs_bot's GPU path)
+    "eval": {**CONFIG["eval"], "vs_bot": True},  # type: ignore[dict-item]
 }
 
 
@@ -124,7 +126,8 @@ def test_wolfpack_train_uses_the_gpu_for_learner_and_inference(tmp_path: Path) -
 
 def test_a_shared_lora_policy_updates_once_and_serves_both_engines(tmp_path: Path) -> None:
     """``train.share_policy`` on the card: one learner update per step over both seats' samples, each version
-    written once (the other id's directory hard links) and served by both ids' vLLM engines."""
+    written once (the other id's directory hard links) and served by both ids' vLLM engines; ``eval.vs_bot``
+    plays each id alone against the heuristic bot through them."""
     out, run, rows = _train_on_the_gpu(tmp_path, SHARED)
     updates = [r for r in rows if "perf/learner_max_memory_gb" in r]
     assert len(updates) == 2, rows
@@ -137,6 +140,9 @@ def test_a_shared_lora_policy_updates_once_and_serves_both_engines(tmp_path: Pat
     for written in last["proposer"].iterdir():
         assert (last["responder"] / written.name).stat().st_ino == written.stat().st_ino, written.name
     assert "time per update" in out and "evaluation (median of" in out, out[-3000:]
+    for pid in ("proposer", "responder"):
+        assert f"learning vs-bot[{pid}]: win_rate" in out, out[-3000:]
+        assert any(f"eval_vs_bot/{pid}/win_rate" in r for r in rows if r["step"] == 2), rows
 
 
 def test_conversation_prompts_extend_each_other_through_vllm(tmp_path: Path) -> None:
