@@ -137,7 +137,7 @@ async def _train_through_services(
     servers, the driver ``wolfpack train`` builds, the weights pushed to inference after every update."""
     settings = load_settings(rpc_timeout_s=60)
     rollout = rollout_config(cfg, concurrency=concurrency)  # what `wolfpack train` gives the driver
-    ids = tuple(dict.fromkeys(p.id for p in cfg.policies))
+    ids = tuple(p.id for p in cfg.policies)
     async with _stack(models, redis_url, stream, ids) as addresses:
 
         def driver() -> Any:

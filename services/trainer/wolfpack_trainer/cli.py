@@ -73,7 +73,7 @@ def train(
                     highlight=False, soft_wrap=True,
                 )  # fmt: skip
             if cfg.eval.vs_bot:
-                ids = ", ".join(dict.fromkeys(p.id for p in cfg.policies))
+                ids = ", ".join(p.id for p in cfg.policies)
                 console.print(
                     f"  eval vs bot: every evaluation also plays each of {ids} alone against the "
                     f"{cfg.game.bot} bot in the other policies' seats (eval.vs_bot), with its own references "

@@ -696,13 +696,14 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -
         if key_node.tag == "tag:yaml.org,2002:merge":
             continue
         key = loader.construct_object(key_node)
-        if isinstance(key, Hashable) and key in seen:
+        if not isinstance(key, Hashable):
+            continue  # construct_yaml_map refuses it with its own error
+        if key in seen:
             raise yaml.constructor.ConstructorError(
                 "while constructing a mapping", node.start_mark,
                 f"found the key {key!r} twice (first on line {seen[key] + 1})", key_node.start_mark,
             )  # fmt: skip
-        if isinstance(key, Hashable):
-            seen[key] = key_node.start_mark.line
+        seen[key] = key_node.start_mark.line
     return (yield from loader.construct_yaml_map(node))
 
 

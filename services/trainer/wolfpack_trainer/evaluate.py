@@ -301,7 +301,7 @@ def eval_policies(cfg: Any) -> list[Any]:
 def vs_bot_config(cfg: Any, pid: str) -> Any:
     """``cfg`` with every trained policy but ``pid`` replaced by ``game.bot`` in the held-out games
     (``eval.vs_bot``): ``pid``'s evaluation against the bot, its references and its held-out plan."""
-    others = list(dict.fromkeys(p.id for p in cfg.policies if p.id != pid))
+    others = [p.id for p in cfg.policies if p.id != pid]
     return cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"replaces": others, "vs_bot": False})})
 
 

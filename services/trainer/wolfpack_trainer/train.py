@@ -374,7 +374,7 @@ class Trainer:
             metrics.update(ev.reference_metrics(ev.references(self.cfg)))
         vs_bot: dict[str, ev.PolicyScore] = {}
         if self.cfg.eval.vs_bot:
-            for pid in dict.fromkeys(p.id for p in self.cfg.policies):
+            for pid in (p.id for p in self.cfg.policies):
                 self.progress(f"eval vs bot [{pid}]", 0, len(seeds))
                 alone = ev.vs_bot_config(self.cfg, pid)
                 played = await self._play_held_out(alone, seeds)
