@@ -22,7 +22,8 @@
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
 # PLAN=s24 (the default; not yet run): see its case below (12p heuristic clone, AIW seed 1, IPPO with eval.vs_bot,
-#   the GPU test then village seed 2); s24x1 its 12p recipe beside the GPU test on one H200.
+#   the GPU test then village seed 2); s24x1 its 12p recipe beside the GPU test on one H200; s24x2 that on card 0
+#   and AIW's seed 1 on card 1 of a lent 2-GPU machine.
 # PLAN=next (run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
 #   memory then, mended since; the rest finished): card 0 AIW in its new shape (half its groups against the heuristic wolves,
 #   heuristic clone), card 1 12p with a seat's turns as one sequence (TWELVE_P overrides: the conversation prompt
@@ -37,7 +38,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
-case "${PLAN:-s24}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1) ;; *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24 or s24x1" >&2; exit 2 ;; esac  # before starting anything
+case "${PLAN:-s24}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1 | s24x2) ;; *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1 or s24x2" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
@@ -254,7 +255,25 @@ case "${PLAN:-s24}" in
     wait "$run12" "$test"
     say "hold plan done"
     exit 0 ;;
-  *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24 or s24x1" >&2; exit 2 ;;
+  s24x2)  # s24 on a lent 2-GPU machine (no 4-GPU one lent in s24): card 0 as s24x1 (the 12p heuristic-clone
+    # recipe beside the GPU test), card 1 AIW's second training seed, its clone under bf16 autocast (the
+    # village's bf16 clone matched the fp32 one's update-0 win in half the time, s23; AIW's fp32 clone took 294
+    # s of s22's hold): IPPO's vs-bot run and the village's third seed wait for a 4-GPU hold
+    ( export CUDA_VISIBLE_DEVICES=0
+      one_run gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2 configs/gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2.yaml \
+        inference.gpu_memory_utilization=0.15 "train.max_minutes=${MIN_12P:-15}" ) &
+    run12=$!
+    ( export CUDA_VISIBLE_DEVICES=0; sleep 90; gpu_test ) &
+    test=$!
+    ( export CUDA_VISIBLE_DEVICES=1
+      sleep 20  # staggered as gpu_queue.sh's PARALLEL does (the first start fills the shared model cache)
+      one_run gpu-werewolf-gigpo-aiw-smollm2-seed1 configs/gpu-werewolf-gigpo-aiw-smollm2.yaml \
+        seed=1 warmstart.precision=bf16 "train.max_minutes=${MIN_AIW:-15}" ) &
+    aiw=$!
+    wait "$run12" "$test" "$aiw"
+    say "hold plan done"
+    exit 0 ;;
+  *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1 or s24x2" >&2; exit 2 ;;
 esac
 wait "$queue" "$card2" "$card3"
 say "hold plan done"
