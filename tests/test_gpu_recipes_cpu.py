@@ -32,6 +32,7 @@ EXPECTED = {
     "gpu-werewolf-gigpo-aiw-smollm2",
     "gpu-werewolf-12p-zh-grpo-smollm2",
     "gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2",
+    "gpu-werewolf-12p-zh-grpo-villagers-smollm2",
     "gpu-ippo-smollm2",
 }
 
@@ -71,7 +72,12 @@ def cpu_overrides(path: Path, stream: str) -> list[str]:
         # Served opponents need the services' stack: a served entry becomes the random bot, so the opponent-mix
         # path stays in play with the recipe's fractions and replaced policies.
         entries = [
-            {"bot": m.get("bot") or "random", "fraction": m["fraction"], "replaces": m.get("replaces", [])}
+            {
+                "bot": m.get("bot") or "random",
+                "fraction": m["fraction"],
+                "replaces": m.get("replaces", []),
+                "roles": m.get("roles", []),
+            }
             for m in mixes
         ]
         out.append(f"rollout.opponents={json.dumps(entries)}")

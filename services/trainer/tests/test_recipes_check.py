@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from wolfpack.cli.main import app
 from wolfpack.v1 import common_pb2
 from wolfpack_games import make_game
-from wolfpack_trainer.config import load_config
+from wolfpack_trainer.config import ConfigError, load_config
 from wolfpack_trainer.train import plan_tasks, service_task
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
@@ -147,3 +147,58 @@ def test_the_opponent_mix_is_the_same_in_every_process() -> None:
     assert outs[0] == outs[1]
     drawn = outs[0].split(",")
     assert 5 < drawn.count("strong") < 35  # both kinds are drawn
+
+
+def test_a_role_restricted_opponent_takes_only_those_roles() -> None:
+    """The 12p villagers recipe: its frozen checkpoint plays the wolves only; the untrained seer, witch,
+    guard and hunter stay the heuristic bot's (without ``roles`` the served policy took them too)."""
+    path = CONFIGS / "gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml"
+    cfg = load_config(path, ["rollout.opponents.0.fraction=1.0"])
+    for seed in (3, 4):
+        out = service_task(plan_tasks(cfg, [seed], 8, "u0")[0], 0)
+        env = make_game("werewolf_v1", "12p")
+        env.start(seed=seed, options={"wolf_king": True, "language": "zh"})
+        by_role: dict[str, set[str]] = {}
+        for b in out.seats:
+            who = b.policy.policy_id if b.controller == common_pb2.SEAT_CONTROLLER_POLICY else f"bot:{b.bot}"
+            by_role.setdefault(env.role(b.seat), set()).add(who)
+        assert by_role == {
+            "villager": {"villagers"},
+            "werewolf": {"frozen"},
+            "wolf_king": {"frozen"},
+            "seer": {"bot:heuristic"},
+            "witch": {"bot:heuristic"},
+            "guard": {"bot:heuristic"},
+            "hunter": {"bot:heuristic"},
+        }
+        assert sorted(out.trainee_seats) == sorted(s for s in range(12) if env.role(s) == "villager")
+        assert out.opponent_id == "external:frozen"
+
+
+def test_a_role_restricted_scripted_opponent_plays_only_its_roles() -> None:
+    """A scripted entry with roles: its bot on those roles' seats, ``game.bot`` on the other untrained ones,
+    in the proto both modes play (``service_task``)."""
+    mix = '[{"bot": "random", "fraction": 1.0, "roles": ["werewolf"]}]'
+    cfg = load_config(
+        CONFIGS / "werewolf-ppo.yaml", ["policies.0.roles=[villager]", f"rollout.opponents={mix}"]
+    )
+    out = service_task(plan_tasks(cfg, [5], 1, "u0")[0], 0)
+    env = make_game("werewolf_v1", "9p")
+    env.start(seed=5)
+    bots = {env.role(b.seat): b.bot for b in out.seats if b.controller == common_pb2.SEAT_CONTROLLER_SCRIPTED}
+    assert bots["werewolf"] == "random" and {"seer", "witch", "hunter"} <= set(bots)
+    assert all(bot == cfg.game.bot for role, bot in bots.items() if role != "werewolf")
+    assert out.opponent_id == "scripted:random"
+
+
+@pytest.mark.parametrize(
+    ("roles", "message"),
+    [
+        (["dragon"], "role 'dragon' is not dealt"),
+        (["villager"], "role 'villager' is policy villagers's"),
+    ],
+)
+def test_opponent_roles_are_checked(roles: list[str], message: str) -> None:
+    mix = json.dumps([{"policy": "frozen", "fraction": 0.2, "roles": roles}])
+    with pytest.raises(ConfigError, match=message):
+        load_config(CONFIGS / "gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml", [f"rollout.opponents={mix}"])

@@ -82,6 +82,8 @@ def train(
                 )  # fmt: skip
             for mix in cfg.rollout.opponents:
                 seats = f"the seats of {', '.join(mix.replaces)}" if mix.replaces else "the untrained seats"
+                if mix.roles:
+                    seats += f" dealt {', '.join(mix.roles)} (the others keep the {cfg.game.bot} bot)"
                 who = f"the {mix.bot} bot" if mix.bot else f"the served policy {mix.policy}"
                 console.print(
                     f"  opponents: {mix.fraction:.0%} of the training groups give {seats} to {who} "

@@ -130,6 +130,11 @@ class OpponentMix(_Strict):
     self-play run, whose policies take every seat, plays some groups against a fixed opponent (e.g. the
     bargaining seller's seat to the heuristic bot in 20 % of groups, so that the buyer keeps meeting deals a
     skilled counterpart would make). The replaced policy trains on nothing from those groups."""
+    roles: list[str] = Field(default_factory=list)
+    """Only the untrained seats dealt these roles go to this entry's ``bot`` / ``policy``; the other untrained
+    seats keep ``game.bot``. Empty: every untrained seat. Why: a policy trained on some of a team's roles (the
+    12p villagers among scripted seer, witch, guard and hunter) meets a frozen checkpoint on the *other* team
+    only, instead of having its teammates replaced by it too."""
 
     @model_validator(mode="after")
     def _one(self) -> OpponentMix:
@@ -574,6 +579,18 @@ def check_config(cfg: TrainConfig) -> None:
             )
         if set(mix.replaces) >= set(ids):
             raise ValueError("rollout.opponents: replaces every trained policy, so its groups train nothing")
+        for role in mix.roles:
+            if role not in dealt:
+                raise ValueError(
+                    f"rollout.opponents: role {role!r} is not dealt in {cfg.game.id}/{variant} with these "
+                    f"game.options; roles: {', '.join(dealt)}"
+                )
+            owner = role_of.get(role)
+            if owner is not None and owner not in mix.replaces:
+                raise ValueError(
+                    f"rollout.opponents: role {role!r} is policy {owner}'s, so no untrained seat has it "
+                    f"(give replaces: [{owner}] to hand that policy's seats to the entry)"
+                )
     trained = set(taken) | {s for s in env.possible_agents if env.role(s) in role_of}
     if any(not m.replaces for m in cfg.rollout.opponents) and len(trained) == n_seats:
         raise ValueError(

@@ -170,6 +170,10 @@ class Task:
     """Engine ``reset`` options (``game.options``, plus ``language`` when not "en")."""
     opponent_policy: str = ""
     """A served opponent policy for the other seats (service mode only; local play refuses it)."""
+    opponent_roles: frozenset[str] = frozenset()
+    """With these, only the untrained seats dealt them go to ``opponent_bot`` / ``opponent_policy`` (the
+    opponent mix's ``roles``); the other untrained seats keep ``bot``."""
+    opponent_bot: str = ""
 
 
 PROMPT_MODES: dict[str, Literal["full", "memory", "conversation"]] = {

@@ -993,11 +993,16 @@ def plan_tasks(
     out = []
     for g, seed in enumerate(seeds):
         bot, opponent, replaced = cfg.game.bot, "", frozenset[str]()
+        opponent_roles, opponent_bot = frozenset[str](), ""
         if bot_mix:
             draw = rng.random()
             for mix in cfg.rollout.opponents:
                 if draw < mix.fraction:
-                    bot, opponent, replaced = (mix.bot or bot), mix.policy, frozenset(mix.replaces)
+                    opponent, replaced = mix.policy, frozenset(mix.replaces)
+                    if mix.roles:  # only these roles' untrained seats; the rest keep game.bot
+                        opponent_roles, opponent_bot = frozenset(mix.roles), mix.bot
+                    else:
+                        bot = mix.bot or bot
                     break
                 draw -= mix.fraction
         group_seats = {s: pid for s, pid in seats.items() if pid not in replaced}
@@ -1015,6 +1020,8 @@ def plan_tasks(
                     group_size=group_size,
                     options=options,
                     opponent_policy=opponent,
+                    opponent_roles=opponent_roles,
+                    opponent_bot=opponent_bot,
                 )
             )
     return out
@@ -1024,7 +1031,8 @@ def service_task(task: Task, index: int) -> Any:
     """The curriculum ``Task`` the rollout driver plays for a local ``Task``: same game, variant, options
     and seed; trained seats bound to their policy by index and by role (the roles the environment will deal
     for this seed and these options, read from the same engine started the same way), every other seat
-    scripted with ``task.bot`` or bound to the served opponent policy."""
+    scripted with ``task.bot`` or bound to the served opponent policy; with ``task.opponent_roles`` only the
+    untrained seats dealt those roles go to the opponent (``opponent_bot`` / ``opponent_policy``)."""
     from wolfpack.v1 import curriculum_service_pb2 as cur_pb
     from wolfpack_games import make_game
 
@@ -1043,21 +1051,23 @@ def service_task(task: Task, index: int) -> Any:
         group_id=task.group_id or f"g-{task.seed}-{index}",
         group_size=task.group_size,
         opponent_kind=cur_pb.OPPONENT_KIND_EXTERNAL if opponent else cur_pb.OPPONENT_KIND_SCRIPTED,
-        opponent_id=f"external:{opponent}" if opponent else f"scripted:{task.bot}",
+        opponent_id=f"external:{opponent}" if opponent else f"scripted:{task.opponent_bot or task.bot}",
         split="train",
         options={k: json.dumps(v) for k, v in task.options.items()},  # YAML values (JSON is YAML)
     )
     out.game.game_id, out.game.variant = task.game_id, task.variant
     for seat in env.possible_agents:
+        mixed = not task.opponent_roles or env.role(seat) in task.opponent_roles  # the opponent mix's seat
         if seat in trainees:
             out.trainee_seats.append(seat)
             b = out.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
             b.policy.policy_id = trainees[seat]
-        elif opponent:
+        elif opponent and mixed:
             b = out.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_POLICY)
             b.policy.policy_id = opponent
         else:
-            out.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_SCRIPTED, bot=task.bot)
+            bot = task.opponent_bot if mixed and task.opponent_bot else task.bot
+            out.seats.add(seat=seat, controller=common_pb2.SEAT_CONTROLLER_SCRIPTED, bot=bot)
     env.close()
     return out
 
