@@ -99,7 +99,15 @@ def test_cache_key_leaves_out_optional_fields_that_are_unset() -> None:
     """Unset optional fields are not in the key (a config that does not use them keys as without them);
     clones cached before the driver's prompt fields get new keys (``test_warmstart_answers``)."""
     cfg = WarmStartConfig(game_id="bargaining_v1", variant="medium", seats=(1,), episodes=200, steps=60)
-    optional = ("roles", "options", "format_only", "system_prompt", "precision", "pass_tokens")
+    optional = (
+        "roles",
+        "options",
+        "format_only",
+        "system_prompt",
+        "precision",
+        "pass_tokens",
+        "check_decisions",
+    )
     old_fields = {k: v for k, v in asdict(cfg).items() if k not in optional}
     old = hashlib.sha256(json.dumps(["/m", old_fields], sort_keys=True).encode()).hexdigest()[:12]
     assert cache_key("/m", cfg) == old
@@ -110,6 +118,7 @@ def test_cache_key_leaves_out_optional_fields_that_are_unset() -> None:
     }  # fmt: skip
     assert len(keys) == 6
     assert cache_key("/m", replace(cfg, pass_tokens=512)) == old  # memory, not the clone
+    assert cache_key("/m", replace(cfg, check_decisions=64)) == old  # a measurement of the clone
 
 
 def _train_config(**over: Any) -> TrainConfig:
@@ -137,7 +146,7 @@ def test_warmstart_config_follows_the_training_config() -> None:
     ws = warmstart_config(cfg)
     assert ws == WarmStartConfig(
         game_id="bargaining_v1", variant="medium", seats=(0, 1), roles=(), options={}, bot="random",
-        episodes=7, steps=3, lr=1e-4, max_prompt_tokens=64,
+        episodes=7, steps=3, lr=1e-4, max_prompt_tokens=64, check_decisions=256,
     )  # fmt: skip
 
 
@@ -369,3 +378,59 @@ def test_pairs_tokenised_in_one_batch_are_those_of_one_prompt_at_a_time(tokenize
                 prompt = prompt[-cfg.max_prompt_tokens :]
             expected.append((prompt, [*tokenizer.encode(t.text, add_special_tokens=False), eos]))
         assert turns and bot_pairs(cfg, tokenizer) == expected
+
+
+def test_the_clone_check_answers_held_out_decisions_as_the_bot_did(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``check_decisions``: the clone answers held-out decisions greedily, and its record, metrics and summary
+    line say how often it answered as the bot did. The heuristic responder always accepts: a clone of one
+    step never writes ACCEPT (0.00), one of 20 always does (1.00). The decisions come from games after the
+    clone's own seeds (a spy on the pair builder, which it still calls)."""
+    from wolfpack_trainer import warmstart
+
+    seen: list[tuple[int, int]] = []
+    real = warmstart.bot_pairs_and_speech
+
+    def spy(cfg: WarmStartConfig, tokenizer: Any) -> Any:
+        seen.append((cfg.seed_offset, cfg.episodes))
+        return real(cfg, tokenizer)
+
+    monkeypatch.setattr(warmstart, "bot_pairs_and_speech", spy)
+    model = str(tiny_model(tmp_path / "models"))
+    cfg = WarmStartConfig(game_id="ultimatum_v1", variant="easy", seats=(1,), episodes=16, steps=20,
+                          batch_size=8, lr=1e-2, bot="heuristic", check_decisions=24)  # fmt: skip
+    records = [clone_record(clone_bot(model, c, tmp_path / "cache")) for c in (replace(cfg, steps=1), cfg)]
+    assert [r["agreement"] if r else None for r in records] == [
+        {"moves": 0.0, "checked_moves": 24, "speeches": None, "checked_speeches": 0},
+        {"moves": 1.0, "checked_moves": 24, "speeches": None, "checked_speeches": 0},
+    ]
+    assert (cfg.seed_offset, cfg.episodes) in seen  # the clone's own pairs, then one call a held-out game
+    held_out = [offset for offset, episodes in seen if episodes == 1]
+    assert held_out and min(held_out) >= cfg.seed_offset + cfg.episodes
+    record = records[1]
+    assert record is not None and record["check_s"] > 0
+    assert record_metrics(record)["warmstart/agree_moves"] == 1.0
+    assert "warmstart/agree_speeches" not in record_metrics(record)
+    assert "answers 1.00 of 24 held-out moves as the bot did" in record_line(record)
+
+
+def test_the_clone_check_counts_moves_and_speeches_apart(tmp_path: Any) -> None:
+    model = str(tiny_model(tmp_path / "models"))
+    cfg = _werewolf(roles=("villager", "seer", "witch"), episodes=2, steps=2, batch_size=4,
+                    max_prompt_tokens=128, check_decisions=40)  # fmt: skip
+    record = clone_record(clone_bot(model, cfg, tmp_path / "cache"))
+    assert record is not None
+    agreement = record["agreement"]
+    assert agreement["checked_moves"] > 0 and agreement["checked_speeches"] > 0
+    assert agreement["checked_moves"] + agreement["checked_speeches"] == 40
+    assert 0.0 <= agreement["moves"] <= 1.0 and 0.0 <= agreement["speeches"] <= 1.0
+    line = record_line(record)
+    assert (
+        f"of {agreement['checked_moves']} held-out moves and " in line
+        and "held-out speeches as the bot did" in line
+    )
+    assert (
+        clone_record(clone_bot(model, replace(cfg, check_decisions=0), tmp_path / "other"))["agreement"]
+        is None
+    )

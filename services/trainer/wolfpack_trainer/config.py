@@ -94,6 +94,12 @@ class WarmStartSection(_Strict):
     it is cut into passes whose gradients add up to the batch's. Why: in ``rollout.prompt: conversation``
     the clone's prompts are whole conversations (~8k tokens for 12-player Werewolf) and one 16-row pass ran
     out of an H200's memory. Changes memory, not the clone (never in its cache key)."""
+    check_decisions: int = Field(default=256, ge=0)
+    """After its build the clone answers this many of the bot's decisions from held-out games greedily; the
+    fraction it answers as the bot did (moves and speeches apart) goes into its record, the run's step-0
+    metrics (``warmstart/agree_moves``) and the summary's warm-start line. 0: no check. Why: a run that starts
+    at 0.00 (the 12p village) must tell a poor clone from a table where a fair clone cannot win; the clone's
+    loss does not. A measurement, not the clone (never in its cache key)."""
 
 
 class OpponentPolicy(_Strict):

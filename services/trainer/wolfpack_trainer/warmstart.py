@@ -38,7 +38,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,10 @@ class WarmStartConfig:
     """Most padded tokens (rows x longest row) one forward/backward pass takes (``WarmStartSection``): a
     batch above it is trained in several passes whose gradients add up to the batch's (``split_passes``).
     Memory, not arithmetic: it never counts in the cache key."""
+    check_decisions: int = 0
+    """After its build, the clone answers this many of the bot's decisions from held-out games greedily
+    (``clone_agreement``); how often it answers as the bot did goes into its record. A measurement, not the
+    clone: it never counts in the cache key."""
 
 
 FORMAT_ONLY_SPEECH = {"en": "I have nothing to add.", "zh": "我没有要补充的。"}
@@ -95,12 +99,20 @@ MAX_STEPS = 400
 
 def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, response ids) for every message the bot sent in the cloned seats."""
+    return bot_pairs_and_speech(cfg, tokenizer)[0]
+
+
+def bot_pairs_and_speech(
+    cfg: WarmStartConfig, tokenizer: Any
+) -> tuple[list[tuple[list[int], list[int]]], list[bool]]:
+    """``bot_pairs`` and, for each pair, whether it answers a speech turn (free text) or a move."""
     bot = get_game(cfg.game_id).bots[cfg.bot]
     speech = FORMAT_ONLY_SPEECH.get(str(cfg.options.get("language", "en")), FORMAT_ONLY_SPEECH["en"])
     codec = TokenizerCodec(tokenizer) if cfg.prompt_mode == "conversation" else None
     decisions: list[tuple[str, tuple[str, ...]]] = []  # turn modes: each decision's observation and past,
     answers: list[str] = []  # and the bot's answer, tokenised together at the end (tokenised_pairs)
     pairs = []  # conversation mode: each pair as the seat's conversation grew
+    speech_flags: list[bool] = []
     for i in range(cfg.episodes):
         chats: dict[int, SeatChat] = {}  # conversation mode: each cloned seat's conversation of this game
         for turn in bot_turns(cfg, cfg.seed_offset + i, bot):
@@ -108,6 +120,7 @@ def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], lis
             if not text.strip():  # an empty answer is an invalid move everywhere but a speech turn
                 raise ValueError(f"warm start: the {cfg.bot} bot's answer at seed {cfg.seed_offset + i}, "
                                  f"seat {turn.seat} is empty; the clone would learn to say nothing")  # fmt: skip
+            speech_flags.append(turn.speech)
             if codec is None:
                 decisions.append((turn.observation, turn.past))
                 answers.append(text)
@@ -122,7 +135,7 @@ def bot_pairs(cfg: WarmStartConfig, tokenizer: Any) -> list[tuple[list[int], lis
             response = [*tokenizer.encode(text, add_special_tokens=False), _eos(tokenizer)]
             chats[turn.seat] = SeatChat(messages, text, [*prompt, *response], response, turn.observation)
             pairs.append((prompt, response))
-    return pairs if codec is not None else tokenised_pairs(tokenizer, decisions, answers, cfg)
+    return (pairs if codec is not None else tokenised_pairs(tokenizer, decisions, answers, cfg)), speech_flags
 
 
 def _eos(tokenizer: Any) -> int:
@@ -270,6 +283,7 @@ def warmstart_config(cfg: Any) -> WarmStartConfig | None:
         format_only=bool(getattr(ws, "format_only", False)),
         precision=str(getattr(ws, "precision", "fp32")),
         pass_tokens=int(getattr(ws, "pass_tokens", WarmStartConfig.pass_tokens)),
+        check_decisions=int(getattr(ws, "check_decisions", 0)),
     )
 
 
@@ -279,9 +293,10 @@ def cache_key(model_dir: str, cfg: WarmStartConfig) -> str:
     clone; ``prompt_mode`` and ``memory_steps`` always count: clones cached before them were trained on
     whole observations (and Werewolf ones on empty answers), which no run should load again. ``precision``
     counts only when it is not the default ``fp32`` (the clones cached before it were float32);
-    ``pass_tokens`` never counts (how a batch is cut into passes changes memory, not the loss)."""
+    ``pass_tokens`` and ``check_decisions`` never count (how a batch is cut into passes changes memory, not
+    the loss; the check only measures the clone)."""
     fields = asdict(cfg)
-    del fields["pass_tokens"]
+    del fields["pass_tokens"], fields["check_decisions"]
     for name in ("roles", "options", "format_only", "system_prompt"):
         if not fields[name]:
             del fields[name]
@@ -358,6 +373,74 @@ def response_loss(
     return torch.nn.functional.cross_entropy(logits, target[keep], reduction="sum") / denominator
 
 
+AGREEMENT_GAMES = 200
+"""Most held-out games ``clone_agreement`` plays to find its decisions."""
+
+
+@torch.no_grad()
+def clone_agreement(model: Any, tokenizer: Any, cfg: WarmStartConfig, device: str) -> dict[str, Any]:
+    """How often the clone answers as the bot did, on ``cfg.check_decisions`` of the bot's decisions from
+    games it never trained on (seeds after the clone's own), each answered greedily from the prompt the run's
+    driver would send: ``{"moves": fraction, "checked_moves": n, "speeches": fraction, "checked_speeches":
+    n}`` (a fraction is None where no decision of that kind came up). An answer agrees when its text, up to
+    the end of the turn and stripped, is the bot's answer text (``move_text``: "vote 3"): a move worded
+    otherwise that the game would read the same counts as a miss, so this is a lower bound. The check is
+    part of a build: a clone found in the cache keeps its first build's.
+
+    Why: a clone's last loss (0.168 for the 12p one, 0.127 for AIW's) does not say how many of its *moves*
+    are the bot's, and a village's win rate falls steeply with every move that is not
+    (``bench/trainer/village_fidelity.py``: at 12 seats, a move in ten at random costs the heuristic village
+    0.51 -> 0.30). With this number a run that starts at 0.00 tells a poor clone from a hard table."""
+    held_out = replace(cfg, seed_offset=cfg.seed_offset + cfg.episodes, episodes=1)
+    pairs: list[tuple[list[int], list[int]]] = []
+    speech: list[bool] = []
+    for game in range(AGREEMENT_GAMES):
+        if len(pairs) >= cfg.check_decisions:
+            break
+        more, flags = bot_pairs_and_speech(
+            replace(held_out, seed_offset=held_out.seed_offset + game), tokenizer
+        )
+        pairs += more
+        speech += flags
+    pairs, speech = pairs[: cfg.check_decisions], speech[: cfg.check_decisions]
+    eos, pad = _eos(tokenizer), int(tokenizer.pad_token_id or 0)
+    new_tokens = max((len(r) for _, r in pairs), default=0) + 2
+    agrees = [False] * len(pairs)
+    was_training = model.training
+    model.eval()
+    autocast = (
+        torch.autocast(device_type=device, dtype=torch.bfloat16)
+        if cfg.precision == "bf16"
+        else contextlib.nullcontext()
+    )
+    for rows in split_passes([len(p) + new_tokens for p, _ in pairs], cfg.pass_tokens):
+        width = max(len(pairs[i][0]) for i in rows)
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        att = torch.zeros((len(rows), width), dtype=torch.long)
+        for j, i in enumerate(rows):  # left-padded: every prompt ends where generation starts
+            prompt = pairs[i][0]
+            ids[j, width - len(prompt) :] = torch.tensor(prompt)
+            att[j, width - len(prompt) :] = 1
+        with autocast:
+            out = model.generate(
+                input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=new_tokens,
+                do_sample=False, eos_token_id=eos, pad_token_id=pad,
+            )  # fmt: skip
+        for j, i in enumerate(rows):
+            answer = [int(t) for t in out[j, width:].tolist()]
+            answer = answer[: answer.index(eos)] if eos in answer else answer
+            bots = [t for t in pairs[i][1] if t != eos]
+            agrees[i] = tokenizer.decode(answer).strip() == tokenizer.decode(bots).strip()
+    model.train(was_training)
+
+    def share(kind: bool) -> tuple[float | None, int]:
+        hits = [a for a, s in zip(agrees, speech, strict=True) if s == kind]
+        return (sum(hits) / len(hits) if hits else None), len(hits)
+
+    (moves, n_moves), (speeches, n_speeches) = share(False), share(True)
+    return {"moves": moves, "checked_moves": n_moves, "speeches": speeches, "checked_speeches": n_speeches}
+
+
 def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     """A checkpoint directory of ``model_dir`` fine-tuned on the bot's messages (built once)."""
     out = clone_dir(model_dir, cfg, cache_dir)
@@ -413,6 +496,8 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
             loss += float(piece.detach())
         opt.step()
         losses.append(loss)
+    trained_s = time.monotonic() - started
+    agreement = clone_agreement(model, tok, cfg, device) if cfg.check_decisions > 0 else None
     tmp = out.with_name(out.name + f".tmp{random.randrange(1 << 30)}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
@@ -420,6 +505,7 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
               "precision": cfg.precision, "longest_pair": longest,
               "gradient_checkpointing": longest > LONG_PAIR_TOKENS,
               "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+              "agreement": agreement, "check_s": round(time.monotonic() - started - trained_s, 3),
               "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
     (tmp / RECORD).write_text(json.dumps(record, indent=1, default=str))
     del model, opt
@@ -443,7 +529,8 @@ def clone_record(model_dir: str) -> dict[str, Any] | None:
 def record_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     """A clone's record as step-0 metrics (``warmstart/*``): how long the clone took to build (wherever it
     was built: a cached clone's seconds are its first build's), on how many pairs, its first and last loss,
-    and whether it trained under bf16. Why in the run's metrics: the warm start is part of a run's cost
+    whether it trained under bf16, and how often it answers held-out decisions as the bot did
+    (``warmstart/agree_moves``, ``warmstart/agree_speeches``). Why in the run's metrics: the warm start is part of a run's cost
     (~290 s of a Werewolf recipe's set-up on an H200 under fp32), and the GPU results compare it across runs
     and precisions, which the clone's own folder, left on the lent machine, could not show."""
     out = {"warmstart/bf16": float(record.get("precision") == "bf16")}
@@ -452,6 +539,12 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, float]:
         value = record.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[f"warmstart/{name}"] = float(value)
+    agreement = record.get("agreement")
+    if isinstance(agreement, Mapping):  # clone_agreement's check, where the clone had one
+        for key in ("moves", "speeches"):
+            value = agreement.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[f"warmstart/agree_{key}"] = float(value)
     return out
 
 
@@ -471,6 +564,16 @@ def record_line(record: Mapping[str, Any]) -> str:
     first, last = record.get("first_loss"), record.get("last_loss")
     if isinstance(first, (int, float)) and isinstance(last, (int, float)):
         parts.append(f"loss {first:.3g} -> {last:.3g}")
+    agreement = record.get("agreement")
+    if isinstance(agreement, Mapping):
+        said = [
+            f"{agreement[key]:.2f} of {agreement[f'checked_{key}']} held-out {key}"
+            for key in ("moves", "speeches")
+            if isinstance(agreement.get(key), (int, float))
+            and isinstance(agreement.get(f"checked_{key}"), int)
+        ]
+        if said:
+            parts.append(f"answers {' and '.join(said)} as the bot did")
     if isinstance(record.get("seconds"), (int, float)):
         parts.append(f"its build took {record['seconds']:.0f} s")
     return ", ".join(parts)
