@@ -21,7 +21,10 @@
 #   12p on a lent 2-GPU machine (unrun). PLAN=s23 (not yet run): see its case below; s23x2 its
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
-# PLAN=s24 (the default; not yet run): see its case below (12p heuristic clone, AIW seed 1, IPPO with eval.vs_bot,
+# PLAN=s25 (the default; not yet run): see its case below (the 12p villagers recipe, IPPO with eval.vs_bot, the
+#   village's third seed at micro-batch 64, the GPU test then bargaining seed 2); s25x2 its first two beside the
+#   GPU test on a lent 2-GPU machine, s25x1 the 12p villagers recipe beside the GPU test on one H200.
+# PLAN=s24 (not yet run; s24x2 ran in s24, bench/results/2026-11-28-h200x2-hold-s24.md): see its case below (12p heuristic clone, AIW seed 1, IPPO with eval.vs_bot,
 #   the GPU test then village seed 2); s24x1 its 12p recipe beside the GPU test on one H200; s24x2 that on card 0
 #   and AIW's seed 1 on card 1 of a lent 2-GPU machine.
 # PLAN=next (run in s21, bench/results/2026-11-28-h200x4-hold-s21.md: the 12p warm start ran out of
@@ -38,7 +41,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
-case "${PLAN:-s24}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1 | s24x2) ;; *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1 or s24x2" >&2; exit 2 ;; esac  # before starting anything
+case "${PLAN:-s25}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1 | s24x2 | s25 | s25x2 | s25x1) ;; *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1, s24x2, s25, s25x2 or s25x1" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
@@ -74,7 +77,7 @@ bargaining_seed2() {  # a third training seed of the bargaining recipe (seeds 0 
 # AIW with more optimiser steps an update (PLAN=s22 and s22x2; why: s22's card 1 below)
 AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
   policies.1.lr=3.0e-4"
-case "${PLAN:-s24}" in
+case "${PLAN:-s25}" in
   s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
     CARDS="0 1" PARALLEL=20 \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
@@ -273,7 +276,55 @@ case "${PLAN:-s24}" in
     wait "$run12" "$test" "$aiw"
     say "hold plan done"
     exit 0 ;;
-  *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1 or s24x2" >&2; exit 2 ;;
+  s25)  # what the s24 hold left open (bench/results/2026-11-28-h200x2-hold-s24.md), on a lent 4-GPU machine
+    # card 0: 12p with the policy on the villagers among the heuristic seer, witch, guard and hunter (its new
+    #   recipe; village_fidelity.py: villagers span 0.01 random .. 0.51 heuristic), the clone's agreement with
+    #   the bot now in the summary's warm-start line
+    # card 1: IPPO with eval.vs_bot (each co-trained policy against the heuristic bot), s24's card 2
+    # card 2: the village's third training seed at micro-batches of 64 (s24's card 3: the learner was 26 of
+    #   s23's 30 s update at micro 32)
+    # card 3: the GPU test, then a third bargaining seed (seeds 0 and 1: 0.75 and 0.80)
+    ( export CUDA_VISIBLE_DEVICES=0
+      one_run gpu-werewolf-12p-zh-grpo-villagers-smollm2 configs/gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml \
+        "train.max_minutes=${MIN_12P:-15}" ) &
+    card0=$!
+    ( export CUDA_VISIBLE_DEVICES=1; sleep 20
+      one_run gpu-ippo-smollm2-vs-bot configs/gpu-ippo-smollm2.yaml "train.max_minutes=${MIN_IPPO:-15}" ) &
+    card1=$!
+    ( export CUDA_VISIBLE_DEVICES=2; sleep 40
+      one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed2 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
+        seed=2 policies.0.micro_batch_size=64 policies.0.extra.infer_micro_batch_size=64 \
+        "train.max_minutes=${MIN_VILLAGE:-15}" ) &
+    card2=$!
+    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test; bargaining_seed2 ) &
+    card3=$!
+    wait "$card0" "$card1" "$card2" "$card3"
+    say "hold plan done"
+    exit 0 ;;
+  s25x2)  # s25 on a lent 2-GPU machine: card 0 the 12p villagers recipe beside the GPU test (s24x2's card 0
+    # pattern: the run's vLLM share lowered to 0.15 so that both fit), card 1 IPPO with eval.vs_bot
+    ( export CUDA_VISIBLE_DEVICES=0
+      one_run gpu-werewolf-12p-zh-grpo-villagers-smollm2 configs/gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml \
+        inference.gpu_memory_utilization=0.15 "train.max_minutes=${MIN_12P:-15}" ) &
+    run12=$!
+    ( export CUDA_VISIBLE_DEVICES=0; sleep 90; gpu_test ) &
+    test=$!
+    ( export CUDA_VISIBLE_DEVICES=1; sleep 20
+      one_run gpu-ippo-smollm2-vs-bot configs/gpu-ippo-smollm2.yaml "train.max_minutes=${MIN_IPPO:-15}" ) &
+    ippo=$!
+    wait "$run12" "$test" "$ippo"
+    say "hold plan done"
+    exit 0 ;;
+  s25x1)  # s25 on one lent H200: the 12p villagers recipe beside the GPU test
+    ( one_run gpu-werewolf-12p-zh-grpo-villagers-smollm2 configs/gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml \
+        inference.gpu_memory_utilization=0.15 "train.max_minutes=${MIN_12P:-15}" ) &
+    run12=$!
+    ( sleep 90; gpu_test ) &
+    test=$!
+    wait "$run12" "$test"
+    say "hold plan done"
+    exit 0 ;;
+  *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1, s24x2, s25, s25x2 or s25x1" >&2; exit 2 ;;
 esac
 wait "$queue" "$card2" "$card3"
 say "hold plan done"
