@@ -71,6 +71,26 @@ one_run() {  # RUN CONFIG [key=value ...]: one recipe on this subshell's card, i
   RUN=$run bash "$here/gpu_train.sh" recipe "$cfg" "$@" > "/tmp/$run.queue.log" 2>&1
   say "$run exit $?"
 }
+beside_test() {  # RUN_FUNCTION: a recipe (one of the functions below) at a vLLM share of 0.15 with the GPU test
+  # beside it on this subshell's card, from second 90 (after the run's vLLM has taken its memory: vLLM profiles
+  # the free memory)
+  "$1" inference.gpu_memory_utilization=0.15 &
+  local job=$!
+  sleep 90
+  gpu_test
+  wait "$job"
+}
+twelve_clone() {  # [key=value ...]: 12p from a clone of the heuristic village on all nine village seats (s24)
+  one_run gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2 configs/gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2.yaml \
+    "train.max_minutes=${MIN_12P:-15}" "$@"
+}
+twelve_villagers() {  # [key=value ...]: 12p with the policy on the villagers among heuristic teammates (s25)
+  one_run gpu-werewolf-12p-zh-grpo-villagers-smollm2 configs/gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml \
+    "train.max_minutes=${MIN_12P:-15}" "$@"
+}
+ippo_vs_bot() {  # IPPO with eval.vs_bot (the recipe's): each co-trained policy also against the heuristic bot
+  one_run gpu-ippo-smollm2-vs-bot configs/gpu-ippo-smollm2.yaml "train.max_minutes=${MIN_IPPO:-15}"
+}
 bargaining_seed2() {  # a third training seed of the bargaining recipe (seeds 0 and 1: 0.75 and 0.80)
   one_run gpu-bargaining-smollm2-seed2 configs/gpu-bargaining-smollm2.yaml seed=2 "train.max_minutes=${MIN_BARGAIN:-15}"
 }
@@ -234,8 +254,7 @@ case "${PLAN:-s25}" in
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2.yaml:${MIN_12P:-15}" \
       "configs/gpu-werewolf-gigpo-aiw-smollm2.yaml:${MIN_AIW:-15}" > /tmp/queue.log 2>&1 &
     queue=$!
-    ( export CUDA_VISIBLE_DEVICES=2; sleep 40
-      one_run gpu-ippo-smollm2-vs-bot configs/gpu-ippo-smollm2.yaml "train.max_minutes=${MIN_IPPO:-15}" ) &
+    ( export CUDA_VISIBLE_DEVICES=2; sleep 40; ippo_vs_bot ) &
     card2=$!
     ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test
       one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed2 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
@@ -250,30 +269,21 @@ case "${PLAN:-s25}" in
     # base model, ~7 GB each at 0.15 of an H200). Expect ~8 minutes of set-up before its training clock (the
     # base model's 64-game evaluation ~70 s, the clone of ~15k pairs of ~1,500 tokens, the first evaluation)
     # and ~70 s for each evaluation: 15 training minutes need FINISH_AFTER_S of ~26 minutes from the start
-    ( one_run gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2 configs/gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2.yaml \
-        inference.gpu_memory_utilization=0.15 "train.max_minutes=${MIN_12P:-15}" ) &
-    run12=$!
-    ( sleep 90; gpu_test ) &
-    test=$!
-    wait "$run12" "$test"
+    beside_test twelve_clone
     say "hold plan done"
     exit 0 ;;
   s24x2)  # s24 on a lent 2-GPU machine (no 4-GPU one lent in s24): card 0 as s24x1 (the 12p heuristic-clone
     # recipe beside the GPU test), card 1 AIW's second training seed, its clone under bf16 autocast (the
     # village's bf16 clone matched the fp32 one's update-0 win in half the time, s23; AIW's fp32 clone took 294
     # s of s22's hold): IPPO's vs-bot run and the village's third seed wait for a 4-GPU hold
-    ( export CUDA_VISIBLE_DEVICES=0
-      one_run gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2 configs/gpu-werewolf-12p-zh-grpo-heuristic-clone-smollm2.yaml \
-        inference.gpu_memory_utilization=0.15 "train.max_minutes=${MIN_12P:-15}" ) &
-    run12=$!
-    ( export CUDA_VISIBLE_DEVICES=0; sleep 90; gpu_test ) &
-    test=$!
+    ( export CUDA_VISIBLE_DEVICES=0; beside_test twelve_clone ) &
+    card0=$!
     ( export CUDA_VISIBLE_DEVICES=1
       sleep 20  # staggered as gpu_queue.sh's PARALLEL does (the first start fills the shared model cache)
       one_run gpu-werewolf-gigpo-aiw-smollm2-seed1 configs/gpu-werewolf-gigpo-aiw-smollm2.yaml \
         seed=1 warmstart.precision=bf16 "train.max_minutes=${MIN_AIW:-15}" ) &
     aiw=$!
-    wait "$run12" "$test" "$aiw"
+    wait "$card0" "$aiw"
     say "hold plan done"
     exit 0 ;;
   s25)  # what the s24 hold left open (bench/results/2026-11-28-h200x2-hold-s24.md), on a lent 4-GPU machine
@@ -284,12 +294,9 @@ case "${PLAN:-s25}" in
     # card 2: the village's third training seed at micro-batches of 64 (s24's card 3: the learner was 26 of
     #   s23's 30 s update at micro 32)
     # card 3: the GPU test, then a third bargaining seed (seeds 0 and 1: 0.75 and 0.80)
-    ( export CUDA_VISIBLE_DEVICES=0
-      one_run gpu-werewolf-12p-zh-grpo-villagers-smollm2 configs/gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml \
-        "train.max_minutes=${MIN_12P:-15}" ) &
+    ( export CUDA_VISIBLE_DEVICES=0; twelve_villagers ) &
     card0=$!
-    ( export CUDA_VISIBLE_DEVICES=1; sleep 20
-      one_run gpu-ippo-smollm2-vs-bot configs/gpu-ippo-smollm2.yaml "train.max_minutes=${MIN_IPPO:-15}" ) &
+    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; ippo_vs_bot ) &
     card1=$!
     ( export CUDA_VISIBLE_DEVICES=2; sleep 40
       one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed2 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
@@ -303,25 +310,15 @@ case "${PLAN:-s25}" in
     exit 0 ;;
   s25x2)  # s25 on a lent 2-GPU machine: card 0 the 12p villagers recipe beside the GPU test (s24x2's card 0
     # pattern: the run's vLLM share lowered to 0.15 so that both fit), card 1 IPPO with eval.vs_bot
-    ( export CUDA_VISIBLE_DEVICES=0
-      one_run gpu-werewolf-12p-zh-grpo-villagers-smollm2 configs/gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml \
-        inference.gpu_memory_utilization=0.15 "train.max_minutes=${MIN_12P:-15}" ) &
-    run12=$!
-    ( export CUDA_VISIBLE_DEVICES=0; sleep 90; gpu_test ) &
-    test=$!
-    ( export CUDA_VISIBLE_DEVICES=1; sleep 20
-      one_run gpu-ippo-smollm2-vs-bot configs/gpu-ippo-smollm2.yaml "train.max_minutes=${MIN_IPPO:-15}" ) &
+    ( export CUDA_VISIBLE_DEVICES=0; beside_test twelve_villagers ) &
+    card0=$!
+    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; ippo_vs_bot ) &
     ippo=$!
-    wait "$run12" "$test" "$ippo"
+    wait "$card0" "$ippo"
     say "hold plan done"
     exit 0 ;;
   s25x1)  # s25 on one lent H200: the 12p villagers recipe beside the GPU test
-    ( one_run gpu-werewolf-12p-zh-grpo-villagers-smollm2 configs/gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml \
-        inference.gpu_memory_utilization=0.15 "train.max_minutes=${MIN_12P:-15}" ) &
-    run12=$!
-    ( sleep 90; gpu_test ) &
-    test=$!
-    wait "$run12" "$test"
+    beside_test twelve_villagers
     say "hold plan done"
     exit 0 ;;
   *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1, s24x2, s25, s25x2 or s25x1" >&2; exit 2 ;;
