@@ -112,6 +112,7 @@ def test_dry_run_plans_the_recipe_and_checks_verls_config(tmp_path: Path) -> Non
     assert done.returncode == 0, out[-3000:]
     assert f"start clone: {tmp_path}/wp/models/warm-smollm2-135m-instruct-" in out
     assert "village roles villager,seer,witch vs heuristic wolves" in out and "eval 16 held-out seeds" in out
+    assert "prompts of both evaluations and the clone: rollout.prompt=conversation" in out
     assert "wrote 64 rows (werewolf_v1/6p, roles ['villager', 'seer', 'witch'])" in out
     # main_ppo trains with the recipe's own learner settings, read from its config, not a copy of them
     assert "learner: lr 3e-05, critic lr 5e-05, 2 PPO epochs, micro-batch 32, fused kernels True" in out

@@ -66,7 +66,8 @@
 #
 # Env: SMOL (the SmolLM2 GGUF pieces, joined by `gpu_train.sh prepare`; not needed where an earlier run
 # converted SmolLM2 into $WOLFPACK_RUN_DIR/models), CONFIG (default configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml), START (clone|base),
-# MODEL (START=base only: a model dir instead of the config's), MINUTES (15), WORK
+# MODEL (START=base only: a model dir instead of the config's), MINUTES (15), PROMPT (conversation|observation,
+# the evaluations' and the clone's rollout.prompt, see PROMPTS below), WORK
 # ($WOLFPACK_RUN_DIR/agent-loop-village), OUT, EVAL (extra key=value overrides for both evaluations, e.g.
 # "eval.episodes=64"; the learning line is read with the same), BATCH (games per step, 32), MINI (PPO
 # mini-batch in games, 8), MICRO (micro-batch per GPU), EPOCHS, LR, CRITIC_LR, FUSED (True|False) (these
@@ -94,9 +95,12 @@
 # tiny model (services/trainer/tests/test_learning_two_runs.py), this script's DRY_RUN (which composes
 # verl's config from the command's overrides, runs verl's validate_config and loads the dataset through
 # verl's RLHFDataset: bench/trainer/main_ppo_config_check.py) and `bash -n`.
-# Known difference from the wolfpack recipe: the agent loop trains on one continuous conversation per
-# seat (delta observations), while the evaluation (and the clone's warm start) uses the rollout driver's
-# memory prompts (rollout.prompt: observation). A seat's first decision has the same prompt in both (one
+# PROMPTS (since s24): the agent loop trains on one continuous conversation per seat (the first observation,
+# then each decision's new lines, wolfpack_rollout.prompts.new_lines), so both evaluations and the clone now
+# use the rollout driver's `conversation` mode (PROMPT, default conversation: the same user messages) instead
+# of the recipe's memory prompts (rollout.prompt: observation), which the s19 run (0.19 -> 0.11) used while
+# training on conversations: there, the clone learned on one prompt format, main_ppo trained it on another and
+# the evaluation read the first. PROMPT=observation reproduces that. What follows describes that mismatch: A seat's first decision has the same prompt in both (one
 # user message, the whole observation, no system message); from the second on, the agent loop's prompt is
 # the conversation so far, the evaluation's one message (opening context + what is new). A policy that
 # learns in the conversation format may not carry all of it to the evaluation's prompts. verl puts the seat's whole reward (outcome + per-turn role
@@ -119,6 +123,9 @@ SAVE_FREQ=${SAVE_FREQ:-1}
 GPU_UTIL=${GPU_UTIL:-0.35}
 WORKERS=${WORKERS:-4}
 read -r -a EVAL_OVR <<< "${EVAL:-}"
+# The evaluations' (and so the clone's) prompts: the agent loop trains on one conversation per seat, so by
+# default they are conversations too (PROMPT=observation: the memory prompts of the s19 run)
+EVAL_OVR+=("rollout.prompt=${PROMPT:-conversation}")
 CKPT=$WORK/ckpt
 LOGS=$WORK/logs
 [ -n "${DRY_RUN:-}" ] && WORK=${WORK}-dry-run && CKPT=$WORK/ckpt && LOGS=$WORK/logs
@@ -218,6 +225,7 @@ FUSED_OVR=()  # verl's fused-kernel forward for the actor (log-probs without ful
 [ "$FUSED" = True ] && FUSED_OVR=(actor_rollout_ref.model.use_fused_kernels=True
   actor_rollout_ref.model.fused_kernel_options.impl_backend=torch)
 say "plan: $CONFIG, start $START: $START_MODEL (base $BASE_MODEL; warm start: $WARM); $MINUTES training minutes"
+say "prompts of both evaluations and the clone: rollout.prompt=${PROMPT:-conversation} (the agent loop trains on conversations)"
 say "village roles $ROLES vs $BOT wolves on $GAME/$VARIANT, reward $REWARD_SPEC, eval $EVAL_EPISODES held-out seeds from $EVAL_SEED0"
 say "learner: lr $LR, critic lr $CRITIC_LR, $EPOCHS PPO epochs, micro-batch $MICRO, fused kernels $FUSED"
 evaluate() {  # evaluate RUN_NAME OVERRIDES...: an evaluation-only `wolfpack train` run

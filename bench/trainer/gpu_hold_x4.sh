@@ -21,9 +21,10 @@
 #   12p on a lent 2-GPU machine (unrun). PLAN=s23 (not yet run): see its case below; s23x2 its
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
-# PLAN=s25 (the default; not yet run): see its case below (the 12p villagers recipe, IPPO with eval.vs_bot, the
-#   village's third seed at micro-batch 64, the GPU test then bargaining seed 2); s25x2 its first two beside the
-#   GPU test on a lent 2-GPU machine, s25x1 the 12p villagers recipe beside the GPU test on one H200.
+# PLAN=s25 (the default; not yet run): see its case below (the 12p villagers recipe, the village through the
+#   agent loop, IPPO with eval.vs_bot, the GPU test then the village's third seed at micro-batch 64); s25x2 its
+#   first two beside the GPU test on a lent 2-GPU machine, s25x1 the 12p villagers recipe beside the GPU test
+#   on one H200.
 # PLAN=s24 (not yet run; s24x2 ran in s24, bench/results/2026-11-28-h200x2-hold-s24.md): see its case below (12p heuristic clone, AIW seed 1, IPPO with eval.vs_bot,
 #   the GPU test then village seed 2); s24x1 its 12p recipe beside the GPU test on one H200; s24x2 that on card 0
 #   and AIW's seed 1 on card 1 of a lent 2-GPU machine.
@@ -87,6 +88,13 @@ twelve_clone() {  # [key=value ...]: 12p from a clone of the heuristic village o
 twelve_villagers() {  # [key=value ...]: 12p with the policy on the villagers among heuristic teammates (s25)
   one_run gpu-werewolf-12p-zh-grpo-villagers-smollm2 configs/gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml \
     "train.max_minutes=${MIN_12P:-15}" "$@"
+}
+village_agent_loop() {  # the 6p village through stock main_ppo + the agent loop, MIN_LOOP training minutes
+  # (default 9: ~25 minutes from start to its learning line in s19 with 10), 64 held-out games, logs in
+  # /tmp/village.log and $OUT/village (poll.sh reads both)
+  OUT=$OUT/village MINUTES=${MIN_LOOP:-9} EVAL=${VILLAGE_EVAL:-eval.episodes=64} \
+    bash "$here/agent_loop_village.sh" > /tmp/village.log 2>&1
+  say "village agent loop exit $?"
 }
 ippo_vs_bot() {  # IPPO with eval.vs_bot (the recipe's): each co-trained policy also against the heuristic bot
   one_run gpu-ippo-smollm2-vs-bot configs/gpu-ippo-smollm2.yaml "train.max_minutes=${MIN_IPPO:-15}"
@@ -290,31 +298,34 @@ case "${PLAN:-s25}" in
     # card 0: 12p with the policy on the villagers among the heuristic seer, witch, guard and hunter (its new
     #   recipe; village_fidelity.py: villagers span 0.01 random .. 0.51 heuristic), the clone's agreement with
     #   the bot now in the summary's warm-start line
-    # card 1: IPPO with eval.vs_bot (each co-trained policy against the heuristic bot), s24's card 2
-    # card 2: the village's third training seed at micro-batches of 64 (s24's card 3: the learner was 26 of
-    #   s23's 30 s update at micro 32)
-    # card 3: the GPU test, then a third bargaining seed (seeds 0 and 1: 0.75 and 0.80)
+    # card 1: the village through stock main_ppo + the agent loop (agent_loop_village.sh), its evaluations and
+    #   clone now in the conversation prompts it trains on (s19's run, 0.19 -> 0.11, trained on conversations
+    #   and was judged on memory prompts), with the recipe's learner settings since s22
+    # card 2: IPPO with eval.vs_bot (each co-trained policy against the heuristic bot), s24's card 2
+    # card 3: the GPU test, then the village's third training seed at micro-batches of 64 (s24's card 3: the
+    #   learner was 26 of s23's 30 s update at micro 32), for what is left of the hold
     ( export CUDA_VISIBLE_DEVICES=0; twelve_villagers ) &
     card0=$!
-    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; ippo_vs_bot ) &
+    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; village_agent_loop ) &
     card1=$!
-    ( export CUDA_VISIBLE_DEVICES=2; sleep 40
+    ( export CUDA_VISIBLE_DEVICES=2; sleep 40; ippo_vs_bot ) &
+    card2=$!
+    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test
       one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed2 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
         seed=2 policies.0.micro_batch_size=64 policies.0.extra.infer_micro_batch_size=64 \
-        "train.max_minutes=${MIN_VILLAGE:-15}" ) &
-    card2=$!
-    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test; bargaining_seed2 ) &
+        "train.max_minutes=${MIN_VILLAGE:-12}" ) &
     card3=$!
     wait "$card0" "$card1" "$card2" "$card3"
     say "hold plan done"
     exit 0 ;;
   s25x2)  # s25 on a lent 2-GPU machine: card 0 the 12p villagers recipe beside the GPU test (s24x2's card 0
-    # pattern: the run's vLLM share lowered to 0.15 so that both fit), card 1 IPPO with eval.vs_bot
+    # pattern: the run's vLLM share lowered to 0.15 so that both fit), card 1 the village through the agent loop
+    # (an item of issue 19 with no learning line yet; IPPO's vs-bot run waits)
     ( export CUDA_VISIBLE_DEVICES=0; beside_test twelve_villagers ) &
     card0=$!
-    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; ippo_vs_bot ) &
-    ippo=$!
-    wait "$card0" "$ippo"
+    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; village_agent_loop ) &
+    card1=$!
+    wait "$card0" "$card1"
     say "hold plan done"
     exit 0 ;;
   s25x1)  # s25 on one lent H200: the 12p villagers recipe beside the GPU test

@@ -132,11 +132,14 @@ class TemplateError(ValueError):
 def new_lines(previous: str, current: str) -> str:
     """The user message of a later ``conversation`` turn: the lines of ``current`` after the lines it
     shares from the top with ``previous`` (new events and the instruction). An unchanged view yields its
-    last line (the instruction) rather than nothing, so the policy is still asked something."""
+    last non-blank line (the instruction) rather than nothing, so the policy is still asked something (a
+    Werewolf observation ends with a newline: its last line is empty). The verl agent loop's conversations
+    (``wolfpack_trainer.learners.verl.agent_loop``) take their user messages from here too, so a policy
+    trained there and evaluated in this mode reads the same messages."""
     cur = current.split("\n")
     head = common_prefix_lines(previous.split("\n"), cur)
     if head >= len(cur):
-        return cur[-1]
+        return next((line for line in reversed(cur) if line.strip()), current)
     return "\n".join(cur[head:])
 
 

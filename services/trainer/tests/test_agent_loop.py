@@ -34,6 +34,7 @@ from wolfpack_environment.server import register as register_environment
 from wolfpack_environment.sessions import EpisodeManager
 from wolfpack_inference.models import tiny_model
 from wolfpack_rollout.client import RolloutConfig, RolloutDriver, SamplingConfig
+from wolfpack_rollout.prompts import new_lines
 from wolfpack_trainer.learners.verl.agent_loop import (
     AGENT_NAME,
     CONFIG_PATH,
@@ -43,7 +44,6 @@ from wolfpack_trainer.learners.verl.agent_loop import (
     close_channels,
     dataset_rows,
     episode_task,
-    observation_delta,
 )
 from wolfpack_trainer.local_rollout import LocalReward
 
@@ -360,13 +360,15 @@ def test_episode_spec_rejects_unknown_keys_and_reads_rows() -> None:
     assert json.loads(row["extra_info"]["wolfpack"])["seed"] == 5
 
 
-def test_observation_delta_keeps_whole_new_lines() -> None:
+def test_the_loops_user_messages_are_the_drivers_conversation_messages() -> None:
+    """The agent loop's later user messages are the rollout driver's ``conversation`` ones (``new_lines``):
+    whole new lines, and an unchanged view asks again with its instruction line, never an empty message."""
     before = "rules\n--- seen ---\nA spoke.\n--- Now ---\nVote.\n"
     after = "rules\n--- seen ---\nA spoke.\nB spoke.\n--- Now ---\nVote again.\n"
-    assert observation_delta(before, after) == "B spoke.\n--- Now ---\nVote again.\n"
-    assert observation_delta("", after) == after
-    assert observation_delta(after, after) == after
-    assert observation_delta("xyz", "abc\n") == "abc\n"
+    assert new_lines(before, after) == "B spoke.\n--- Now ---\nVote again.\n"
+    assert new_lines("", after) == after
+    assert new_lines(after, after) == "Vote again."
+    assert new_lines("xyz", "abc\n") == "abc\n"
 
 
 def test_config_file_registers_the_loop() -> None:

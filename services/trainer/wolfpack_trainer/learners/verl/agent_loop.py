@@ -63,6 +63,7 @@ from wolfpack_environment.client import EnvironmentClient
 from wolfpack_games import get_game, make_game
 from wolfpack_games.scenarios import GAME_CLASSES as SCENARIO_GAMES
 from wolfpack_rollout.client import BatchItem, EpisodeStream, RolloutConfig, RolloutDriver, SamplingConfig
+from wolfpack_rollout.prompts import new_lines
 
 log = logging.getLogger(__name__)
 
@@ -142,19 +143,6 @@ class EpisodeSpec:
         return cls.from_mapping(merged)
 
 
-def observation_delta(previous: str, current: str) -> str:
-    """The part of ``current`` that is new after ``previous``: everything after their common prefix,
-    cut back to a line start (so a line is never split). The whole text when nothing is shared."""
-    limit = min(len(previous), len(current))
-    i = 0
-    while i < limit and previous[i] == current[i]:
-        i += 1
-    if i == len(current):
-        return current  # identical view (a re-prompt without new text): repeat it
-    cut = current.rfind("\n", 0, i) + 1 if i else 0
-    return current[cut:]
-
-
 def autopilot_action(obs: env_pb.Observation) -> common_pb2.Action:
     """The first legal action, with its first target; used once the response budget is spent."""
     if not obs.legal_actions:
@@ -231,7 +219,7 @@ class SeatChat:
             return False
         full = obs.text
         first = not self.token_ids
-        text = full if self.spec.observation == "full" or first else observation_delta(self.last_text, full)
+        text = full if self.spec.observation == "full" or first else new_lines(self.last_text, full)
         if first:
             await self.first_prompt(text)
         elif not await self._add_user(text):
