@@ -132,6 +132,8 @@ def test_the_new_user_message_is_what_is_new() -> None:
     assert new_lines(OBSERVATIONS[1], OBSERVATIONS[2]) == "Player 4 was voted out\nNow: inspect"
     # an unchanged view (nothing new): the instruction again, never an empty message
     assert new_lines(OBSERVATIONS[2], OBSERVATIONS[2]) == "Now: inspect"
+    # ... also where the view ends with a newline, as every Werewolf observation does (its last line is empty)
+    assert new_lines(OBSERVATIONS[2] + "\n", OBSERVATIONS[2] + "\n") == "Now: inspect"
     # nothing shared: all of it
     assert new_lines("other\ntext", OBSERVATIONS[0]) == OBSERVATIONS[0]
 
