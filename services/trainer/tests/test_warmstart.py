@@ -434,3 +434,20 @@ def test_the_clone_check_counts_moves_and_speeches_apart(tmp_path: Any) -> None:
         clone_record(clone_bot(model, replace(cfg, check_decisions=0), tmp_path / "other"))["agreement"]
         is None
     )
+
+
+def test_a_failed_clone_check_is_reported_not_raised(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check is a report: where it fails, the clone is still built and its summary line says why."""
+    from wolfpack_trainer import warmstart
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("generate ran out of memory")
+
+    monkeypatch.setattr(warmstart, "clone_agreement", broken)
+    model = str(tiny_model(tmp_path / "models"))
+    cfg = WarmStartConfig(game_id="ultimatum_v1", variant="easy", seats=(1,), episodes=4, steps=2,
+                          batch_size=4, check_decisions=8)  # fmt: skip
+    record = clone_record(clone_bot(model, cfg, tmp_path / "cache"))
+    assert record is not None and record["agreement"] == {"error": "RuntimeError: generate ran out of memory"}
+    assert "its agreement check failed (RuntimeError: generate ran out of memory)" in record_line(record)
+    assert not any(k.startswith("warmstart/agree") for k in record_metrics(record))

@@ -497,7 +497,12 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
         opt.step()
         losses.append(loss)
     trained_s = time.monotonic() - started
-    agreement = clone_agreement(model, tok, cfg, device) if cfg.check_decisions > 0 else None
+    agreement: dict[str, Any] | None = None
+    if cfg.check_decisions > 0:
+        try:
+            agreement = clone_agreement(model, tok, cfg, device)
+        except Exception as exc:  # a report about the clone must never stop the run that needs the clone
+            agreement = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     tmp = out.with_name(out.name + f".tmp{random.randrange(1 << 30)}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
@@ -574,6 +579,8 @@ def record_line(record: Mapping[str, Any]) -> str:
         ]
         if said:
             parts.append(f"answers {' and '.join(said)} as the bot did")
+        elif agreement.get("error"):
+            parts.append(f"its agreement check failed ({agreement['error']})")
     if isinstance(record.get("seconds"), (int, float)):
         parts.append(f"its build took {record['seconds']:.0f} s")
     return ", ".join(parts)
