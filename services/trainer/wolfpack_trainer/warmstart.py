@@ -535,9 +535,10 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     """A clone's record as step-0 metrics (``warmstart/*``): how long the clone took to build (wherever it
     was built: a cached clone's seconds are its first build's), on how many pairs, its first and last loss,
     whether it trained under bf16, and how often it answers held-out decisions as the bot did
-    (``warmstart/agree_moves``, ``warmstart/agree_speeches``). Why in the run's metrics: the warm start is part of a run's cost
-    (~290 s of a Werewolf recipe's set-up on an H200 under fp32), and the GPU results compare it across runs
-    and precisions, which the clone's own folder, left on the lent machine, could not show."""
+    (``warmstart/agree_moves``, ``warmstart/agree_speeches``). Why in the run's metrics: the warm start is
+    part of a run's cost (~290 s of a Werewolf recipe's set-up on an H200 under fp32), and the GPU results
+    compare it across runs and precisions, which the clone's own folder, left on the lent machine, could not
+    show."""
     out = {"warmstart/bf16": float(record.get("precision") == "bf16")}
     for key, name in (("seconds", "build_s"), ("pairs", "pairs"), ("first_loss", "first_loss"),
                       ("last_loss", "last_loss")):  # fmt: skip
