@@ -174,6 +174,7 @@ class Task:
     """With these, only the untrained seats dealt them go to ``opponent_bot`` / ``opponent_policy`` (the
     opponent mix's ``roles``); the other untrained seats keep ``bot``."""
     opponent_bot: str = ""
+    """The opponent mix's scripted bot for the seats dealt ``opponent_roles`` (empty: ``bot``)."""
 
 
 PROMPT_MODES: dict[str, Literal["full", "memory", "conversation"]] = {
