@@ -96,6 +96,10 @@ village_agent_loop() {  # the 6p village through stock main_ppo + the agent loop
     bash "$here/agent_loop_village.sh" > /tmp/village.log 2>&1
   say "village agent loop exit $?"
 }
+village_seed2_micro64() {  # MINUTES: the village's third training seed at micro-batches of 64 (s24 / s25)
+  one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed2 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
+    seed=2 policies.0.micro_batch_size=64 policies.0.extra.infer_micro_batch_size=64 "train.max_minutes=$1"
+}
 ippo_vs_bot() {  # IPPO with eval.vs_bot (the recipe's): each co-trained policy also against the heuristic bot
   one_run gpu-ippo-smollm2-vs-bot configs/gpu-ippo-smollm2.yaml "train.max_minutes=${MIN_IPPO:-15}"
 }
@@ -264,10 +268,7 @@ case "${PLAN:-s25}" in
     queue=$!
     ( export CUDA_VISIBLE_DEVICES=2; sleep 40; ippo_vs_bot ) &
     card2=$!
-    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test
-      one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed2 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
-        seed=2 policies.0.micro_batch_size=64 policies.0.extra.infer_micro_batch_size=64 \
-        "train.max_minutes=${MIN_VILLAGE:-15}" ) &
+    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test; village_seed2_micro64 "${MIN_VILLAGE:-15}" ) &
     card3=$!
     wait "$queue" "$card2" "$card3"
     say "hold plan done"
@@ -310,10 +311,7 @@ case "${PLAN:-s25}" in
     card1=$!
     ( export CUDA_VISIBLE_DEVICES=2; sleep 40; ippo_vs_bot ) &
     card2=$!
-    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test
-      one_run gpu-werewolf-6p-ppo-heuristic-clone-smollm2-seed2 configs/gpu-werewolf-6p-ppo-heuristic-clone-smollm2.yaml \
-        seed=2 policies.0.micro_batch_size=64 policies.0.extra.infer_micro_batch_size=64 \
-        "train.max_minutes=${MIN_VILLAGE:-12}" ) &
+    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test; village_seed2_micro64 "${MIN_VILLAGE:-12}" ) &
     card3=$!
     wait "$card0" "$card1" "$card2" "$card3"
     say "hold plan done"
