@@ -38,7 +38,7 @@ from wolfpack_curriculum.client import CurriculumClient
 from wolfpack_rollout.backends import BatchResult, Environment, EpisodeStream, Inference, Reward
 from wolfpack_rollout.config import RolloutConfig, SamplingConfig
 from wolfpack_rollout.driver import EpisodeFailed, PromptEncoder, RolloutDriver
-from wolfpack_rollout.prompts import SeatChat, TokenizerCodec, conversation_turn, render_messages
+from wolfpack_rollout.prompts import SeatChat, TokenizerCodec, conversation_turn, new_lines, render_messages
 
 if TYPE_CHECKING:
     from wolfpack_inference.client import BatchItem
@@ -60,6 +60,7 @@ __all__ = [
     "TokenizerCodec",
     "connect",
     "conversation_turn",
+    "new_lines",
     "render_messages",
 ]
 

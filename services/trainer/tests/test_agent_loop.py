@@ -33,8 +33,7 @@ from wolfpack_environment.server import EnvironmentServicer
 from wolfpack_environment.server import register as register_environment
 from wolfpack_environment.sessions import EpisodeManager
 from wolfpack_inference.models import tiny_model
-from wolfpack_rollout.client import RolloutConfig, RolloutDriver, SamplingConfig
-from wolfpack_rollout.prompts import new_lines
+from wolfpack_rollout.client import RolloutConfig, RolloutDriver, SamplingConfig, new_lines
 from wolfpack_trainer.learners.verl.agent_loop import (
     AGENT_NAME,
     CONFIG_PATH,

@@ -62,8 +62,14 @@ from wolfpack.v1 import reward_service_pb2 as rew_pb
 from wolfpack_environment.client import EnvironmentClient
 from wolfpack_games import get_game, make_game
 from wolfpack_games.scenarios import GAME_CLASSES as SCENARIO_GAMES
-from wolfpack_rollout.client import BatchItem, EpisodeStream, RolloutConfig, RolloutDriver, SamplingConfig
-from wolfpack_rollout.prompts import new_lines
+from wolfpack_rollout.client import (
+    BatchItem,
+    EpisodeStream,
+    RolloutConfig,
+    RolloutDriver,
+    SamplingConfig,
+    new_lines,
+)
 
 log = logging.getLogger(__name__)
 
