@@ -82,7 +82,12 @@ def cpu_overrides(path: Path, stream: str) -> list[str]:
         ]
         out.append(f"rollout.opponents={json.dumps(entries)}")
     if data.get("warmstart"):
-        out += ["warmstart.episodes=2", "warmstart.steps=2", "warmstart.lr=1.0e-3"]
+        out += [
+            "warmstart.episodes=2",
+            "warmstart.steps=2",
+            "warmstart.lr=1.0e-3",
+            "warmstart.check_decisions=16",
+        ]
     return out
 
 
