@@ -1074,16 +1074,18 @@ def service_task(task: Task, index: int) -> Any:
 
 def _eval_to_json(res: EvalResult) -> dict[str, Any]:
     out: dict[str, Any] = {"step": res.step, "reward": res.reward.__dict__, "win_rate": res.win_rate.__dict__}
+
+    def scores(given: dict[str, PolicyScore]) -> dict[str, Any]:
+        return {
+            pid: {"reward": s.reward.__dict__, "win_rate": s.win_rate.__dict__} for pid, s in given.items()
+        }
+
     policies: dict[str, PolicyScore] = getattr(res, "policies", {})
     if policies:  # a single-policy run's state.json stays as it was
-        out["policies"] = {
-            pid: {"reward": s.reward.__dict__, "win_rate": s.win_rate.__dict__} for pid, s in policies.items()
-        }
+        out["policies"] = scores(policies)
     vs_bot: dict[str, PolicyScore] = getattr(res, "vs_bot", {})
     if vs_bot:  # eval.vs_bot: the first evaluation's scores are the left side of a resumed run's lines
-        out["vs_bot"] = {
-            pid: {"reward": s.reward.__dict__, "win_rate": s.win_rate.__dict__} for pid, s in vs_bot.items()
-        }
+        out["vs_bot"] = scores(vs_bot)
     base = getattr(res, "base", None)
     if base is not None:  # the first evaluation of a run with eval.base: the base models', resumed with it
         out["base"] = {**_eval_to_json(base), "failed": base.failed}

@@ -373,6 +373,13 @@ def response_loss(
     return torch.nn.functional.cross_entropy(logits, target[keep], reduction="sum") / denominator
 
 
+def _autocast(cfg: WarmStartConfig, device: str) -> contextlib.AbstractContextManager[Any]:
+    """The clone's forward passes' context: bfloat16 autocast for ``precision: bf16``, else none."""
+    if cfg.precision == "bf16":
+        return torch.autocast(device_type=device, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 AGREEMENT_GAMES = 200
 """Most held-out games ``clone_agreement`` plays to find its decisions."""
 
@@ -391,14 +398,13 @@ def clone_agreement(model: Any, tokenizer: Any, cfg: WarmStartConfig, device: st
     are the bot's, and a village's win rate falls steeply with every move that is not
     (``bench/trainer/village_fidelity.py``: at 12 seats, a move in ten at random costs the heuristic village
     0.51 -> 0.30). With this number a run that starts at 0.00 tells a poor clone from a hard table."""
-    held_out = replace(cfg, seed_offset=cfg.seed_offset + cfg.episodes, episodes=1)
     pairs: list[tuple[list[int], list[int]]] = []
     speech: list[bool] = []
-    for game in range(AGREEMENT_GAMES):
+    for game in range(AGREEMENT_GAMES):  # one game at a time, seeds after the clone's own
         if len(pairs) >= cfg.check_decisions:
             break
         more, flags = bot_pairs_and_speech(
-            replace(held_out, seed_offset=held_out.seed_offset + game), tokenizer
+            replace(cfg, seed_offset=cfg.seed_offset + cfg.episodes + game, episodes=1), tokenizer
         )
         pairs += more
         speech += flags
@@ -408,11 +414,6 @@ def clone_agreement(model: Any, tokenizer: Any, cfg: WarmStartConfig, device: st
     agrees = [False] * len(pairs)
     was_training = model.training
     model.eval()
-    autocast = (
-        torch.autocast(device_type=device, dtype=torch.bfloat16)
-        if cfg.precision == "bf16"
-        else contextlib.nullcontext()
-    )
     for rows in split_passes([len(p) + new_tokens for p, _ in pairs], cfg.pass_tokens):
         width = max(len(pairs[i][0]) for i in rows)
         ids = torch.full((len(rows), width), pad, dtype=torch.long)
@@ -421,7 +422,7 @@ def clone_agreement(model: Any, tokenizer: Any, cfg: WarmStartConfig, device: st
             prompt = pairs[i][0]
             ids[j, width - len(prompt) :] = torch.tensor(prompt)
             att[j, width - len(prompt) :] = 1
-        with autocast:
+        with _autocast(cfg, device):
             out = model.generate(
                 input_ids=ids.to(device), attention_mask=att.to(device), max_new_tokens=new_tokens,
                 do_sample=False, eos_token_id=eos, pad_token_id=pad,
@@ -483,11 +484,7 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
         for rows in split_passes([len(p) + len(r) for p, r in chunk], cfg.pass_tokens):
             width = max(len(chunk[i][0]) + len(chunk[i][1]) for i in rows)
             part = torch.tensor(rows)
-            with (
-                torch.autocast(device_type=device, dtype=torch.bfloat16)
-                if cfg.precision == "bf16"
-                else contextlib.nullcontext()
-            ):
+            with _autocast(cfg, device):
                 piece = response_loss(
                     model, ids[part, :width].to(device), att[part, :width].to(device),
                     labels[part, :width].to(device), denominator=answers,
