@@ -115,9 +115,14 @@ def test_dry_run_plans_the_recipe_and_checks_verls_config(tmp_path: Path) -> Non
     assert "prompts of both evaluations and the clone: rollout.prompt=conversation" in out
     assert "wrote 64 rows (werewolf_v1/6p, roles ['villager', 'seer', 'witch'])" in out
     # main_ppo trains with the recipe's own learner settings, read from its config, not a copy of them
-    assert "learner: lr 3e-05, critic lr 5e-05, 2 PPO epochs, micro-batch 32, fused kernels True" in out
+    # ... but micro-batches that divide the mini-batch of 8 seats (verl's engine asserts it at the first
+    # update; s25's run died there with the recipe's 32), and the config check holds verl to it
+    assert "micro-batch 32 does not divide the PPO mini-batch of 8 seats: 8" in out
+    assert "learner: lr 3e-05, critic lr 5e-05, 2 PPO epochs, micro-batch 8, fused kernels True" in out
     assert "actor_rollout_ref.actor.optim.lr=3e-05 " in out
-    assert "critic.ppo_micro_batch_size_per_gpu=32 " in out
+    assert "critic.ppo_micro_batch_size_per_gpu=8 " in out
+    assert "actor_rollout_ref.actor: mini-batch 8 samples a GPU in micro-batches of 8" in out
+    assert "critic: mini-batch 8 samples a GPU in micro-batches of 8" in out
     assert "actor_rollout_ref.model.use_fused_kernels=True" in out
     assert "adv_estimator gae: critic True, reference policy False" in out
     assert "actor checkpoint save_contents ['hf_model']" in out

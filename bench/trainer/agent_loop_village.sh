@@ -220,6 +220,13 @@ LR=${LR:-$CFG_LR}
 CRITIC_LR=${CRITIC_LR:-$CFG_CRITIC_LR}
 EPOCHS=${EPOCHS:-$CFG_EPOCHS}
 MICRO=${MICRO:-$CFG_MICRO}
+if [ $((MINI % MICRO)) -ne 0 ]; then  # verl's engine splits each mini-batch (MINI seats) into micro-batches and
+  # asserts at the first update that they divide it (s25's run died there, micro 32 > mini 8): the largest
+  # divisor of MINI not above the recipe's micro-batch
+  m=$MICRO; while [ $((MINI % m)) -ne 0 ]; do m=$((m - 1)); done
+  say "micro-batch $MICRO does not divide the PPO mini-batch of $MINI seats: $m"
+  MICRO=$m
+fi
 FUSED=${FUSED:-$CFG_FUSED}
 FUSED_OVR=()  # verl's fused-kernel forward for the actor (log-probs without full-vocabulary logits), as the recipe's learner
 [ "$FUSED" = True ] && FUSED_OVR=(actor_rollout_ref.model.use_fused_kernels=True

@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 MODEL_KEYS = ("actor_rollout_ref.model.path", "critic.model.path")
 
@@ -54,6 +55,7 @@ def main(overrides: list[str]) -> None:
         crit = omega_conf_to_dataclass(cfg.critic)
         print(f"critic checkpoint save_contents {list(crit.checkpoint.save_contents)}, lr {crit.optim.lr}")
     validate_config(config=cfg, use_reference_policy=ref, use_critic=critic)
+    check_micro_batches(cfg, critic)
 
     from transformers import AutoTokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset
@@ -69,6 +71,30 @@ def main(overrides: list[str]) -> None:
         raise SystemExit("verl's RLHFDataset kept no row of the training data")
     print(f"training rows verl keeps: {len(dataset)}; first row's raw_prompt {dataset[0]['raw_prompt']!r}")
     print("main_ppo config check: ok")
+
+
+def check_micro_batches(cfg: Any, critic: bool) -> None:
+    """Refuse a per-GPU micro-batch that does not divide its mini-batch.
+
+    verl's ``validate_config`` checks only the global ``ppo_micro_batch_size``; with the per-GPU one its
+    engine asserts the division at the first update, after every worker, vLLM and the first rollout (s25's
+    agent-loop village died there after ~10 minutes, micro 32 against a mini-batch of 8).
+    """
+    gpus = cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+    sections = [("actor_rollout_ref.actor", cfg.actor_rollout_ref.actor)]
+    if critic:
+        sections.append(("critic", cfg.critic))
+    for name, sec in sections:
+        micro = sec.get("ppo_micro_batch_size_per_gpu")
+        if sec.get("use_dynamic_bsz") or micro is None:
+            continue
+        mini = sec.ppo_mini_batch_size * cfg.actor_rollout_ref.rollout.n // gpus
+        if mini % micro:
+            raise SystemExit(
+                f"{name}.ppo_micro_batch_size_per_gpu {micro} does not divide its mini-batch of {mini} "
+                f"samples a GPU (ppo_mini_batch_size x rollout.n / GPUs): verl's engine asserts it at the first update"
+            )
+        print(f"{name}: mini-batch {mini} samples a GPU in micro-batches of {micro}")
 
 
 if __name__ == "__main__":
