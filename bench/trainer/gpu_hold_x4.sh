@@ -21,7 +21,11 @@
 #   12p on a lent 2-GPU machine (unrun). PLAN=s23 (not yet run): see its case below; s23x2 its
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
-# PLAN=s25 (the default; not yet run): see its case below (the 12p villagers recipe, the village through the
+# PLAN=s26 (the default; not yet run): see its case below (12p villagers with ~4x the optimiser steps an
+#   update, the agent-loop village mended, AIW's and bargaining's third seeds, the GPU test beside the latter);
+#   s26x2 its first two (the GPU test beside 12p) on a lent 2-GPU machine, s26x1 12p beside the GPU test on one
+#   H200 and s26x1b the agent-loop village on a second one.
+# PLAN=s25 (run in s25, bench/results/2026-11-28-h200x4-hold-s25.md): see its case below (the 12p villagers recipe, the village through the
 #   agent loop, IPPO with eval.vs_bot, the GPU test then the village's third seed at micro-batch 64); s25x2 its
 #   first two beside the GPU test on a lent 2-GPU machine, s25x1 the 12p villagers recipe beside the GPU test
 #   on one H200.
@@ -42,7 +46,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
-case "${PLAN:-s25}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1 | s24x2 | s25 | s25x2 | s25x1) ;; *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1, s24x2, s25, s25x2 or s25x1" >&2; exit 2 ;; esac  # before starting anything
+PLANS="s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1, s24x2, s25, s25x2, s25x1, s26, s26x2, s26x1 or s26x1b"
+case "${PLAN:-s26}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1 | s24x2 | s25 | s25x2 | s25x1 | s26 | s26x2 | s26x1 | s26x1b) ;; *) echo "PLAN: $PLANS" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
@@ -103,13 +108,16 @@ village_seed2_micro64() {  # MINUTES: the village's third training seed at micro
 ippo_vs_bot() {  # IPPO with eval.vs_bot (the recipe's): each co-trained policy also against the heuristic bot
   one_run gpu-ippo-smollm2-vs-bot configs/gpu-ippo-smollm2.yaml "train.max_minutes=${MIN_IPPO:-15}"
 }
-bargaining_seed2() {  # a third training seed of the bargaining recipe (seeds 0 and 1: 0.75 and 0.80)
-  one_run gpu-bargaining-smollm2-seed2 configs/gpu-bargaining-smollm2.yaml seed=2 "train.max_minutes=${MIN_BARGAIN:-15}"
+bargaining_seed2() {  # [key=value ...]: a third training seed of the bargaining recipe (seeds 0 and 1: 0.75, 0.80)
+  one_run gpu-bargaining-smollm2-seed2 configs/gpu-bargaining-smollm2.yaml seed=2 "train.max_minutes=${MIN_BARGAIN:-15}" "$@"
+}
+aiw_seed2() {  # a third training seed of WIA + AIW GiGPO (seeds 0 and 1: 0.14 -> 0.27, 0.16 -> 0.22)
+  one_run gpu-werewolf-gigpo-aiw-smollm2-seed2 configs/gpu-werewolf-gigpo-aiw-smollm2.yaml seed=2 "train.max_minutes=${MIN_AIW:-15}"
 }
 # AIW with more optimiser steps an update (PLAN=s22 and s22x2; why: s22's card 1 below)
 AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
   policies.1.lr=3.0e-4"
-case "${PLAN:-s25}" in
+case "${PLAN:-s26}" in
   s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
     CARDS="0 1" PARALLEL=20 \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
@@ -330,7 +338,46 @@ case "${PLAN:-s25}" in
     beside_test twelve_villagers
     say "hold plan done"
     exit 0 ;;
-  *) echo "PLAN: s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1, s24x2, s25, s25x2 or s25x1" >&2; exit 2 ;;
+  s26)  # what the s25 hold left open (bench/results/2026-11-28-h200x4-hold-s25.md), on a lent 4-GPU machine
+    # card 0: 12p villagers with mini-batches of 64 (~20 optimiser steps an update; s25's 256 gave ~5, ppo_kl
+    #   ~1e-3, and the clone's 0.20 did not move) and an evaluation every 10 updates (the recipe's, since s25)
+    # card 1: the village through stock main_ppo + the agent loop, its micro-batch now dividing the mini-batch
+    #   (s25's run died at its first update on micro 32 against 8 seats)
+    # card 2: AIW GiGPO's third training seed (seeds 0 and 1: +27 and +22 over the base, GiGPO's own share +13
+    #   and +6, inside the noise)
+    # card 3: the bargaining recipe's third training seed (seeds 0 and 1: 0.75 and 0.80) with the GPU test
+    #   beside it from second 90
+    ( export CUDA_VISIBLE_DEVICES=0; twelve_villagers ) &
+    card0=$!
+    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; village_agent_loop ) &
+    card1=$!
+    ( export CUDA_VISIBLE_DEVICES=2; sleep 40; aiw_seed2 ) &
+    card2=$!
+    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; beside_test bargaining_seed2 ) &
+    card3=$!
+    wait "$card0" "$card1" "$card2" "$card3"
+    say "hold plan done"
+    exit 0 ;;
+  s26x2)  # s26 on a lent 2-GPU machine: card 0 the 12p villagers recipe beside the GPU test, card 1 the village
+    # through the agent loop (the two items of issue 19 without a learning line; AIW's and bargaining's third
+    # seeds wait)
+    ( export CUDA_VISIBLE_DEVICES=0; beside_test twelve_villagers ) &
+    card0=$!
+    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; village_agent_loop ) &
+    card1=$!
+    wait "$card0" "$card1"
+    say "hold plan done"
+    exit 0 ;;
+  s26x1)  # s26 on one lent H200: the 12p villagers recipe beside the GPU test (a one-GPU hold may count half its
+    # held time: then a second hold, s26x1b, fits the session)
+    beside_test twelve_villagers
+    say "hold plan done"
+    exit 0 ;;
+  s26x1b)  # a second one-GPU hold: the village through the agent loop
+    village_agent_loop
+    say "hold plan done"
+    exit 0 ;;
+  *) echo "PLAN: $PLANS" >&2; exit 2 ;;
 esac
 wait "$queue" "$card2" "$card3"
 say "hold plan done"
