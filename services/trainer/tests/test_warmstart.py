@@ -219,13 +219,22 @@ def test_a_clones_record_reaches_the_runs_metrics_and_summary(tmp_path: Any) -> 
         "warmstart/pairs": float(record["pairs"]),
         "warmstart/first_loss": record["first_loss"],
         "warmstart/last_loss": record["last_loss"],
+        "warmstart/pairs_s": record["pairs_s"],
+        "warmstart/train_s": record["train_s"],
+        "warmstart/check_s": record["check_s"],
     }
     assert metrics["warmstart/pairs"] > 0 and metrics["warmstart/build_s"] > 0
+    # where the build's seconds went: the bot's games, the steps, the check and save, adding up to the build
+    assert min(record["pairs_s"], record["train_s"], record["check_s"]) > 0
+    assert record["pairs_s"] + record["train_s"] + record["check_s"] == pytest.approx(
+        record["seconds"], abs=0.01
+    )
     line = record_line(record)
     assert line.startswith(
         f"warm start: a clone of the random bot, {record['pairs']:,} pairs x 5 steps (bf16, cpu)"
     )
-    assert f"its build took {record['seconds']:.0f} s" in line and " -> " in line
+    assert f"its build took {record['seconds']:.0f} s (games {record['pairs_s']:.0f} s, steps " in line
+    assert " -> " in line
     no_seconds = {"precision": "fp32", "seconds": True}  # a bool is no number of seconds
     assert record_metrics(no_seconds) == {"warmstart/bf16": 0.0}
     assert record_line({}) == "warm start: a clone of the ? bot"

@@ -458,6 +458,7 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
     pairs = bot_pairs(cfg, tok)
+    paired_s = time.monotonic() - started  # the model's load and the bot's games, played and tokenised
     longest = max((len(p) + len(r) for p, r in pairs), default=0)
     if longest > LONG_PAIR_TOKENS:  # recompute each layer in the backward pass instead of keeping it
         model.gradient_checkpointing_enable()
@@ -507,7 +508,8 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
               "precision": cfg.precision, "longest_pair": longest,
               "gradient_checkpointing": longest > LONG_PAIR_TOKENS,
               "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-              "agreement": agreement, "check_s": round(time.monotonic() - started - trained_s, 3),
+              "agreement": agreement, "pairs_s": round(paired_s, 3), "train_s": round(trained_s - paired_s, 3),
+              "check_s": round(time.monotonic() - started - trained_s, 3),
               "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
     (tmp / RECORD).write_text(json.dumps(record, indent=1, default=str))
     del model, opt
@@ -531,14 +533,18 @@ def clone_record(model_dir: str) -> dict[str, Any] | None:
 def record_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     """A clone's record as step-0 metrics (``warmstart/*``): how long the clone took to build (wherever it
     was built: a cached clone's seconds are its first build's), on how many pairs, its first and last loss,
-    whether it trained under bf16, and how often it answers held-out decisions as the bot did
-    (``warmstart/agree_moves``, ``warmstart/agree_speeches``). Why in the run's metrics: the warm start is
+    whether it trained under bf16, how often it answers held-out decisions as the bot did
+    (``warmstart/agree_moves``, ``warmstart/agree_speeches``), and where the build's seconds went
+    (``warmstart/pairs_s``: the model's load and the bot's games; ``train_s``: the optimiser steps;
+    ``check_s``: the agreement check and the save; s25's 12p clone took 360 s, the 6p one 157 s for as many
+    pairs, and nothing said which part). Why in the run's metrics: the warm start is
     part of a run's cost (~290 s of a Werewolf recipe's set-up on an H200 under fp32), and the GPU results
     compare it across runs and precisions, which the clone's own folder, left on the lent machine, could not
     show."""
     out = {"warmstart/bf16": float(record.get("precision") == "bf16")}
     for key, name in (("seconds", "build_s"), ("pairs", "pairs"), ("first_loss", "first_loss"),
-                      ("last_loss", "last_loss")):  # fmt: skip
+                      ("last_loss", "last_loss"), ("pairs_s", "pairs_s"), ("train_s", "train_s"),
+                      ("check_s", "check_s")):  # fmt: skip
         value = record.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[f"warmstart/{name}"] = float(value)
@@ -553,8 +559,9 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, float]:
 
 def record_line(record: Mapping[str, Any]) -> str:
     """One line for the run's summary: ``warm start: a clone of the heuristic bot, 13,667 pairs x 800 steps
-    (bf16, cuda), loss 3.35 -> 0.12, its build took 98 s``; parts missing from the record are left out. "Its
-    build": a clone found in the cache was built by an earlier run, in the seconds its record holds."""
+    (bf16, cuda), loss 3.35 -> 0.12, its build took 98 s (games 20 s, steps 70 s, check and save 8 s)``;
+    parts missing from the record are left out. "Its build": a clone found in the cache was built by an
+    earlier run, in the seconds its record holds."""
     given = record.get("config")
     config: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
     what = f"a clone of the {config.get('bot', '?')} bot"
@@ -580,7 +587,14 @@ def record_line(record: Mapping[str, Any]) -> str:
         elif agreement.get("error"):
             parts.append(f"its agreement check failed ({agreement['error']})")
     if isinstance(record.get("seconds"), (int, float)):
-        parts.append(f"its build took {record['seconds']:.0f} s")
+        split = [
+            f"{name} {record[key]:.0f} s"
+            for key, name in (("pairs_s", "games"), ("train_s", "steps"), ("check_s", "check and save"))
+            if isinstance(record.get(key), (int, float))
+        ]
+        parts.append(
+            f"its build took {record['seconds']:.0f} s" + (f" ({', '.join(split)})" if split else "")
+        )
     return ", ".join(parts)
 
 
