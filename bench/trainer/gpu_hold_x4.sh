@@ -114,6 +114,16 @@ bargaining_seed2() {  # [key=value ...]: a third training seed of the bargaining
 aiw_seed2() {  # a third training seed of WIA + AIW GiGPO (seeds 0 and 1: 0.14 -> 0.27, 0.16 -> 0.22)
   one_run gpu-werewolf-gigpo-aiw-smollm2-seed2 configs/gpu-werewolf-gigpo-aiw-smollm2.yaml seed=2 "train.max_minutes=${MIN_AIW:-15}"
 }
+cards() {  # COMMAND ...: the first on card 0, the next on card 1, ..., each started 20 s after the one before
+  # (as gpu_queue.sh's PARALLEL: the first start fills the shared model cache), in the background; waits for all
+  local pids=() card=0 command
+  for command in "$@"; do
+    ( export CUDA_VISIBLE_DEVICES=$card; sleep $((20 * card)); eval "$command" ) &
+    pids+=("$!")
+    card=$((card + 1))
+  done
+  wait "${pids[@]}"
+}
 # AIW with more optimiser steps an update (PLAN=s22 and s22x2; why: s22's card 1 below)
 AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
   policies.1.lr=3.0e-4"
@@ -313,29 +323,7 @@ case "${PLAN:-s26}" in
     # card 2: IPPO with eval.vs_bot (each co-trained policy against the heuristic bot), s24's card 2
     # card 3: the GPU test, then the village's third training seed at micro-batches of 64 (s24's card 3: the
     #   learner was 26 of s23's 30 s update at micro 32), for what is left of the hold
-    ( export CUDA_VISIBLE_DEVICES=0; twelve_villagers ) &
-    card0=$!
-    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; village_agent_loop ) &
-    card1=$!
-    ( export CUDA_VISIBLE_DEVICES=2; sleep 40; ippo_vs_bot ) &
-    card2=$!
-    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; gpu_test; village_seed2_micro64 "${MIN_VILLAGE:-12}" ) &
-    card3=$!
-    wait "$card0" "$card1" "$card2" "$card3"
-    say "hold plan done"
-    exit 0 ;;
-  s25x2)  # s25 on a lent 2-GPU machine: card 0 the 12p villagers recipe beside the GPU test (s24x2's card 0
-    # pattern: the run's vLLM share lowered to 0.15 so that both fit), card 1 the village through the agent loop
-    # (an item of issue 19 with no learning line yet; IPPO's vs-bot run waits)
-    ( export CUDA_VISIBLE_DEVICES=0; beside_test twelve_villagers ) &
-    card0=$!
-    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; village_agent_loop ) &
-    card1=$!
-    wait "$card0" "$card1"
-    say "hold plan done"
-    exit 0 ;;
-  s25x1)  # s25 on one lent H200: the 12p villagers recipe beside the GPU test
-    beside_test twelve_villagers
+    cards twelve_villagers village_agent_loop ippo_vs_bot "gpu_test; village_seed2_micro64 ${MIN_VILLAGE:-12}"
     say "hold plan done"
     exit 0 ;;
   s26)  # what the s25 hold left open (bench/results/2026-11-28-h200x4-hold-s25.md), on a lent 4-GPU machine
@@ -347,29 +335,19 @@ case "${PLAN:-s26}" in
     #   and +6, inside the noise)
     # card 3: the bargaining recipe's third training seed (seeds 0 and 1: 0.75 and 0.80) with the GPU test
     #   beside it from second 90
-    ( export CUDA_VISIBLE_DEVICES=0; twelve_villagers ) &
-    card0=$!
-    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; village_agent_loop ) &
-    card1=$!
-    ( export CUDA_VISIBLE_DEVICES=2; sleep 40; aiw_seed2 ) &
-    card2=$!
-    ( export CUDA_VISIBLE_DEVICES=3; sleep 60; beside_test bargaining_seed2 ) &
-    card3=$!
-    wait "$card0" "$card1" "$card2" "$card3"
+    cards twelve_villagers village_agent_loop aiw_seed2 "beside_test bargaining_seed2"
     say "hold plan done"
     exit 0 ;;
-  s26x2)  # s26 on a lent 2-GPU machine: card 0 the 12p villagers recipe beside the GPU test, card 1 the village
-    # through the agent loop (the two items of issue 19 without a learning line; AIW's and bargaining's third
-    # seeds wait)
-    ( export CUDA_VISIBLE_DEVICES=0; beside_test twelve_villagers ) &
-    card0=$!
-    ( export CUDA_VISIBLE_DEVICES=1; sleep 20; village_agent_loop ) &
-    card1=$!
-    wait "$card0" "$card1"
+  s25x2 | s26x2)  # s25 / s26 on a lent 2-GPU machine (the same cards; the recipes changed between them: s26's
+    # 12p takes ~4x the optimiser steps an update, its agent-loop village a micro-batch verl accepts): card 0
+    # the 12p villagers recipe beside the GPU test (s24x2's card 0 pattern: the run's vLLM share lowered to 0.15
+    # so that both fit), card 1 the village through the agent loop (the two items of issue 19 without a
+    # learning line; the 4-GPU plans' other cards wait)
+    cards "beside_test twelve_villagers" village_agent_loop
     say "hold plan done"
     exit 0 ;;
-  s26x1)  # s26 on one lent H200: the 12p villagers recipe beside the GPU test (a one-GPU hold may count half its
-    # held time: then a second hold, s26x1b, fits the session)
+  s25x1 | s26x1)  # on one lent H200: the 12p villagers recipe beside the GPU test (a one-GPU hold may count
+    # half its held time: then a second hold, s26x1b, fits the session)
     beside_test twelve_villagers
     say "hold plan done"
     exit 0 ;;
