@@ -393,7 +393,11 @@ class RolloutDriver:
     async def play(self, tasks: Sequence[cur_pb.Task]) -> list[trajectory_pb2.Trajectory]:
         """Play ``tasks`` (``config.concurrency`` at a time) and return their scored trajectories in task
         order; failed episodes are left out and counted in ``stats.failures``. Nothing is appended to the
-        stream and nothing is reported (evaluation uses this)."""
+        stream and nothing is reported (evaluation uses this).
+
+        One call at a time per driver (``play`` and ``run`` alike): a call's end cancels every task the
+        driver spawned, and callers that change ``config`` for a call (the trainer's evaluations set their
+        temperature so) change it for the driver. To play two lists at once, use two drivers."""
         out: dict[int, trajectory_pb2.Trajectory] = {}
 
         async def keep(seq: int, task: cur_pb.Task, traj: trajectory_pb2.Trajectory) -> None:
