@@ -206,6 +206,7 @@ async def test_service_mode_scores_each_co_trained_policy_against_the_bot(
 
 
 @pytest.mark.slow
+@pytest.mark.unreliable
 @pytest.mark.timeout(1800)
 async def test_demo_learns_the_outside_option_through_the_services(
     redis_url: str, tmp_path: Path, models: Path
@@ -229,9 +230,13 @@ async def test_demo_learns_the_outside_option_through_the_services(
     break in the last update alone leaves the training episodes (of the versions before it) at ~0.9 and the
     evaluated version at ~0.5: the 0.49 run of 2026-11-26. Local mode breaks the same way (3 of 6 seeds at
     lr 1e-3 over 20 updates, all recovered); its test runs fixed, reproducible seeds. The recipe now (lr 3e-4,
-    ``target_kl`` 0.2) breaks a sixth as often as lr 1e-3 (configs/README.md) and passed 22 of 22 runs here, then broke once (0.49 -> 0.42, a CI run of 2026-11-27 beside CPU
-    benchmarks)
-    (one at a time, 40-50 s each on 2 shared cores; finals 0.70-0.95)."""
+    ``target_kl`` 0.2) breaks a sixth as often as lr 1e-3 (configs/README.md) and passed 22 of 22 runs here
+    (one at a time, 40-50 s each on 2 shared cores; finals 0.70-0.95), then broke once (0.49 -> 0.42, a CI
+    run of 2026-11-27 beside CPU benchmarks), passed the next fresh-clone CI runs (three of session 24, two of
+    session 25) and broke again in the third of session 25 (0.43 -> 0.41, 95% CI 0.33..0.50, at ``e504dd4``,
+    nothing else running). So: ~2 misses in ~30 runs, and out of CI as ``unreliable`` (the project's rule for a
+    claim that holds in most runs but not all): ``pytest -m unreliable tests/test_train_learning.py``. The
+    local-mode seeds above (fixed, reproducible) stay in CI."""
     tiny = str(tiny_model(models))
     stream = f"test:learning-demo-service:{tmp_path.name}"
     data = _config("demo-ultimatum.yaml", 0, stream, tiny).model_dump()
