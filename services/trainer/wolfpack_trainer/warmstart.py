@@ -504,13 +504,13 @@ def clone_bot(model_dir: str, cfg: WarmStartConfig, cache_dir: Path) -> str:
     tmp = out.with_name(out.name + f".tmp{random.randrange(1 << 30)}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    ended_s = time.monotonic() - started  # one reading: the three parts add up to the build exactly
     record = {"model": model_dir, "config": asdict(cfg), "pairs": len(pairs), "device": device,
               "precision": cfg.precision, "longest_pair": longest,
               "gradient_checkpointing": longest > LONG_PAIR_TOKENS,
               "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
               "agreement": agreement, "pairs_s": round(paired_s, 3), "train_s": round(trained_s - paired_s, 3),
-              "check_s": round(time.monotonic() - started - trained_s, 3),
-              "seconds": round(time.monotonic() - started, 3)}  # fmt: skip
+              "check_s": round(ended_s - trained_s, 3), "seconds": round(ended_s, 3)}  # fmt: skip
     (tmp / RECORD).write_text(json.dumps(record, indent=1, default=str))
     del model, opt
     if device == "cuda":  # the job's inference (vLLM) and learner start next, on the same card
@@ -530,6 +530,11 @@ def clone_record(model_dir: str) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
+BUILD_PARTS = (("pairs_s", "games"), ("train_s", "steps"), ("check_s", "check and save"))
+"""The clone's build split into its parts: the record's key (also the metric ``warmstart/<key>``) and the
+summary line's word for it."""
+
+
 def record_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     """A clone's record as step-0 metrics (``warmstart/*``): how long the clone took to build (wherever it
     was built: a cached clone's seconds are its first build's), on how many pairs, its first and last loss,
@@ -542,9 +547,13 @@ def record_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     compare it across runs and precisions, which the clone's own folder, left on the lent machine, could not
     show."""
     out = {"warmstart/bf16": float(record.get("precision") == "bf16")}
-    for key, name in (("seconds", "build_s"), ("pairs", "pairs"), ("first_loss", "first_loss"),
-                      ("last_loss", "last_loss"), ("pairs_s", "pairs_s"), ("train_s", "train_s"),
-                      ("check_s", "check_s")):  # fmt: skip
+    named = [
+        ("seconds", "build_s"),
+        ("pairs", "pairs"),
+        ("first_loss", "first_loss"),
+        ("last_loss", "last_loss"),
+    ]
+    for key, name in named + [(key, key) for key, _ in BUILD_PARTS]:
         value = record.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             out[f"warmstart/{name}"] = float(value)
@@ -589,7 +598,7 @@ def record_line(record: Mapping[str, Any]) -> str:
     if isinstance(record.get("seconds"), (int, float)):
         split = [
             f"{name} {record[key]:.0f} s"
-            for key, name in (("pairs_s", "games"), ("train_s", "steps"), ("check_s", "check and save"))
+            for key, name in BUILD_PARTS
             if isinstance(record.get(key), (int, float))
         ]
         parts.append(
