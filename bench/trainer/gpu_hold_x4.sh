@@ -21,7 +21,10 @@
 #   12p on a lent 2-GPU machine (unrun). PLAN=s23 (not yet run): see its case below; s23x2 its
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
-# PLAN=s26 (the default; not yet run): see its case below (12p villagers with ~4x the optimiser steps an
+# PLAN=s27 (the default; not yet run): see its case below (the GPU test beside 12p villagers' second training
+#   seed, the agent-loop village for 12 training minutes, 12p villagers without the role rewards and with groups
+#   of 4); s27x2 its first two cards on a lent 2-GPU machine, s27x1 its first card on one H200.
+# PLAN=s26 (run in s26, bench/results/2026-11-28-h200x4-hold-s26.md): see its case below (12p villagers with ~4x the optimiser steps an
 #   update, the agent-loop village mended, AIW's and bargaining's third seeds, the GPU test beside the latter);
 #   s26x2 its first two (the GPU test beside 12p) on a lent 2-GPU machine, s26x1 12p beside the GPU test on one
 #   H200 and s26x1b the agent-loop village on a second one.
@@ -46,8 +49,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
-PLANS="s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1, s24x2, s25, s25x2, s25x1, s26, s26x2, s26x1 or s26x1b"
-case "${PLAN:-s26}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1 | s24x2 | s25 | s25x2 | s25x1 | s26 | s26x2 | s26x1 | s26x1b) ;; *) echo "PLAN: $PLANS" >&2; exit 2 ;; esac  # before starting anything
+PLANS="s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1, s24x2, s25, s25x2, s25x1, s26, s26x2, s26x1, s26x1b, s27, s27x2 or s27x1"
+case "${PLAN:-s27}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1 | s24x2 | s25 | s25x2 | s25x1 | s26 | s26x2 | s26x1 | s26x1b | s27 | s27x2 | s27x1) ;; *) echo "PLAN: $PLANS" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
@@ -91,8 +94,20 @@ twelve_clone() {  # [key=value ...]: 12p from a clone of the heuristic village o
     "train.max_minutes=${MIN_12P:-15}" "$@"
 }
 twelve_villagers() {  # [key=value ...]: 12p with the policy on the villagers among heuristic teammates (s25)
-  one_run gpu-werewolf-12p-zh-grpo-villagers-smollm2 configs/gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml \
+  one_run "gpu-werewolf-12p-zh-grpo-villagers-smollm2${RUN_SUFFIX:-}" configs/gpu-werewolf-12p-zh-grpo-villagers-smollm2.yaml \
     "train.max_minutes=${MIN_12P:-15}" "$@"
+}
+twelve_villagers_seed1() {  # [key=value ...]: the 12p villagers recipe's second training seed (seed 0: s25
+  # 0.20 -> 0.15, s26 0.17 -> 0.11: both down, both inside the noise)
+  RUN_SUFFIX=-seed1 twelve_villagers seed=1 "$@"
+}
+twelve_villagers_outcome() {  # 12p villagers without the per-turn role rewards (werewolf_shaped@1: the win,
+  # the invalid-turn penalty): does the vote reward pull the policy away from winning?
+  RUN_SUFFIX=-outcome twelve_villagers rollout.reward_spec=werewolf_shaped@1
+}
+twelve_villagers_groups4() {  # 12p villagers in groups of 4: 8 deals (seeds) an update instead of 4 at the same
+  # cost (32 games); s26's update-to-update win rate swung 0.00-0.31 with the four deals it drew
+  RUN_SUFFIX=-groups4 twelve_villagers rollout.group_size=4
 }
 village_agent_loop() {  # the 6p village through stock main_ppo + the agent loop, MIN_LOOP training minutes
   # (default 9: ~25 minutes from start to its learning line in s19 with 10), 64 held-out games, logs in
@@ -127,7 +142,7 @@ cards() {  # COMMAND ...: the first on card 0, the next on card 1, ..., each sta
 # AIW with more optimiser steps an update (PLAN=s22 and s22x2; why: s22's card 1 below)
 AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
   policies.1.lr=3.0e-4"
-case "${PLAN:-s26}" in
+case "${PLAN:-s27}" in
   s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
     CARDS="0 1" PARALLEL=20 \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
@@ -324,6 +339,24 @@ case "${PLAN:-s26}" in
     # card 3: the GPU test, then the village's third training seed at micro-batches of 64 (s24's card 3: the
     #   learner was 26 of s23's 30 s update at micro 32), for what is left of the hold
     cards twelve_villagers village_agent_loop ippo_vs_bot "gpu_test; village_seed2_micro64 ${MIN_VILLAGE:-12}"
+    say "hold plan done"
+    exit 0 ;;
+  s27)  # what the s26 hold left open (bench/results/2026-11-28-h200x4-hold-s26.md), on a lent 4-GPU machine
+    # card 0: the GPU test beside 12p villagers' second training seed (s26's test beside the bargaining run found
+    #   34 GiB free where its vLLM asks 42: a 12p run at a vLLM share of 0.15 held ~46 GB in s24x2)
+    # card 1: the village through stock main_ppo + the agent loop for 12 training minutes (s26: 9.3 minutes, 32
+    #   steps, 0.09 -> 0.09; its first run past the first update)
+    # card 2: 12p villagers without the role rewards; card 3: 12p villagers in groups of 4 (why: their functions)
+    MIN_LOOP=${MIN_LOOP:-12} cards "beside_test twelve_villagers_seed1" village_agent_loop twelve_villagers_outcome \
+      twelve_villagers_groups4
+    say "hold plan done"
+    exit 0 ;;
+  s27x2)  # s27's first two cards on a lent 2-GPU machine
+    MIN_LOOP=${MIN_LOOP:-12} cards "beside_test twelve_villagers_seed1" village_agent_loop
+    say "hold plan done"
+    exit 0 ;;
+  s27x1)  # s27's first card on one lent H200
+    beside_test twelve_villagers_seed1
     say "hold plan done"
     exit 0 ;;
   s26)  # what the s25 hold left open (bench/results/2026-11-28-h200x4-hold-s25.md), on a lent 4-GPU machine

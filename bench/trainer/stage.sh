@@ -3,7 +3,8 @@
 # bundles (../shared/gpu/stage.py), the project's own extra wheels for CPython 3.12 (.wb/extra), SmolLM2's GGUF
 # cut in three pieces (one call carries at most 64 MiB) and a snapshot of HEAD (.wb/src/src.tar).
 # Run from the repo root on the CPU machine, after committing (src.tar is HEAD); then make the calls in
-# .wb/CALLS.txt, one carrying .wb/smolA, one .wb/smolB, and the last one .wb/extra, .wb/src and .wb/smolC with
+# .wb/CALLS.txt, one carrying .wb/smolA, one .wb/smolB, one .wb/extra and .wb/smolC (the extra call, into
+# /tmp/extra and /tmp/smol), and the last one .wb/src with
 # `bash bench/trainer/hold_start.sh` (it runs the hold plan from the snapshot, not from the synced root).
 set -euo pipefail
 grep -qx '/.wb/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo /.wb/ >> .git/info/exclude; }

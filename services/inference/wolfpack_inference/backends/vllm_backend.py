@@ -97,6 +97,43 @@ def _export_package_path() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
 
 
+GIB = 1024**3
+
+
+def memory_hint(utilization: float, free_bytes: int, total_bytes: int) -> str | None:
+    """Why a vLLM engine could not start, when the card's free memory is the reason: vLLM asks for
+    ``utilization`` x the card's total at start-up and refuses when less is free, but that refusal is logged
+    by its engine-core process only, and the caller sees "Engine core initialization failed. See root cause
+    above. Failed core proc(s): {}". Seen in s26 (bench/results/2026-11-28-h200x4-hold-s26.md): the GPU test
+    beside a training run on the same card found 34.1 GiB free where 0.30 asked for 41.9. None when the free
+    memory covers the request (the cause is elsewhere)."""
+    wanted = utilization * total_bytes
+    if total_bytes <= 0 or free_bytes >= wanted:
+        return None
+    return (
+        f"the card has {free_bytes / GIB:.1f} GiB free of {total_bytes / GIB:.1f} GiB and "
+        f"gpu_memory_utilization {utilization:.2f} asks for {wanted / GIB:.1f} GiB at start-up: lower the "
+        f"policy's gpu_memory_utilization (a train config's inference.gpu_memory_utilization) to at most "
+        f"{free_bytes / total_bytes:.2f}, or free the card (another process holds "
+        f"{(total_bytes - free_bytes) / GIB:.1f} GiB)"
+    )
+
+
+def _free_memory_hint(utilization: float) -> str | None:
+    """``memory_hint`` for this process's first visible card, read after the engine failed (reading it before
+    would start CUDA in this process, which changes how vLLM starts its engine core); None where it cannot be
+    read."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        free, total = torch.cuda.mem_get_info()
+    except Exception:  # a hint must never hide the engine's own error
+        return None
+    return memory_hint(utilization, int(free), int(total))
+
+
 def _has_tokenizer(path: str) -> bool:
     p = Path(path)
     return not p.is_dir() or any((p / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
@@ -137,7 +174,15 @@ class VLLMBackend(Backend):
             worker_extension_cls=EXTENSION,
             disable_log_stats=True,
         )
-        self.engine = AsyncLLM.from_engine_args(args)
+        try:
+            self.engine = AsyncLLM.from_engine_args(args)
+        except Exception as exc:
+            hint = _free_memory_hint(cfg.gpu_memory_utilization)
+            if hint is None:
+                raise
+            raise InferenceError(
+                ErrorCode.FAILED_PRECONDITION, f"vllm engine did not start ({exc}): {hint}"
+            ) from exc
         self.max_positions = int(self.engine.model_config.max_model_len)
         self._tokenizer: Any = None
         if with_tokenizer:
