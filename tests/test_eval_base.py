@@ -59,7 +59,11 @@ def _config(tiny: Path, stream: str, mode: str, warm: bool = True) -> dict[str, 
     return cfg
 
 
-def _train(cfg: dict[str, Any], tmp: Path, run: Path, settings_dir: Path, redis_url: str) -> str:
+def _train(
+    cfg: dict[str, Any], tmp: Path, run: Path, settings_dir: Path, redis_url: str, crash_at: str = ""
+) -> str:
+    """``wolfpack train`` in a process of its own; with ``crash_at`` (``WOLFPACK_TRAINER_CRASH_AT``) it must
+    end at that point (exit 75)."""
     path = tmp / f"{cfg['name']}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     env = {
@@ -67,10 +71,11 @@ def _train(cfg: dict[str, Any], tmp: Path, run: Path, settings_dir: Path, redis_
         "WOLFPACK_RUN_DIR": str(settings_dir),
         "WOLFPACK_REDIS_URL": redis_url,
         "COLUMNS": "400",
+        **({"WOLFPACK_TRAINER_CRASH_AT": crash_at} if crash_at else {}),
     }
     cmd = [sys.executable, "-m", "wolfpack.cli.main", "train", "-c", str(path), "--run-dir", str(run)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=500)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert done.returncode == (75 if crash_at else 0), (done.stdout + done.stderr)[-4000:]
     return done.stdout
 
 
@@ -195,3 +200,59 @@ def test_service_base_reference_is_served_from_the_configured_model(redis_url: s
     assert _gap(original, base) < 1e-3  # inference played the base episodes with the configured model
     assert _gap(clone, base) > 1e-2  # ... not with the warm-started clone
     assert _gap(clone, initial) < 1e-3 and _gap(original, initial) > 1e-2  # update 0 is the clone's
+
+
+def test_base_overlap_applies_in_service_mode_with_a_base(tmp_path: Path) -> None:
+    """``eval.base_overlap`` changes nothing where there is no base to evaluate or no second driver (local
+    mode); a recipe that sets it still loads with ``warmstart=null`` or ``rollout.mode=local``."""
+    tiny = tmp_path / "tiny"  # never loaded: only the config is checked
+    for mode, warm, beside in (("service", True, True), ("local", True, False), ("service", False, False)):
+        path = tmp_path / f"{mode}-{warm}.yaml"
+        path.write_text(yaml.safe_dump(_config(tiny, "s", mode, warm=warm)))
+        cfg = load_config(path, ["eval.base_overlap=true"])
+        assert cfg.eval.base_overlap and cfg.base_beside_training is beside
+        assert ("(eval.base_overlap)" in base_plan(cfg)) is beside  # what --check says
+        assert not load_config(path).base_beside_training  # off by default
+
+
+@pytest.mark.slow
+def test_service_base_overlap_plays_beside_training_and_keeps_the_base(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """``eval.base_overlap``: the base models' evaluation is still running when the update-0 evaluation
+    starts (a run without the overlap finishes it first), and the run still ends with the base recorded where
+    a run without the overlap records it: the summary's ``reference: base``, the step-0 metrics and the first
+    evaluation in the final checkpoint's state (what a resumed run's summary reads). The first process dies
+    after update 1's checkpoint, before the base is recorded (it is recorded before the final evaluation):
+    the resumed run evaluates the base again, beside its last update."""
+    tiny = tiny_model(tmp_path / "models")
+    stream = f"test:eval-base-overlap:{os.getpid()}:{time.monotonic_ns()}"
+    run, settings_dir = tmp_path / "run", tmp_path / "job"
+    cfg = _config(tiny, stream, "service")
+    cfg["train"] = {"updates": 2, "checkpoint_every": 1}
+    cfg["eval"] = {**cfg["eval"], "base_overlap": True}
+    _train(cfg, tmp_path, run, settings_dir, redis_url, crash_at="checkpointed@1")
+    latest = (run / "checkpoints" / "LATEST").read_text().strip()
+    state = json.loads((run / "checkpoints" / latest / "state.json").read_text())
+    assert (
+        state["step"] == 1 and [e["step"] for e in state["evals"]] == [0] and "base" not in state["evals"][0]
+    )
+    initial = _episodes(ev.episodes_dir(run, 0))
+    if list(ev.base_episodes_dir(run).glob("episode_*.pb")):  # else: unfinished at update 1, beside it
+        base_end = max(t.finished_at.ToNanoseconds() for t in _episodes(ev.base_episodes_dir(run)))
+        initial_start = min(t.started_at.ToNanoseconds() for t in initial)
+        assert base_end > initial_start, "the base's evaluation ended before the update-0 evaluation began"
+
+    out = _train(cfg, tmp_path, run, settings_dir, redis_url)
+    assert "reference: base win_rate " in out, out
+    assert "base" in out.split("final win_rate 95% CI lower bound")[1].splitlines()[0]
+    step0 = _step0(run)
+    assert "reference/base/win_rate" in step0 and step0["perf/eval_base_s"] > 0
+
+    base = _episodes(ev.base_episodes_dir(run))  # the resumed run's
+    assert {p for _, p, _, _ in _turns(base)} == {"base-responder"}
+    assert [t.seed for t in base] == [t.seed for t in initial]
+    latest = (run / "checkpoints" / "LATEST").read_text().strip()
+    state = json.loads((run / "checkpoints" / latest / "state.json").read_text())
+    assert state["step"] == 2 and [e["step"] for e in state["evals"]] == [0, 2]
+    assert state["evals"][0]["base"]["win_rate"]["mean"] == pytest.approx(step0["reference/base/win_rate"])

@@ -347,6 +347,8 @@ case "${PLAN:-s27}" in
     # card 1: the village through stock main_ppo + the agent loop for 12 training minutes (s26: 9.3 minutes, 32
     #   steps, 0.09 -> 0.09; its first run past the first update)
     # card 2: 12p villagers without the role rewards; card 3: 12p villagers in groups of 4 (why: their functions)
+    # The Werewolf recipes now evaluate the base model beside the first updates (eval.base_overlap): the first
+    # GPU run of it; 12p should gain ~170 s of training (s26: 10.9 training minutes in the hold)
     MIN_LOOP=${MIN_LOOP:-12} cards "beside_test twelve_villagers_seed1" village_agent_loop twelve_villagers_outcome \
       twelve_villagers_groups4
     say "hold plan done"

@@ -231,9 +231,14 @@ def base_plan(cfg: Any) -> str:
             f"{group[0].model} for {', '.join(p.id for p in group)}" for group in groups.values()
         )
     why = "default with a warm start" if cfg.eval.base is None else "eval.base: true"
+    when = (
+        "beside the update-0 evaluation and the first updates, through a driver of its own (eval.base_overlap)"
+        if cfg.base_beside_training
+        else "at the start of a fresh run"
+    )
     return (
-        f"the base models (before the warm start, without LoRA) evaluated once at the start of a fresh run on "
-        f"the {cfg.eval.episodes} held-out seeds ({cfg.eval.episodes} more episodes), {how}; the summary's "
+        f"the base models (before the warm start, without LoRA) evaluated once {when} on the "
+        f"{cfg.eval.episodes} held-out seeds ({cfg.eval.episodes} more episodes), {how}; the summary's "
         f"reference: base line ({why})"
     )
 

@@ -286,6 +286,16 @@ class EvalSection(_Strict):
     line alone cannot say where the model itself stood. Without a warm start the base *is* the update-0
     policy, and ``true`` is refused (a second measurement of ``initial``); ``false`` skips it (service mode:
     no inference engine for the base, so the others keep a larger share of ``gpu_memory_utilization``)."""
+    base_overlap: bool = False
+    """Service mode: play the base models' evaluation beside the update-0 evaluation and the first updates,
+    through a rollout driver of its own, instead of before them; the run waits for it before its final
+    evaluation (a run stopped before it ends evaluates the base again when resumed). Why: the base is only
+    needed for the final ``reference: base`` line, and on a GPU its evaluation is long (a base model that
+    never learned the answer format writes to ``rollout.max_tokens`` on every turn: 164-170 s of a 12-player
+    run's 30-minute hold in s25 and s26, against 43 s for the clone's evaluation). Off by default: on CPUs
+    the two evaluations compete for the same cores and gain nothing. No effect where no base is evaluated
+    (``eval.base`` off, no warm start: the agent-loop script's final evaluation of a recipe that sets it) or
+    in local mode (one process plays both, one after the other): ``TrainConfig.base_beside_training``."""
 
 
 class CurriculumSection(_Strict):
@@ -360,6 +370,12 @@ class TrainConfig(_Strict):
     def eval_base(self) -> bool:
         """The base models are evaluated (``eval.base``; by default when ``warm_started``)."""
         return self.warm_started if self.eval.base is None else self.eval.base
+
+    @property
+    def base_beside_training(self) -> bool:
+        """The base models' evaluation plays beside training (``eval.base_overlap`` where it applies: a base
+        to evaluate, service mode)."""
+        return self.eval.base_overlap and self.eval_base and self.rollout.mode == "service"
 
     def algo_config(self) -> AlgoConfig:
         out: AlgoConfig = _build(AlgoConfig, self.algo, "algo")

@@ -155,6 +155,9 @@ class Trainer:
         self.publisher = Publisher(run_dir / "policies", save_dirs=config.train.save_versions)
         self.driver: Any = None
         """Service mode: a ``wolfpack_rollout`` driver (``connect(...)``) that plays through the services."""
+        self.base_driver: Any = None
+        """``eval.base_overlap``: a second driver for the base models' evaluation beside training (a driver
+        plays one call at a time: ``RolloutDriver.play``)."""
         self.on_update: Callable[[int, int, dict[str, float]], None] = lambda step, total, metrics: None
         """(update, total, metrics) after each committed update: the CLI prints its metrics line."""
         self.crash_point: Callable[[str, int], None] = crash_from_env
@@ -406,7 +409,7 @@ class Trainer:
             )
         return list(await _off_loop(self.play_local, tasks, temperature, "eval"))
 
-    async def evaluate_base(self) -> EvalResult:
+    async def evaluate_base(self, driver: Any = None) -> EvalResult:
         """The trained policies' base models (``eval.base``: each policy's ``model`` as configured, before the
         warm start, without LoRA) on the held-out seeds: ``evaluate``'s episodes (same seeds, opponents,
         prompts, ``eval.temperature``) with every trained seat bound to its policy's base
@@ -415,16 +418,19 @@ class Trainer:
         one; a stack that lacks them is asked to load them first, ``stack.serve_missing``). Local mode:
         loaded in process, sampled with an RNG of its own seeded like the learners', so measuring the base
         changes nothing else the run samples, and draws exactly what a run without the warm start draws at
-        its update-0 evaluation. Failed episodes count as losses."""
+        its update-0 evaluation. Failed episodes count as losses. ``driver``: the one to play through
+        (``eval.base_overlap``'s own), else the run's."""
         from wolfpack_trainer import evaluate as ev
 
+        step = self.state.step  # when it started: beside training the step moves on
+        driver = driver if driver is not None else self.driver
         seeds = ev.eval_seeds(self.cfg)
         self.progress("eval base", 0, len(seeds))
         served = [service_task(t, i) for i, t in enumerate(held_out_plan(self.cfg, seeds))]
         for task in served:
             task.split = "eval"
         owners = ev.bind_base(served, ev.base_policy_ids(self.cfg))
-        if self.driver is not None:
+        if driver is not None:
             if self.publisher.inference_addr:  # a job's stack serves them already; a hand-built one may not
                 from wolfpack_trainer.stack import serve_missing
 
@@ -434,7 +440,7 @@ class Trainer:
                     log.info(
                         "serving a base model for its evaluation", extra={"policy": pid, "model": bases[pid]}
                     )
-            played = await ev.play_served(self.driver, served, self.cfg.eval.temperature)
+            played = await ev.play_served(driver, served, self.cfg.eval.temperature)
         else:
             played = await _off_loop(self._play_base_locally, served, self.cfg.eval.temperature)
         trajs = ev.unbind_base(played, owners)
@@ -443,7 +449,7 @@ class Trainer:
         reward, win_rate = ev.summarize(rows)
         self.progress("eval base", len(seeds), len(seeds))
         per_policy = ev.policy_scores(trajs, len(seeds), policies)
-        return EvalResult(self.state.step, reward, win_rate, failed, list(played), per_policy)
+        return EvalResult(step, reward, win_rate, failed, list(played), per_policy)
 
     # --- the loop ------------------------------------------------------------------------------------
 
@@ -474,7 +480,17 @@ class Trainer:
         self._checkpointed = self.resumed_from
         # A fresh run's baseline, or a finished run whose final evaluation a crash or Ctrl-C cut off.
         evaluate_first = not evals or (self.state.step >= total and evals[-1].step != self.state.step)
+        # eval.base_overlap: the base models' evaluation as a task beside the first evaluation and the updates
+        # (also on a resume whose first evaluation has no base yet: stopped before the task ended)
+        base_task: asyncio.Task[EvalResult] | None = None
+        overlap = self.base_driver is not None and self.cfg.eval_base
         try:
+            if (
+                overlap
+                and (not evals or evals[0].base is None)
+                and (self.state.step < total or evaluate_first)
+            ):
+                base_task = asyncio.create_task(self._evaluate_base(self.base_driver))
             if self.publisher.inference_addr and (self.state.step < total or evaluate_first):
                 await self.publish_current()  # a finished, evaluated run plays nothing: nothing to serve
             if not evals:  # a fresh run: what its set-up cost, beside the base evaluation's time
@@ -483,7 +499,8 @@ class Trainer:
                 setup = {"perf/setup_s": self.setup_s}
                 self.metrics.log(0, setup | (record_metrics(self.warmstart) if self.warmstart else {}))
             if evaluate_first:
-                base = await self._evaluate_base() if not evals and self.cfg.eval_base else None
+                sequential = not evals and self.cfg.eval_base and not overlap
+                base = await self._evaluate_base() if sequential else None
                 first = await self._evaluate()
                 if base is not None:
                     first.base = base
@@ -525,20 +542,51 @@ class Trainer:
                 self.metrics.log(step, metrics)
                 self.on_update(step, total, metrics)
                 self.progress("train", step, total)
+                if step == total and base_task is not None and not self.stop_requested:
+                    # before the final evaluation's checkpoint, which then keeps the base
+                    await self._record_base(base_task, evals)
+                    base_task = None
                 if (step % cfg.eval.every == 0 or step == total) and not self.stop_requested:
                     res = self._record_eval(await self._evaluate())
                     evals.append(res)
                     await _off_loop(self.checkpoint)
+            if base_task is not None and not self.stop_requested:  # no update left to run beside it
+                await self._record_base(base_task, evals)
+                base_task = None
+                await _off_loop(self.checkpoint)
             if self.stop_requested:
                 if self._checkpointed != self.state.step or self._pending_ack:
                     await self._commit(consumer)  # e.g. stopped during a fresh run's first evaluation
                 self.stopped = True
         finally:
+            if base_task is not None:  # stopped or failed: a resumed run evaluates the base again
+                base_task.cancel()
+                with contextlib.suppress(BaseException):
+                    await base_task
             await client.aclose()
             self.metrics.write_csv()
             self.metrics.plot()
             self.metrics.close()
         return evals
+
+    async def _record_base(self, task: asyncio.Task[EvalResult], evals: list[EvalResult]) -> None:
+        """``eval.base_overlap``: wait for the base models' evaluation and record it with the first
+        evaluation, as a run without the overlap records it (``state.json`` at the next checkpoint, the
+        ``reference/base/...`` metrics at the first evaluation's step)."""
+        from wolfpack_trainer import evaluate as ev
+
+        try:
+            base = await task
+        except Exception as exc:  # the trained policies' run stands without it: its summary has no base line
+            log.error(
+                "the base models' evaluation failed (eval.base_overlap): %s: %s", type(exc).__name__, exc
+            )
+            return
+        first = evals[0]
+        base.step = first.step
+        first.base = base
+        self.state.evals = [_eval_to_json(first) if e["step"] == first.step else e for e in self.state.evals]
+        self.metrics.log(first.step, ev.base_metrics(base.reward, base.win_rate, base.failed, base.policies))
 
     def _train_minutes_so_far(self) -> float:
         """The training clock of the updates already done (a resumed run's curve against time goes on
@@ -570,13 +618,14 @@ class Trainer:
             await _off_loop(save_episodes, self.run_dir, res.step, res.trajectories)
         return res  # type: ignore[no-any-return]
 
-    async def _evaluate_base(self) -> EvalResult:
-        """``evaluate_base``, with its sample transcripts (``transcripts/eval_base/<i>``) and a few of its
-        episodes as files in ``<run>/eval/base/`` (``evaluate.base_episodes_dir``)."""
+    async def _evaluate_base(self, driver: Any = None) -> EvalResult:
+        """``evaluate_base`` (through ``driver``, else the run's), with its sample transcripts
+        (``transcripts/eval_base/<i>``) and a few of its episodes as files in ``<run>/eval/base/``
+        (``evaluate.base_episodes_dir``)."""
         from wolfpack_trainer.evaluate import base_episodes_dir, save_episodes
 
         t0 = time.monotonic()
-        res = await self.evaluate_base()
+        res = await self.evaluate_base(driver)
         self._log_eval_time("eval_base", res, time.monotonic() - t0)
         decode = self.tokenizer.decode if self.tokenizer is not None else None
         for i, traj in enumerate(res.trajectories[:TRANSCRIPTS_PER_EVAL]):
@@ -1329,7 +1378,12 @@ async def _run_serving(
             if getattr(opened, "chat_codec", False) is None:  # ... and builds conversation prompts
                 opened.chat_codec = TokenizerCodec(trainer.tokenizer)
             trainer.driver = opened
-            return await _run_serving(trainer, updates, address)
+            if not trainer.cfg.base_beside_training:
+                return await _run_serving(trainer, updates, address)
+            async with driver() as beside:  # eval.base_overlap: the base models' evaluation plays through it
+                beside.encode_prompt, beside.chat_codec = opened.encode_prompt, opened.chat_codec
+                trainer.base_driver = beside
+                return await _run_serving(trainer, updates, address)
     if address is None:
         return await trainer.run(updates)
     from wolfpack import rpc
