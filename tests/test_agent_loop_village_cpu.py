@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -85,6 +86,42 @@ def test_watchdog_stops_after_the_first_checkpoint_past_the_budget(tmp_path: Pat
             break
         time.sleep(0.1)
     assert alive == []
+
+
+def test_watchdog_finishes_at_the_next_checkpoint_on_sigusr1(tmp_path: Path) -> None:
+    """SIGUSR1 (a hold's timer, ``gpu_hold_x4.sh``'s FINISH_AFTER_S) spends the budget at once: the trainer
+    is stopped after its next checkpoint, long before its 600 s."""
+    script = tmp_path / "fake.py"
+    script.write_text(FAKE_TRAINER)
+    log, out, ckpt = tmp_path / "main_ppo.log", tmp_path / "stopped", tmp_path / "ckpt"
+    with log.open("w") as f:
+        trainer = subprocess.Popen(
+            [sys.executable, str(script), str(ckpt), str(out)], stdout=f, stderr=f, start_new_session=True
+        )
+    watchdog: subprocess.Popen[str] | None = None
+    try:
+        watchdog = subprocess.Popen(
+            ["bash", str(WATCHDOG), str(trainer.pid), str(log), str(ckpt / "latest_checkpointed_iteration.txt"), "600"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        for _ in range(100):  # until the watchdog has seen training begin and a step has been saved
+            if (ckpt / "latest_checkpointed_iteration.txt").exists():
+                break
+            time.sleep(0.1)
+        time.sleep(1.5)  # the watchdog polls every second: it has seen the progress line by now
+        watchdog.send_signal(signal.SIGUSR1)
+        said, _ = watchdog.communicate(timeout=60)
+        assert trainer.wait(timeout=10) == 0, said
+    finally:
+        if trainer.poll() is None:
+            os.killpg(trainer.pid, 9)
+        if watchdog is not None and watchdog.poll() is None:
+            watchdog.kill()
+    assert watchdog.returncode == 0, said
+    assert "SIGUSR1: finishing at the next checkpoint" in said and "told to finish after" in said, said
+    at = int(said.split("at checkpoint step ")[1].split(";")[0])
+    last = int((ckpt / "latest_checkpointed_iteration.txt").read_text())
+    assert last == at + 1 and out.read_text() == f"SIGTERM after step {last}, logged {last}\n", said
 
 
 def test_watchdog_returns_when_the_trainer_ends_by_itself(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
 # PLAN=s27 (the default; not yet run): see its case below (the GPU test beside 12p villagers' second training
-#   seed, the agent-loop village for 12 training minutes, 12p villagers without the role rewards and with groups
+#   seed, the agent-loop village for up to 15 training minutes, 12p villagers without the role rewards and with groups
 #   of 4); s27x2 its first two cards on a lent 2-GPU machine, s27x1 its first card on one H200.
 # PLAN=s26 (run in s26, bench/results/2026-11-28-h200x4-hold-s26.md): see its case below (12p villagers with ~4x the optimiser steps an
 #   update, the agent-loop village mended, AIW's and bargaining's third seeds, the GPU test beside the latter);
@@ -61,8 +61,9 @@ bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, bef
 # ran, and a refused request another 120 s: 1,140 s then. (A run still in its set-up then would be ended, not
 # finished: its signal handler is not yet installed.)
 if [ "${FINISH_AFTER_S:-1260}" -gt 0 ]; then
-  ( sleep "${FINISH_AFTER_S:-1260}"; say "finishing every wolfpack train (SIGUSR1)"
-    pkill -USR1 -f "wolfpack[.]cli[.]main train" ) &
+  ( sleep "${FINISH_AFTER_S:-1260}"; say "finishing every wolfpack train and agent-loop watchdog (SIGUSR1)"
+    pkill -USR1 -f "wolfpack[.]cli[.]main train"
+    pkill -USR1 -f "stop_after_checkpoint[.]sh" ) &  # the agent loop: stops main_ppo at its next checkpoint
 fi
 # 12p as conversations (the 12p recipe's header; PLAN=next and s22): SmolLM2's context less the answer, long
 # sequences in small micro-batches with the fused kernels (no full-vocabulary logits). TWELVE_P replaces it.
@@ -344,17 +345,18 @@ case "${PLAN:-s27}" in
   s27)  # what the s26 hold left open (bench/results/2026-11-28-h200x4-hold-s26.md), on a lent 4-GPU machine
     # card 0: the GPU test beside 12p villagers' second training seed (s26's test beside the bargaining run found
     #   34 GiB free where its vLLM asks 42: a 12p run at a vLLM share of 0.15 held ~46 GB in s24x2)
-    # card 1: the village through stock main_ppo + the agent loop for 12 training minutes (s26: 9.3 minutes, 32
-    #   steps, 0.09 -> 0.09; its first run past the first update)
+    # card 1: the village through stock main_ppo + the agent loop for up to 15 training minutes (s26: 9.3
+    #   minutes, 32 steps, 0.09 -> 0.09; its first run past the first update); the hold's timer now finishes it
+    #   too (its watchdog takes SIGUSR1), so its budget need not be guessed short
     # card 2: 12p villagers without the role rewards; card 3: 12p villagers in groups of 4 (why: their functions)
     # The Werewolf recipes now evaluate the base model beside the first updates (eval.base_overlap): the first
     # GPU run of it; 12p should gain ~170 s of training (s26: 10.9 training minutes in the hold)
-    MIN_LOOP=${MIN_LOOP:-12} cards "beside_test twelve_villagers_seed1" village_agent_loop twelve_villagers_outcome \
+    MIN_LOOP=${MIN_LOOP:-15} cards "beside_test twelve_villagers_seed1" village_agent_loop twelve_villagers_outcome \
       twelve_villagers_groups4
     say "hold plan done"
     exit 0 ;;
   s27x2)  # s27's first two cards on a lent 2-GPU machine
-    MIN_LOOP=${MIN_LOOP:-12} cards "beside_test twelve_villagers_seed1" village_agent_loop
+    MIN_LOOP=${MIN_LOOP:-15} cards "beside_test twelve_villagers_seed1" village_agent_loop
     say "hold plan done"
     exit 0 ;;
   s27x1)  # s27's first card on one lent H200

@@ -9,6 +9,10 @@
 #   bash bench/trainer/stop_after_checkpoint.sh $! LOG CKPT_DIR/latest_checkpointed_iteration.txt 900
 #
 # PID must lead its process group (setsid), so the group stop reaches its children. Used by agent_loop_village.sh.
+# SIGUSR1 to this script means "finish now", as it does to `wolfpack train`: the budget counts as spent (once
+# training began), so the run stops after its next checkpoint. Why: a hold's timer (gpu_hold_x4.sh's
+# FINISH_AFTER_S) ends every run in time for its results to come back; without it the agent loop's budget had
+# to be guessed short (9 minutes in s26) to fit the hold.
 set -uo pipefail
 pid=$1 log=$2 tracker=$3 limit=$4
 saved() { cat "$tracker" 2> /dev/null || echo 0; }
@@ -17,6 +21,8 @@ alive() {  # a zombie (exited, not yet reaped by its parent) is gone too
   stat=$(ps -o stat= -p "$pid" 2> /dev/null) && [ "${stat#Z}" = "$stat" ]
 }
 say() { echo "== $(date +%T) $*"; }
+finish=""
+trap 'finish=1; say "SIGUSR1: finishing at the next checkpoint"' USR1
 started=""
 while alive; do
   # the clock starts at verl's progress bar (tqdm's carriage returns may keep it from the log until a
@@ -25,9 +31,13 @@ while alive; do
     started=$(date +%s)
     say "training started; stopping after the first checkpoint past $limit s"
   fi
-  if [ -n "$started" ] && [ $(($(date +%s) - started)) -ge "$limit" ]; then
+  if [ -n "$started" ] && { [ -n "$finish" ] || [ $(($(date +%s) - started)) -ge "$limit" ]; }; then
     at=$(saved)
-    say "$limit s of training done at checkpoint step $at; waiting for the next checkpoint"
+    if [ -n "$finish" ]; then
+      say "told to finish after $(($(date +%s) - started)) s of training, at checkpoint step $at; waiting for the next checkpoint"
+    else
+      say "$limit s of training done at checkpoint step $at; waiting for the next checkpoint"
+    fi
     while alive && [ "$(saved)" = "$at" ]; do sleep 1; done
     step=$(saved)
     say "checkpoint step $step saved after $(($(date +%s) - started)) s of training"
