@@ -22,8 +22,8 @@
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
 # PLAN=s27 (the default; not yet run): see its case below (the GPU test beside 12p villagers' second training
-#   seed, the agent-loop village for up to 15 training minutes, 12p villagers without the role rewards and with groups
-#   of 4); s27x2 its first two cards on a lent 2-GPU machine, s27x1 its first card on one H200.
+#   seed, the agent-loop village for up to 15 training minutes, 12p villagers without the role rewards and at temperature
+#   0.7); s27x2 its first two cards on a lent 2-GPU machine, s27x1 its first card on one H200.
 # PLAN=s26 (run in s26, bench/results/2026-11-28-h200x4-hold-s26.md): see its case below (12p villagers with ~4x the optimiser steps an
 #   update, the agent-loop village mended, AIW's and bargaining's third seeds, the GPU test beside the latter);
 #   s26x2 its first two (the GPU test beside 12p) on a lent 2-GPU machine, s26x1 12p beside the GPU test on one
@@ -106,9 +106,10 @@ twelve_villagers_outcome() {  # 12p villagers without the per-turn role rewards 
   # the invalid-turn penalty): does the vote reward pull the policy away from winning?
   RUN_SUFFIX=-outcome twelve_villagers rollout.reward_spec=werewolf_shaped@1
 }
-twelve_villagers_groups4() {  # 12p villagers in groups of 4: 8 deals (seeds) an update instead of 4 at the same
-  # cost (32 games); s26's update-to-update win rate swung 0.00-0.31 with the four deals it drew
-  RUN_SUFFIX=-groups4 twelve_villagers rollout.group_size=4
+twelve_villagers_t07() {  # 12p villagers sampled (and evaluated) at temperature 0.7 instead of 1.0: a 12-seat
+  # village tolerates little noise (bench/trainer/village_fidelity.py), and at 1.0 the clone (0.40 of held-out moves as the bot's, greedily) samples further from
+  # the bot on every turn: a start nearer the greedy clone gives GRPO's groups more wins to learn from
+  RUN_SUFFIX=-t07 twelve_villagers rollout.temperature=0.7 eval.temperature=0.7
 }
 village_agent_loop() {  # the 6p village through stock main_ppo + the agent loop, MIN_LOOP training minutes
   # (default 9: ~25 minutes from start to its learning line in s19 with 10), 64 held-out games, logs in
@@ -348,11 +349,12 @@ case "${PLAN:-s27}" in
     # card 1: the village through stock main_ppo + the agent loop for up to 15 training minutes (s26: 9.3
     #   minutes, 32 steps, 0.09 -> 0.09; its first run past the first update); the hold's timer now finishes it
     #   too (its watchdog takes SIGUSR1), so its budget need not be guessed short
-    # card 2: 12p villagers without the role rewards; card 3: 12p villagers in groups of 4 (why: their functions)
+    # card 2: 12p villagers without the role rewards; card 3: 12p villagers at temperature 0.7 (why: their
+    #   functions)
     # The Werewolf recipes now evaluate the base model beside the first updates (eval.base_overlap): the first
     # GPU run of it; 12p should gain ~170 s of training (s26: 10.9 training minutes in the hold)
     MIN_LOOP=${MIN_LOOP:-15} cards "beside_test twelve_villagers_seed1" village_agent_loop twelve_villagers_outcome \
-      twelve_villagers_groups4
+      twelve_villagers_t07
     say "hold plan done"
     exit 0 ;;
   s27x2)  # s27's first two cards on a lent 2-GPU machine
