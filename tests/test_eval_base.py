@@ -178,19 +178,29 @@ def _gap(model: Any, trajs: list[trajectory_pb2.Trajectory]) -> float:
 
 
 @pytest.mark.slow
-def test_service_base_reference_is_served_from_the_configured_model(redis_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("overlap", [False, True], ids=["before", "beside"])
+def test_service_base_reference_is_served_from_the_configured_model(
+    redis_url: str, tmp_path: Path, overlap: bool
+) -> None:
+    """``beside``: ``eval.base_overlap`` in a run of no updates (the agent-loop script's evaluations): the
+    base's task is awaited after the update-0 evaluation, with nothing to overlap but that."""
     from transformers import AutoModelForCausalLM
 
     tiny = tiny_model(tmp_path / "models")
     stream = f"test:eval-base-service:{os.getpid()}:{time.monotonic_ns()}"
     run, settings_dir = tmp_path / "run", tmp_path / "job"
-    out = _train(_config(tiny, stream, "service"), tmp_path, run, settings_dir, redis_url)
+    cfg = _config(tiny, stream, "service")
+    cfg["eval"] = {**cfg["eval"], "base_overlap": overlap}
+    out = _train(cfg, tmp_path, run, settings_dir, redis_url)
     assert "reference: base win_rate " in out, out
     served = {
         p["policy_id"]: p["model"] for p in yaml.safe_load((run / "stack" / "policies.yaml").read_text())
     }
     assert served == {"responder": str(tiny), "base-responder": str(tiny)}
     assert "reference/base/win_rate" in _step0(run)
+    assert not (
+        run / "checkpoints" / "LATEST"
+    ).exists()  # a run of no updates keeps no checkpoint, either way
 
     base, initial = _episodes(ev.base_episodes_dir(run)), _episodes(ev.episodes_dir(run, 0))
     assert {p for _, p, _, _ in _turns(base)} == {"base-responder"}

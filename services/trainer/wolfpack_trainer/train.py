@@ -553,7 +553,8 @@ class Trainer:
             if base_task is not None and not self.stop_requested:  # no update left to run beside it
                 await self._record_base(base_task, evals)
                 base_task = None
-                await _off_loop(self.checkpoint)
+                if self.state.step > 0:  # as after a first evaluation: a run of no updates keeps none
+                    await _off_loop(self.checkpoint)
             if self.stop_requested:
                 if self._checkpointed != self.state.step or self._pending_ack:
                     await self._commit(consumer)  # e.g. stopped during a fresh run's first evaluation
