@@ -59,7 +59,8 @@
 #     policies.0.model=<ckpt>/global_step_N/actor/huggingface`, run dir $WORK/eval-final.
 #  6. `python -m wolfpack_trainer.learning -c $CONFIG --start $WORK/eval-start --final $WORK/eval-final`:
 #     the reference lines and `learning: win_rate <start> -> <final> on <n> held-out episodes (95% CI ..)`.
-#  7. $OUT (when set): the logs of every step, both evaluation runs' metrics.jsonl/csv/curves.png, main_ppo's
+#  7. $OUT (when set): the logs of every step, both evaluation runs' metrics.jsonl/csv/curves.png and kept
+#     episodes (<run>-eval.tar.gz), main_ppo's
 #     curves (bench/trainer/main_ppo_curves.py: per-step CSV and PNG against the sum of timing_s/step, which
 #     holds verl's time split: timing_s/gen, /update_actor, /update_critic, /values, /old_log_prob, ...),
 #     the dataset summary and learning.txt.
@@ -149,8 +150,11 @@ finish() {  # on every exit, a failed one too: stop what this script started, th
         cp "$WORK/$run/$f" "$OUT/$run-$f" 2> /dev/null || true
       done
       cp "$WORK/$run/stack/up.log" "$OUT/$run-up.log" 2> /dev/null || true
+      # the few episodes each evaluation keeps (binary Trajectory files, as gpu_train.sh returns them): s26's
+      # final evaluation took 3x the start's time an episode and its reward fell, and nothing came back to read
+      tar -czf "$OUT/$run-eval.tar.gz" -C "$WORK/$run" eval 2> /dev/null || true
     done
-    say "exit $rc; logs, metrics and curves in $OUT"
+    say "exit $rc; logs, metrics, curves and evaluation episodes in $OUT"
   fi
 }
 trap finish EXIT
