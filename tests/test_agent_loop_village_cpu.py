@@ -48,7 +48,9 @@ while True:
 """
 
 
-def test_watchdog_stops_after_the_first_checkpoint_past_the_budget(tmp_path: Path) -> None:
+def _fake_trainer(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path, Path, Path]:
+    """The stand-in trainer started in a session of its own: (process, its log, the file its SIGTERM handler
+    writes, its checkpoint directory)."""
     script = tmp_path / "fake.py"
     script.write_text(FAKE_TRAINER)
     log, out, ckpt = tmp_path / "main_ppo.log", tmp_path / "stopped", tmp_path / "ckpt"
@@ -56,6 +58,11 @@ def test_watchdog_stops_after_the_first_checkpoint_past_the_budget(tmp_path: Pat
         trainer = subprocess.Popen(
             [sys.executable, str(script), str(ckpt), str(out)], stdout=f, stderr=f, start_new_session=True
         )
+    return trainer, log, out, ckpt
+
+
+def test_watchdog_stops_after_the_first_checkpoint_past_the_budget(tmp_path: Path) -> None:
+    trainer, log, out, ckpt = _fake_trainer(tmp_path)
     t0 = time.monotonic()
     try:
         done = subprocess.run(
@@ -91,13 +98,7 @@ def test_watchdog_stops_after_the_first_checkpoint_past_the_budget(tmp_path: Pat
 def test_watchdog_finishes_at_the_next_checkpoint_on_sigusr1(tmp_path: Path) -> None:
     """SIGUSR1 (a hold's timer, ``gpu_hold_x4.sh``'s FINISH_AFTER_S) spends the budget at once: the trainer
     is stopped after its next checkpoint, long before its 600 s."""
-    script = tmp_path / "fake.py"
-    script.write_text(FAKE_TRAINER)
-    log, out, ckpt = tmp_path / "main_ppo.log", tmp_path / "stopped", tmp_path / "ckpt"
-    with log.open("w") as f:
-        trainer = subprocess.Popen(
-            [sys.executable, str(script), str(ckpt), str(out)], stdout=f, stderr=f, start_new_session=True
-        )
+    trainer, log, out, ckpt = _fake_trainer(tmp_path)
     watchdog: subprocess.Popen[str] | None = None
     try:
         watchdog = subprocess.Popen(
