@@ -345,7 +345,8 @@ case "${PLAN:-s27}" in
     exit 0 ;;
   s27)  # what the s26 hold left open (bench/results/2026-11-28-h200x4-hold-s26.md), on a lent 4-GPU machine
     # card 0: the GPU test beside 12p villagers' second training seed (s26's test beside the bargaining run found
-    #   34 GiB free where its vLLM asks 42: a 12p run at a vLLM share of 0.15 held ~46 GB in s24x2)
+    #   34 GiB free where its vLLM asks 42; s26's 12p run held 45-61 GB of its card at a vLLM share of 0.25, and
+    #   s24x2 ran the 12p clone recipe beside the test this way)
     # card 1: the village through stock main_ppo + the agent loop for up to 15 training minutes (s26: 9.3
     #   minutes, 32 steps, 0.09 -> 0.09; its first run past the first update); the hold's timer now finishes it
     #   too (its watchdog takes SIGUSR1), so its budget need not be guessed short
