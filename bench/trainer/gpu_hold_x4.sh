@@ -22,8 +22,8 @@
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
 # PLAN=s27 (the default; not yet run): see its case below (the GPU test beside 12p villagers' second training
-#   seed, the agent-loop village for up to 15 training minutes, 12p villagers without the role rewards and at temperature
-#   0.7); s27x2 its first two cards on a lent 2-GPU machine, s27x1 its first card on one H200.
+#   seed, the agent-loop village for up to 15 training minutes, 12p villagers without the role rewards and at
+#   temperature 0.7); s27x2 its first two cards on a lent 2-GPU machine, s27x1 its first card on one H200.
 # PLAN=s26 (run in s26, bench/results/2026-11-28-h200x4-hold-s26.md): see its case below (12p villagers with ~4x the optimiser steps an
 #   update, the agent-loop village mended, AIW's and bargaining's third seeds, the GPU test beside the latter);
 #   s26x2 its first two (the GPU test beside 12p) on a lent 2-GPU machine, s26x1 12p beside the GPU test on one
@@ -107,8 +107,9 @@ twelve_villagers_outcome() {  # 12p villagers without the per-turn role rewards 
   RUN_SUFFIX=-outcome twelve_villagers rollout.reward_spec=werewolf_shaped@1
 }
 twelve_villagers_t07() {  # 12p villagers sampled (and evaluated) at temperature 0.7 instead of 1.0: a 12-seat
-  # village tolerates little noise (bench/trainer/village_fidelity.py), and at 1.0 the clone (0.40 of held-out moves as the bot's, greedily) samples further from
-  # the bot on every turn: a start nearer the greedy clone gives GRPO's groups more wins to learn from
+  # village tolerates little noise (bench/trainer/village_fidelity.py), and at 1.0 the clone (0.40 of held-out
+  # moves as the bot's, greedily) samples further from the bot on every turn: a start nearer the greedy clone
+  # gives GRPO's groups more wins to learn from
   RUN_SUFFIX=-t07 twelve_villagers rollout.temperature=0.7 eval.temperature=0.7
 }
 village_agent_loop() {  # the 6p village through stock main_ppo + the agent loop, MIN_LOOP training minutes

@@ -574,8 +574,6 @@ class Trainer:
         """``eval.base_overlap``: wait for the base models' evaluation and record it with the first
         evaluation, as a run without the overlap records it (``state.json`` at the next checkpoint, the
         ``reference/base/...`` metrics at the first evaluation's step)."""
-        from wolfpack_trainer import evaluate as ev
-
         try:
             base = await task
         except Exception as exc:  # the trained policies' run stands without it: its summary has no base line
@@ -587,7 +585,7 @@ class Trainer:
         base.step = first.step
         first.base = base
         self.state.evals = [_eval_to_json(first) if e["step"] == first.step else e for e in self.state.evals]
-        self.metrics.log(first.step, ev.base_metrics(base.reward, base.win_rate, base.failed, base.policies))
+        self._log_base(first.step, base)
 
     def _train_minutes_so_far(self) -> float:
         """The training clock of the updates already done (a resumed run's curve against time goes on
@@ -694,10 +692,14 @@ class Trainer:
         )
         base = getattr(res, "base", None)
         if base is not None:
-            self.metrics.log(
-                res.step, ev.base_metrics(base.reward, base.win_rate, base.failed, base.policies)
-            )
+            self._log_base(res.step, base)
         return res
+
+    def _log_base(self, step: int, base: EvalResult) -> None:
+        """The base models' evaluation as ``reference/base/...`` metrics at the first evaluation's step."""
+        from wolfpack_trainer import evaluate as ev
+
+        self.metrics.log(step, ev.base_metrics(base.reward, base.win_rate, base.failed, base.policies))
 
     async def _gather(
         self,
@@ -1379,11 +1381,12 @@ async def _run_serving(
             if getattr(opened, "chat_codec", False) is None:  # ... and builds conversation prompts
                 opened.chat_codec = TokenizerCodec(trainer.tokenizer)
             trainer.driver = opened
-            if not trainer.cfg.base_beside_training:
-                return await _run_serving(trainer, updates, address)
-            async with driver() as beside:  # eval.base_overlap: the base models' evaluation plays through it
-                beside.encode_prompt, beside.chat_codec = opened.encode_prompt, opened.chat_codec
-                trainer.base_driver = beside
+            # eval.base_overlap: a second driver, the base models' evaluation plays through it
+            second = driver() if trainer.cfg.base_beside_training else contextlib.nullcontext()
+            async with second as beside:
+                if beside is not None:
+                    beside.encode_prompt, beside.chat_codec = opened.encode_prompt, opened.chat_codec
+                    trainer.base_driver = beside
                 return await _run_serving(trainer, updates, address)
     if address is None:
         return await trainer.run(updates)
