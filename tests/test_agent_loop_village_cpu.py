@@ -163,6 +163,10 @@ def test_dry_run_plans_the_recipe_and_checks_verls_config(tmp_path: Path) -> Non
     assert "critic: mini-batch 8 samples a GPU in micro-batches of 8" in out
     assert "actor_rollout_ref.model.use_fused_kernels=True" in out
     assert "adv_estimator gae: critic True, reference policy False" in out
+    # GAE's lambda is 1.0 for one sequence a seat with its reward on the last token, not the recipe's 0.95
+    # (tuned for turn samples), and verl's composed config holds it
+    assert "GAE gamma 1.0 lambda 1.0 (the recipe's lambda: 0.95)" in out
+    assert "algorithm gamma 1.0, lam 1.0" in out
     assert "actor checkpoint save_contents ['hf_model']" in out
     assert "training rows verl keeps: 64" in out and "main_ppo config check: ok" in out
     assert "policies.0.model=" in out and "--start" in out

@@ -43,7 +43,8 @@
 #     from the config (lr, critic lr, PPO epochs, micro-batch and fused kernels of its policy: 3e-5, 5e-5, 2,
 #     32 and on since s22, when the recipe's own run went 0.13 -> 0.32; the s19 run of this script used
 #     1e-5 and micro-batch 8, the recipe's settings then; clip 0.2, value clip 0.2, entropy 0.001,
-#     token-mean, lam 0.95, gamma 1, temperature 1; no KL, as the recipe; verl's default gradient
+#     token-mean, gamma 1, temperature 1; no KL, as the recipe; GAE lambda 1.0 where the recipe has 0.95
+#     (since s27, LAM below: one sequence a seat, its reward on the last token); verl's default gradient
 #     checkpointing for actor and critic), vLLM async
 #     rollout at gpu_memory_utilization 0.35. WALL-CLOCK BOUND: verl counts steps, not minutes, so the step
 #     budget is left large and a watchdog (bench/trainer/stop_after_checkpoint.sh) ends the run: the clock
@@ -71,7 +72,7 @@
 # the evaluations' and the clone's rollout.prompt, see PROMPTS below), WORK
 # ($WOLFPACK_RUN_DIR/agent-loop-village), OUT, EVAL (extra key=value overrides for both evaluations, e.g.
 # "eval.episodes=64"; the learning line is read with the same), BATCH (games per step, 32), MINI (PPO
-# mini-batch in games, 8), MICRO (micro-batch per GPU), EPOCHS, LR, CRITIC_LR, FUSED (True|False) (these
+# mini-batch in games, 8), LAM (GAE's lambda, 1.0; "recipe" for the config's, see below), MICRO (micro-batch per GPU), EPOCHS, LR, CRITIC_LR, FUSED (True|False) (these
 # four and FUSED default to the config's policy: micro_batch_size, ppo_epochs, lr, extra.critic_lr, extra.fused_kernels),
 # RESPONSE_LEN (a seat's whole conversation after the first prompt, tokens, 2048: past it the seat is on
 # autopilot; measured on CPU with SmolLM2's tokenizer, the heuristic village's answers in 40 games (160
@@ -206,7 +207,7 @@ start_model = str(clone_dir(base, w, cache)) if start == "clone" and w else base
 out = {
     "ROLES": ",".join(p.roles), "GAME": cfg.game.id, "VARIANT": cfg.game.variant, "BOT": cfg.game.bot,
     "REWARD_SPEC": cfg.rollout.reward_spec, "MAX_TURN_TOKENS": cfg.rollout.max_tokens,
-    "TEMPERATURE": cfg.rollout.temperature, "GAMMA": algo.gamma, "LAM": algo.lam, "CLIP": loss.clip_ratio,
+    "TEMPERATURE": cfg.rollout.temperature, "GAMMA": algo.gamma, "CFG_LAM": algo.lam, "CLIP": loss.clip_ratio,
     "ENTROPY": loss.entropy_coeff, "LOSS_AGG": loss.loss_agg_mode, "CLIP_VALUE": loss.cliprange_value,
     "EVAL_EPISODES": cfg.eval.episodes,
     "EVAL_SEED0": cfg.eval.seed_offset, "START_MODEL": start_model, "BASE_MODEL": base,
@@ -224,6 +225,16 @@ LR=${LR:-$CFG_LR}
 CRITIC_LR=${CRITIC_LR:-$CFG_CRITIC_LR}
 EPOCHS=${EPOCHS:-$CFG_EPOCHS}
 MICRO=${MICRO:-$CFG_MICRO}
+# GAE's lambda: 1.0 here, not the recipe's (0.95). Why: the recipe's lambda discounts within one turn's answer
+# (its turn samples carry the seat's return-to-go on every answer's last token, so the outcome reaches every
+# decision whole), while the agent loop trains one sequence a seat whose only reward, the seat's whole return,
+# sits on the last of its ~600-900 answer tokens (verl's GAE skips the observation tokens between answers): at
+# 0.95 the outcome's weight at a token k answer tokens before the end is 0.95^k (0.006 at k=100), so every
+# decision but the last few learnt only from the critic's differences, a critic trained on targets made of its
+# own values. s19 and s26 (0.19 -> 0.11, 0.09 -> 0.09) ran at 0.95; verl's own default is 1.0.
+# LAM=<x> sets it, LAM=recipe takes the recipe's.
+LAM=${LAM:-1.0}
+[ "$LAM" = recipe ] && LAM=$CFG_LAM
 if [ $((MINI % MICRO)) -ne 0 ]; then  # verl's engine splits each mini-batch (MINI seats) into micro-batches and
   # asserts at the first update that they divide it (s25's run died there, micro 32 > mini 8): the largest
   # divisor of MINI not above the recipe's micro-batch
@@ -238,7 +249,7 @@ FUSED_OVR=()  # verl's fused-kernel forward for the actor (log-probs without ful
 say "plan: $CONFIG, start $START: $START_MODEL (base $BASE_MODEL; warm start: $WARM); $MINUTES training minutes"
 say "prompts of both evaluations and the clone: rollout.prompt=${PROMPT:-conversation} (the agent loop trains on conversations)"
 say "village roles $ROLES vs $BOT wolves on $GAME/$VARIANT, reward $REWARD_SPEC, eval $EVAL_EPISODES held-out seeds from $EVAL_SEED0"
-say "learner: lr $LR, critic lr $CRITIC_LR, $EPOCHS PPO epochs, micro-batch $MICRO, fused kernels $FUSED"
+say "learner: lr $LR, critic lr $CRITIC_LR, $EPOCHS PPO epochs, micro-batch $MICRO, fused kernels $FUSED, GAE gamma $GAMMA lambda $LAM (the recipe's lambda: $CFG_LAM)"
 evaluate() {  # evaluate RUN_NAME OVERRIDES...: an evaluation-only `wolfpack train` run
   local name=$1; shift
   "$PY" -m wolfpack.cli.main train -c "$CONFIG" --run-dir "$WORK/$name" --fresh train.updates=0 "$@" \

@@ -21,8 +21,8 @@
 #   12p on a lent 2-GPU machine (unrun). PLAN=s23 (not yet run): see its case below; s23x2 its
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
-# PLAN=s27 (the default; not yet run): see its case below (the GPU test beside 12p villagers' second training
-#   seed, the agent-loop village for up to 15 training minutes, 12p villagers without the role rewards and at
+# PLAN=s27 (the default; not yet run): see its case below (the GPU test beside 12p villagers in groups of 4,
+#   the agent-loop village for up to 15 training minutes, 12p villagers without the role rewards and at
 #   temperature 0.7); s27x2 its first two cards on a lent 2-GPU machine, s27x1 its first card on one H200.
 # PLAN=s26 (run in s26, bench/results/2026-11-28-h200x4-hold-s26.md): see its case below (12p villagers with ~4x the optimiser steps an
 #   update, the agent-loop village mended, AIW's and bargaining's third seeds, the GPU test beside the latter);
@@ -101,6 +101,11 @@ twelve_villagers() {  # [key=value ...]: 12p with the policy on the villagers am
 twelve_villagers_seed1() {  # [key=value ...]: the 12p villagers recipe's second training seed (seed 0: s25
   # 0.20 -> 0.15, s26 0.17 -> 0.11: both down, both inside the noise)
   RUN_SUFFIX=-seed1 twelve_villagers seed=1 "$@"
+}
+twelve_villagers_g4() {  # [key=value ...]: 12p villagers in GRPO groups of 4 games instead of 8: 8 deals an
+  # update of 32 games instead of 4 (s26: the training win rate swung 0.00-0.31 from update to update with the
+  # 4 deals drawn), the same games and optimiser steps an update
+  RUN_SUFFIX=-g4 twelve_villagers rollout.group_size=4 "$@"
 }
 twelve_villagers_outcome() {  # 12p villagers without the per-turn role rewards (werewolf_shaped@1: the win,
   # the invalid-turn penalty): does the vote reward pull the policy away from winning?
@@ -345,26 +350,30 @@ case "${PLAN:-s27}" in
     say "hold plan done"
     exit 0 ;;
   s27)  # what the s26 hold left open (bench/results/2026-11-28-h200x4-hold-s26.md), on a lent 4-GPU machine
-    # card 0: the GPU test beside 12p villagers' second training seed (s26's test beside the bargaining run found
-    #   34 GiB free where its vLLM asks 42; s26's 12p run held 45-61 GB of its card at a vLLM share of 0.25, and
-    #   s24x2 ran the 12p clone recipe beside the test this way)
+    # card 0: the GPU test beside 12p villagers in groups of 4 (s26's test beside the bargaining run found 34 GiB
+    #   free where its vLLM asks 42; s26's 12p run held 45-61 GB of its card at a vLLM share of 0.25, and s24x2
+    #   ran the 12p clone recipe beside the test this way). Groups of 4 rather than a second seed of the recipe
+    #   as it is (s26's plan): two runs of it went down inside the noise, and a third says less than a change
+    #   that gives each update twice the deals
     # card 1: the village through stock main_ppo + the agent loop for up to 15 training minutes (s26: 9.3
     #   minutes, 32 steps, 0.09 -> 0.09; its first run past the first update); the hold's timer now finishes it
-    #   too (its watchdog takes SIGUSR1), so its budget need not be guessed short
+    #   too (its watchdog takes SIGUSR1), so its budget need not be guessed short; and GAE's lambda 1.0 instead
+    #   of the recipe's 0.95 (agent_loop_village.sh's LAM: at 0.95 the seat's reward, on the last of ~700 answer
+    #   tokens, hardly reached its earlier decisions)
     # card 2: 12p villagers without the role rewards; card 3: 12p villagers at temperature 0.7 (why: their
     #   functions)
     # The Werewolf recipes now evaluate the base model beside the first updates (eval.base_overlap): the first
     # GPU run of it; 12p should gain ~170 s of training (s26: 10.9 training minutes in the hold)
-    MIN_LOOP=${MIN_LOOP:-15} cards "beside_test twelve_villagers_seed1" village_agent_loop twelve_villagers_outcome \
+    MIN_LOOP=${MIN_LOOP:-15} cards "beside_test twelve_villagers_g4" village_agent_loop twelve_villagers_outcome \
       twelve_villagers_t07
     say "hold plan done"
     exit 0 ;;
   s27x2)  # s27's first two cards on a lent 2-GPU machine
-    MIN_LOOP=${MIN_LOOP:-15} cards "beside_test twelve_villagers_seed1" village_agent_loop
+    MIN_LOOP=${MIN_LOOP:-15} cards "beside_test twelve_villagers_g4" village_agent_loop
     say "hold plan done"
     exit 0 ;;
   s27x1)  # s27's first card on one lent H200
-    beside_test twelve_villagers_seed1
+    beside_test twelve_villagers_g4
     say "hold plan done"
     exit 0 ;;
   s26)  # what the s25 hold left open (bench/results/2026-11-28-h200x4-hold-s25.md), on a lent 4-GPU machine

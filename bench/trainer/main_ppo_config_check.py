@@ -50,6 +50,7 @@ def main(overrides: list[str]) -> None:
     critic, ref = need_critic(cfg), need_reference_policy(cfg)
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     print(f"adv_estimator {cfg.algorithm.adv_estimator}: critic {critic}, reference policy {ref}")
+    print(f"algorithm gamma {cfg.algorithm.gamma}, lam {cfg.algorithm.lam}")
     print(f"actor checkpoint save_contents {list(actor.checkpoint.save_contents)}")
     if critic:
         crit = omega_conf_to_dataclass(cfg.critic)
