@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from wolfpack_games import make_game
 from wolfpack_games.conformance import play
@@ -41,3 +42,19 @@ def test_a_role_row_makes_only_that_role_noisy() -> None:
     seer = village_win_rate("6p", 1.0, ["seer"], GAMES, "en", {})
     witch = village_win_rate("6p", 1.0, ["witch"], GAMES, "en", {})
     assert seer < witch < village_win_rate("6p", 0.0, ["witch"], GAMES, "en", {})
+
+
+def test_a_kind_row_makes_only_that_kind_of_decision_noisy() -> None:
+    from village_fidelity import decision_kind, decision_kinds
+
+    kinds = decision_kinds("12p", "villager", 5, "zh", {"wolf_king": True})
+    assert {"vote", "speak", "elect"} <= set(kinds) and "pass" not in kinds[:1]
+    # a vote that may abstain is a vote; a decision offering only pass is a pass
+    assert decision_kind([SimpleNamespace(kind="pass"), SimpleNamespace(kind="vote")]) == "vote"
+    assert decision_kind([SimpleNamespace(kind="pass")]) == "pass"
+    # the 12p villagers' votes carry the village, their speeches do not (the table's --by-kind rows)
+    opts = {"wolf_king": True}
+    plain = village_win_rate("12p", 0.0, ["villager"], GAMES, "zh", opts)
+    votes = village_win_rate("12p", 1.0, ["villager"], GAMES, "zh", opts, frozenset({"vote"}))
+    speeches = village_win_rate("12p", 1.0, ["villager"], GAMES, "zh", opts, frozenset({"speak"}))
+    assert votes < 0.1 < plain and abs(speeches - plain) <= 0.15  # 60 games: the table (400) 0.51 vs 0.49

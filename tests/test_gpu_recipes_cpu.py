@@ -157,6 +157,8 @@ def test_gpu_recipe_trains_one_update_and_evaluates_on_cpu(
     assert trained[-1]["batch/trajectories"] == cfg.rollout.episodes_per_update
     # every real token the learner read: at least one prompt token and one response token per sample
     assert trained[-1]["batch/sequence_tokens"] >= 2 * trained[-1]["batch/samples"]
+    if cfg.batch.get("skip_actions"):  # those turns were played and gave no sample (12p villagers' speeches)
+        assert trained[-1]["batch/skipped_actions"] > 0
     assert [e.step for e in evals] == [0, 1]
     assert all(e.win_rate.n == cfg.eval.episodes and e.failed == 0 for e in evals)
     if cfg.warmstart is not None:  # the learners start from the clone, not the base

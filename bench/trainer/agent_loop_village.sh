@@ -231,7 +231,9 @@ MICRO=${MICRO:-$CFG_MICRO}
 # sits on the last of its ~600-900 answer tokens (verl's GAE skips the observation tokens between answers): at
 # 0.95 the outcome's weight at a token k answer tokens before the end is 0.95^k (0.006 at k=100), so every
 # decision but the last few learnt only from the critic's differences, a critic trained on targets made of its
-# own values. s19 and s26 (0.19 -> 0.11, 0.09 -> 0.09) ran at 0.95; verl's own default is 1.0.
+# own values. s19 and s26 (0.19 -> 0.11, 0.09 -> 0.09) ran at 0.95; verl's own default is 1.0. s27 ran 1.0 (36
+# steps, 10.9 minutes, bench/results/2026-11-28-h200x4-hold-s27.md): 0.16 -> 0.03, no better, so the credit's
+# reach was not what held it back (the conversation's speeches, most of its answer tokens, were the next reading).
 # LAM=<x> sets it, LAM=recipe takes the recipe's.
 LAM=${LAM:-1.0}
 [ "$LAM" = recipe ] && LAM=$CFG_LAM

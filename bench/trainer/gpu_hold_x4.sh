@@ -21,9 +21,12 @@
 #   12p on a lent 2-GPU machine (unrun). PLAN=s23 (not yet run): see its case below; s23x2 its
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
-# PLAN=s27 (the default; not yet run): see its case below (the GPU test beside 12p villagers in groups of 4,
-#   the agent-loop village for up to 15 training minutes, 12p villagers without the role rewards and at
-#   temperature 0.7); s27x2 its first two cards on a lent 2-GPU machine, s27x1 its first card on one H200.
+# PLAN=s28 (the default; not yet run): see its case below (12p villagers whose speeches give no sample, three
+#   training seeds, the GPU test beside the third, and the same hold's control with speeches trained); s28x2
+#   two of its cards on a lent 2-GPU machine, s28x1 one on one H200.
+# PLAN=s27 (run in s27, bench/results/2026-11-28-h200x4-hold-s27.md): see its case below (the GPU test beside 12p
+#   villagers in groups of 4, the agent-loop village at GAE lambda 1.0, 12p villagers without the role rewards
+#   and at temperature 0.7); s27x2 its first two cards on a lent 2-GPU machine, s27x1 its first card on one H200.
 # PLAN=s26 (run in s26, bench/results/2026-11-28-h200x4-hold-s26.md): see its case below (12p villagers with ~4x the optimiser steps an
 #   update, the agent-loop village mended, AIW's and bargaining's third seeds, the GPU test beside the latter);
 #   s26x2 its first two (the GPU test beside 12p) on a lent 2-GPU machine, s26x1 12p beside the GPU test on one
@@ -49,8 +52,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 export SMOL=${SMOL:-/tmp/smol} OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT/village"
 say() { echo "== $(date +%T) $*"; }
-PLANS="s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1, s24x2, s25, s25x2, s25x1, s26, s26x2, s26x1, s26x1b, s27, s27x2 or s27x1"
-case "${PLAN:-s27}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1 | s24x2 | s25 | s25x2 | s25x1 | s26 | s26x2 | s26x1 | s26x1b | s27 | s27x2 | s27x1) ;; *) echo "PLAN: $PLANS" >&2; exit 2 ;; esac  # before starting anything
+PLANS="s19, next, s22, s22x2, s23, s23x2, s23x1, s24, s24x1, s24x2, s25, s25x2, s25x1, s26, s26x2, s26x1, s26x1b, s27, s27x2, s27x1, s28, s28x2 or s28x1"
+case "${PLAN:-s28}" in s19 | next | s22 | s22x2 | s23 | s23x2 | s23x1 | s24 | s24x1 | s24x2 | s25 | s25x2 | s25x1 | s26 | s26x2 | s26x1 | s26x1b | s27 | s27x2 | s27x1 | s28 | s28x2 | s28x1) ;; *) echo "PLAN: $PLANS" >&2; exit 2 ;; esac  # before starting anything
 bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, before anything reads them
 # FINISH_AFTER_S after this start (default 1,260 s: the hold's minute ~24 after ~3 minutes of staging), every
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
@@ -102,6 +105,13 @@ twelve_villagers_seed1() {  # [key=value ...]: the 12p villagers recipe's second
   # 0.20 -> 0.15, s26 0.17 -> 0.11: both down, both inside the noise)
   RUN_SUFFIX=-seed1 twelve_villagers seed=1 "$@"
 }
+twelve_villagers_seed2() {  # [key=value ...]: the 12p villagers recipe's third training seed
+  RUN_SUFFIX=-seed2 twelve_villagers seed=2 "$@"
+}
+twelve_villagers_speech() {  # 12p villagers with the speeches trained as before s28 (batch.skip_actions=[]):
+  # the same hold's control for the recipe's skip_actions (five runs of it in s25-s27, all down)
+  RUN_SUFFIX=-speech twelve_villagers "batch.skip_actions=[]"
+}
 twelve_villagers_g4() {  # [key=value ...]: 12p villagers in GRPO groups of 4 games instead of 8: 8 deals an
   # update of 32 games instead of 4 (s26: the training win rate swung 0.00-0.31 from update to update with the
   # 4 deals drawn), the same games and optimiser steps an update
@@ -150,7 +160,7 @@ cards() {  # COMMAND ...: the first on card 0, the next on card 1, ..., each sta
 # AIW with more optimiser steps an update (PLAN=s22 and s22x2; why: s22's card 1 below)
 AIW_FAST="policies.0.mini_batch_size=256 policies.1.mini_batch_size=256 policies.0.lr=3.0e-4
   policies.1.lr=3.0e-4"
-case "${PLAN:-s27}" in
+case "${PLAN:-s28}" in
   s19)  # the session-19 hold's cards (bench/results/2026-11-27-h200x4-hold-s19.md; the AIW recipe has changed since)
     CARDS="0 1" PARALLEL=20 \
       bash "$here/gpu_queue.sh" "configs/gpu-werewolf-12p-zh-grpo-smollm2.yaml:${MIN_12P:-15}" \
@@ -347,6 +357,22 @@ case "${PLAN:-s27}" in
     # card 3: the GPU test, then the village's third training seed at micro-batches of 64 (s24's card 3: the
     #   learner was 26 of s23's 30 s update at micro 32), for what is left of the hold
     cards twelve_villagers village_agent_loop ippo_vs_bot "gpu_test; village_seed2_micro64 ${MIN_VILLAGE:-12}"
+    say "hold plan done"
+    exit 0 ;;
+  s28)  # 12p villagers whose speeches give no sample (the recipe's batch.skip_actions since s27: five runs of
+    # it with speeches trained went down, bench/results/2026-11-28-h200x4-hold-s27.md), on a lent 4-GPU machine
+    # cards 0-2: the recipe on training seeds 0, 1, 2 (the GPU test beside seed 2 at a vLLM share of 0.15, as
+    #   s27's card 0: 3 passed there; the trainer's batch builder changed since)
+    # card 3: the same hold's control, the speeches trained as before (batch.skip_actions=[])
+    cards twelve_villagers twelve_villagers_seed1 "beside_test twelve_villagers_seed2" twelve_villagers_speech
+    say "hold plan done"
+    exit 0 ;;
+  s28x2)  # s28 on a lent 2-GPU machine: seed 0 and, beside the GPU test, seed 1
+    cards twelve_villagers "beside_test twelve_villagers_seed1"
+    say "hold plan done"
+    exit 0 ;;
+  s28x1)  # s28 on one lent H200: seed 0 beside the GPU test
+    beside_test twelve_villagers
     say "hold plan done"
     exit 0 ;;
   s27)  # what the s26 hold left open (bench/results/2026-11-28-h200x4-hold-s26.md), on a lent 4-GPU machine

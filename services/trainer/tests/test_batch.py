@@ -323,3 +323,38 @@ def test_long_responses_with_matching_logprobs_are_accepted(trajectory_factory: 
     del traj.turns[0].response_logprobs[-1]
     with pytest.raises(ValueError, match="299 logprobs for 300 tokens"):
         build_samples([traj], BatchConfig(max_response_len=300))
+
+
+def test_skipped_action_kinds_give_no_sample_but_keep_their_rewards(
+    trajectory_factory: Callable[..., Any],
+) -> None:
+    # seat 0: speak (reward 0.5), vote (0.2), speak (0.0) then an outcome of 1.0 in all; an invalid speech
+    # attempt (seat 1) is trained whatever it tried
+    traj = trajectory_factory(
+        "t",
+        [
+            (0, [1], [2, 3], 0.5, "a"),
+            (0, [1], [4], 0.2, "b"),
+            (0, [1], [5, 6], 0.0, "c"),
+            (1, [1], [7], -0.1, "d"),
+        ],
+        finals={0: 1.0, 1: -0.1},
+    )
+    for turn, kind in zip(traj.turns, ["speak", "vote", "speak", "speak"], strict=True):
+        turn.action.kind = kind
+    traj.turns[3].valid = False
+    stats = BuildStats()
+    samples = build_samples([traj], BatchConfig(layout="turn", skip_actions=("speak",)), stats)
+    assert [(s.seat, s.turn_index) for s in samples] == [(0, 1), (1, 3)]
+    assert stats.skipped_actions == 2 and stats.turns == 4
+    vote = samples[0]
+    # return-to-go from the vote: its 0.2 + the last speech's 0.0 + the terminal-only 0.3 (1.0 - 0.7)
+    assert vote.rewards == [pytest.approx(0.5)]
+    assert vote.seat_return == pytest.approx(1.0)  # the speeches' rewards count in the seat's score
+    every = build_samples([traj], BatchConfig(layout="turn"))
+    assert len(every) == 4 and every[1].rewards == vote.rewards  # leaving turns out changes no return
+
+
+def test_skipped_action_kinds_need_the_turn_layout() -> None:
+    with pytest.raises(ValueError, match=r"skip_actions .* needs batch.layout: turn"):
+        BatchConfig(layout="episode", skip_actions=("speak",))

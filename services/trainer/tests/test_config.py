@@ -92,6 +92,10 @@ def _write(tmp_path: Path, base: str = "demo-ultimatum", **patch: object) -> Pat
             "invalid_penalty: 0.5 differs from reward spec scenario_shaped@1",
         ),
         ({"curriculum": {"aiw": {"top_k": 3}, "replay": 0.5}}, "replay"),
+        (
+            {"batch": {"layout": "episode", "skip_actions": ["speak"]}},
+            "skip_actions .* needs batch.layout: turn",
+        ),
     ],
 )
 def test_mistakes_fail_with_a_readable_message(

@@ -387,7 +387,7 @@ class TrainConfig(_Strict):
 
     def batch_config(self, pad_token_id: int = 0) -> BatchConfig:
         kw = dict(self.batch)
-        for key in ("group_by", "policies"):
+        for key in ("group_by", "policies", "skip_actions"):
             if key in kw:
                 kw[key] = tuple(kw[key])
         out: BatchConfig = _build(BatchConfig, {**kw, "pad_token_id": pad_token_id}, "batch")

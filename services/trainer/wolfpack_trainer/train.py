@@ -821,7 +821,8 @@ class Trainer:
         # layout (split_sequences: a seat's turns that did not extend each other, so began a new sample)
         metrics.update(
             {"batch/samples": float(stats.samples), "batch/dropped_too_long": float(stats.dropped_too_long),
-             "batch/turns": float(stats.turns), "batch/split_sequences": float(stats.split_sequences)}
+             "batch/turns": float(stats.turns), "batch/split_sequences": float(stats.split_sequences),
+             "batch/skipped_actions": float(stats.skipped_actions)}
         )  # fmt: skip
         metrics["staleness/dropped_total"] = float(self.state.dropped_stale)
         lags = [
