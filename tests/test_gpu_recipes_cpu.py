@@ -159,6 +159,13 @@ def test_gpu_recipe_trains_one_update_and_evaluates_on_cpu(
     assert trained[-1]["batch/sequence_tokens"] >= 2 * trained[-1]["batch/samples"]
     if cfg.batch.get("skip_actions"):  # those turns were played and gave no sample (12p villagers' speeches)
         assert trained[-1]["batch/skipped_actions"] > 0
+    # what the policy's answers parsed to, in training and in both evaluations
+    pid = cfg.policies[0].id
+    assert any(k.startswith(f"answers/{pid}/") and k.endswith("/share") for k in trained[-1]), sorted(
+        trained[-1]
+    )
+    evaluated = [r for r in rows if "eval/win_rate" in r]
+    assert all(any(k.startswith(f"eval_answers/{pid}/") for k in r) for r in evaluated)
     assert [e.step for e in evals] == [0, 1]
     assert all(e.win_rate.n == cfg.eval.episodes and e.failed == 0 for e in evals)
     if cfg.warmstart is not None:  # the learners start from the clone, not the base

@@ -15,6 +15,7 @@ from wolfpack.v1 import trajectory_pb2
 from wolfpack_trainer.metrics import (
     TRAIN_MINUTES,
     MetricsWriter,
+    answer_metrics,
     episode_time_split,
     eval_time_line,
     time_split_line,
@@ -281,3 +282,36 @@ def test_eval_time_line_gives_medians_of_the_timed_evaluations() -> None:
     )
     assert eval_time_line([{"step": 0, "perf/eval_s": 2.0}]) == "evaluation (median of 1): 2.0 s"
     assert eval_time_line([{"step": 1, "perf/update_s": 1.0}]) == ""
+
+
+def test_answer_metrics_split_each_policys_answers_by_action_and_average_components() -> None:
+    traj = trajectory_pb2.Trajectory()
+
+    def turn(policy: str, kind: str, tokens: int, valid: bool = True, **components: float) -> None:
+        t = traj.turns.add(valid=valid)
+        t.policy.policy_id = policy
+        t.action.kind = kind
+        t.response_token_ids.extend(range(tokens))
+        t.reward_components.update(components)
+
+    turn("v", "speak", 20)
+    turn("v", "speak", 20)
+    turn("v", "vote", 5, role_vote=0.2)
+    turn("v", "vote", 5, role_vote=-0.2, outcome=-1.0)
+    turn(
+        "v", "vote", 3, valid=False, invalid_penalty=-0.1
+    )  # refused by the rules: "invalid", whatever it tried
+    turn("w", "vote", 4)
+    traj.turns.add().action.kind = "vote"  # a scripted seat: no policy, no tokens
+    out = answer_metrics([traj], "eval_answers")
+    assert out == pytest.approx(
+        {
+            "eval_answers/v/speak/share": 0.4, "eval_answers/v/speak/token_share": 40 / 53,
+            "eval_answers/v/vote/share": 0.4, "eval_answers/v/vote/token_share": 10 / 53,
+            "eval_answers/v/invalid/share": 0.2, "eval_answers/v/invalid/token_share": 3 / 53,
+            "eval_answers/v/component/role_vote": 0.0, "eval_answers/v/component/outcome": -1.0,
+            "eval_answers/v/component/invalid_penalty": -0.1,
+            "eval_answers/w/vote/share": 1.0, "eval_answers/w/vote/token_share": 1.0,
+        }
+    )  # fmt: skip
+    assert answer_metrics([]) == {}

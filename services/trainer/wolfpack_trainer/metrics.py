@@ -5,7 +5,8 @@ line. Optional extra trackers (W&B, MLflow, ...) through verl's ``Tracking``: se
 
 Names are namespaced like CleanRL/verl: ``charts/…`` (episode outcomes, also ``charts/<policy>/<role>/…``),
 ``actor/…`` (losses, clip fraction, KL, entropy, grad norm), ``mismatch/…`` (rollout vs learner logprobs),
-``perf/…`` (tokens/s), ``staleness/…``, ``eval/…``.
+``perf/…`` (tokens/s), ``staleness/…``, ``eval/…``, ``answers/<policy>/…`` and ``eval_answers/…`` (what the
+answers parsed to, ``answer_metrics``).
 """
 
 from __future__ import annotations
@@ -92,6 +93,42 @@ def episode_metrics(
     if turns:
         out[f"{prefix}/invalid_rate"] = sum(not t.valid for t in turns) / len(turns)
         out[f"{prefix}/response_tokens_mean"] = statistics.fmean(len(t.response_token_ids) for t in turns)
+    return out
+
+
+def answer_metrics(
+    trajectories: Iterable[trajectory_pb2.Trajectory], prefix: str = "answers"
+) -> dict[str, float]:
+    """What each policy's answers were, by the action each parsed to: ``<prefix>/<policy>/<kind>/share`` (of
+    the policy's answered turns; kind ``invalid`` for answers the rules refused), ``.../token_share`` (of its
+    answer tokens), and the mean of every turn-level reward component over the policy's turns that carry it,
+    ``<prefix>/<policy>/component/<name>``.
+
+    Why: a win rate says that a policy changed, not which of its decisions did. The 12p villagers' GRPO runs
+    went down five times (s25-s27) with nothing in their metrics to say whether their votes got worse (the
+    ``role_vote`` component: +-0.2 by the target's team) or their speeches took more of their tokens; what was
+    found came from the few kept episodes (``bench/results/2026-11-28-h200x4-hold-s27.md``)."""
+    turns: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    tokens: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    components: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for traj in trajectories:
+        for t in traj.turns:
+            policy = t.policy.policy_id
+            if not policy or not t.response_token_ids:
+                continue
+            kind = (t.action.kind or "none") if t.valid else "invalid"
+            turns[policy][kind] += 1
+            tokens[policy][kind] += len(t.response_token_ids)
+            for name, value in t.reward_components.items():
+                components[policy][name].append(float(value))
+    out: dict[str, float] = {}
+    for policy, by_kind in turns.items():
+        n, ntok = sum(by_kind.values()), sum(tokens[policy].values())
+        for kind, count in by_kind.items():
+            out[f"{prefix}/{policy}/{kind}/share"] = count / n
+            out[f"{prefix}/{policy}/{kind}/token_share"] = tokens[policy][kind] / ntok if ntok else 0.0
+        for name, values in components[policy].items():
+            out[f"{prefix}/{policy}/component/{name}"] = statistics.fmean(values)
     return out
 
 

@@ -79,6 +79,7 @@ from wolfpack_trainer.metrics import (
     TRAIN_MINUTES,
     Estimate,
     MetricsWriter,
+    answer_metrics,
     episode_metrics,
     episode_time_split,
     transcript,
@@ -642,11 +643,11 @@ class Trainer:
         batches' split, ``metrics.episode_time_split``): held-out games are sequential in a way training
         batches are not (one game's turns one after another, nothing to overlap), so their time is its own
         question (a 12-player evaluation took 85-98 s with the card ~10 % busy)."""
-        from wolfpack_trainer.metrics import episode_time_split
-
-        split = episode_time_split(list(getattr(res, "trajectories", None) or []))
+        played = list(getattr(res, "trajectories", None) or [])
+        split = episode_time_split(played)
         out = {f"perf/{name}_s": seconds}
         out.update({k.replace("perf/episode", f"perf/{name}_episode"): v for k, v in split.items()})
+        out.update(answer_metrics(played, f"{name}_answers"))  # eval_answers/..., eval_base_answers/...
         self.metrics.log(res.step, out)
 
     def _train_update(self, trajectories: Sequence[trajectory_pb2.Trajectory]) -> dict[str, float]:
@@ -816,7 +817,11 @@ class Trainer:
         stats = BuildStats()
         pad = int(self.tokenizer.pad_token_id or 0) if self.tokenizer is not None else 0
         samples = build_samples(trajectories, self.cfg.batch_config(pad), stats)
-        metrics: dict[str, float] = {**episode_metrics(trajectories), **episode_time_split(trajectories)}
+        metrics: dict[str, float] = {
+            **episode_metrics(trajectories),
+            **episode_time_split(trajectories),
+            **answer_metrics(trajectories),
+        }
         # turns -> samples: one each in the turn layout, one per seat-game for conversations in the episode
         # layout (split_sequences: a seat's turns that did not extend each other, so began a new sample)
         metrics.update(
