@@ -358,3 +358,18 @@ def test_skipped_action_kinds_give_no_sample_but_keep_their_rewards(
 def test_skipped_action_kinds_need_the_turn_layout() -> None:
     with pytest.raises(ValueError, match=r"skip_actions .* needs batch.layout: turn"):
         BatchConfig(layout="episode", skip_actions=("speak",))
+
+
+def test_skip_actions_entries_may_name_one_role(trajectory_factory: Callable[..., Any]) -> None:
+    from wolfpack_trainer.batch import skipped_kinds
+
+    assert skipped_kinds(["speak", "seer:inspect"], "seer") == {"speak", "inspect"}
+    assert skipped_kinds(["villager:speak", "witch:speak"], "seer") == set()
+    traj = trajectory_factory(
+        "t", [(0, [1], [2], 0.0, "a"), (1, [1], [3], 0.0, "b"), (0, [1], [4], 0.0, "c")],
+        roles={0: "villager", 1: "seer"},
+    )  # fmt: skip
+    for turn, kind in zip(traj.turns, ["speak", "speak", "vote"], strict=True):
+        turn.action.kind = kind
+    samples = build_samples([traj], BatchConfig(skip_actions=("villager:speak",)))
+    assert [(s.seat, s.turn_index) for s in samples] == [(0, 2), (1, 1)]  # the seer's speech stays
