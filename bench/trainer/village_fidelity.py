@@ -57,7 +57,7 @@ def village_win_rate(
     kinds: frozenset[str] | None = None,
 ) -> float:
     """Village wins over ``games`` held-out seeds; ``roles`` None = every village seat is noisy; ``kinds``
-    None = every decision of a noisy seat, else only those offering one of these action kinds."""
+    None = every decision of a noisy seat, else only its decisions of those kinds (``decision_kind``)."""
     from wolfpack_games import make_game
     from wolfpack_games.conformance import play
     from wolfpack_games.werewolf.policies import heuristic_bot
@@ -102,6 +102,7 @@ def decision_kinds(variant: str, role: str, games: int, language: str, options: 
     from collections import Counter
 
     from wolfpack_games import make_game
+    from wolfpack_games.conformance import play
     from wolfpack_games.werewolf.policies import heuristic_bot
 
     seen: Counter[str] = Counter()
@@ -110,8 +111,6 @@ def decision_kinds(variant: str, role: str, games: int, language: str, options: 
         if env.knowledge(seat).role == role:
             seen[decision_kind(env.legal_actions(seat))] += 1
         return heuristic_bot(env, seat, rng)
-
-    from wolfpack_games.conformance import play
 
     for seed in range(1_000_000, 1_000_000 + games):
         env = make_game("werewolf_v1", variant, language=language, **options)

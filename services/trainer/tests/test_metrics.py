@@ -298,9 +298,8 @@ def test_answer_metrics_split_each_policys_answers_by_action_and_average_compone
     turn("v", "speak", 20)
     turn("v", "vote", 5, role_vote=0.2)
     turn("v", "vote", 5, role_vote=-0.2, outcome=-1.0)
-    turn(
-        "v", "vote", 3, valid=False, invalid_penalty=-0.1
-    )  # refused by the rules: "invalid", whatever it tried
+    # refused by the rules: "invalid", whatever it tried
+    turn("v", "vote", 3, valid=False, invalid_penalty=-0.1)
     turn("w", "vote", 4)
     traj.turns.add().action.kind = "vote"  # a scripted seat: no policy, no tokens
     out = answer_metrics([traj], "eval_answers")

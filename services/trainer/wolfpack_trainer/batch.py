@@ -44,13 +44,12 @@ class BatchConfig:
     ``skip_actions``: action kinds (``Turn.action.kind``, e.g. ``speak``), or ``role:kind`` for one role's
     (``villager:speak``), whose valid turns give no sample (counted); their rewards still count in the returns
     of the seat's earlier turns and in its score, and an invalid answer is trained whatever it tried. Turn
-    layout only. Why: a policy's gradient covers every answer
-    it writes, while the result may turn on a few kinds of them: 12p villagers' speeches among heuristic players
-    leave the village's win rate where it is even when random (``bench/trainer/village_fidelity.py
-    --by-kind villager``: 0.51 -> 0.49, votes 0.51 -> 0.01), yet were 78 % of their answer tokens, so GRPO's
-    seat-level advantage spread over them is noise on the shared weights. ``role:kind``: in 6p the seer's
-    speeches are what she decides (her claims: random speeches 0.38 -> 0.10), the villagers' and witch's
-    change nothing (-> 0.41, 0.40).
+    layout only. Why: a policy's gradient covers every answer it writes, while the result may turn on a few
+    kinds of them: 12p villagers' speeches among heuristic players leave the village's win rate where it is
+    even when random (``bench/trainer/village_fidelity.py --by-kind villager``: 0.51 -> 0.49, votes 0.51 ->
+    0.01), yet were 78 % of their answer tokens, so GRPO's seat-level advantage spread over them is noise on
+    the shared weights. ``role:kind``: in 6p the seer's speeches are what she decides (her claims: random
+    speeches 0.38 -> 0.10), the villagers' and the witch's change nothing (-> 0.41, 0.40).
     """
 
     layout: Layout = "turn"
