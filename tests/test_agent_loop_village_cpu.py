@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -140,8 +141,9 @@ def test_watchdog_returns_when_the_trainer_ends_by_itself(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_dry_run_plans_the_recipe_and_checks_verls_config(tmp_path: Path) -> None:
     pytest.importorskip("verl")
+    pd = pytest.importorskip("pandas")
     env = {**os.environ, "DRY_RUN": "1", "PY": sys.executable, "WOLFPACK_RUN_DIR": str(tmp_path / "wp"),
-           "ROWS": "64", "EVAL": "eval.episodes=16"}  # fmt: skip
+           "ROWS": "64", "EVAL": "eval.episodes=16", "SKIP_ACTIONS": "villager:speak,witch:speak"}  # fmt: skip
     done = subprocess.run(
         ["bash", str(ROOT / "bench" / "trainer" / "agent_loop_village.sh")],
         capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
@@ -167,6 +169,12 @@ def test_dry_run_plans_the_recipe_and_checks_verls_config(tmp_path: Path) -> Non
     # (tuned for turn samples), and verl's composed config holds it
     assert "GAE gamma 1.0 lambda 1.0 (the recipe's lambda: 0.95)" in out
     assert "algorithm gamma 1.0, lam 1.0" in out
+    # the answers masked out of training reach every dataset row (the agent loop reads them per seat's role)
+    assert "answers masked out of training: villager:speak,witch:speak" in out
+    rows = pd.read_parquet(tmp_path / "wp" / "agent-loop-village-dry-run" / "train.parquet")
+    assert {tuple(json.loads(x["wolfpack"])["skip_actions"]) for x in rows["extra_info"]} == {
+        ("villager:speak", "witch:speak")
+    }
     assert "actor checkpoint save_contents ['hf_model']" in out
     assert "training rows verl keeps: 64" in out and "main_ppo config check: ok" in out
     assert "policies.0.model=" in out and "--start" in out

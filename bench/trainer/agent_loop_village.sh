@@ -72,7 +72,7 @@
 # the evaluations' and the clone's rollout.prompt, see PROMPTS below), WORK
 # ($WOLFPACK_RUN_DIR/agent-loop-village), OUT, EVAL (extra key=value overrides for both evaluations, e.g.
 # "eval.episodes=64"; the learning line is read with the same), BATCH (games per step, 32), MINI (PPO
-# mini-batch in games, 8), LAM (GAE's lambda, 1.0; "recipe" for the config's, see below), MICRO (micro-batch per GPU), EPOCHS, LR, CRITIC_LR, FUSED (True|False) (these
+# mini-batch in games, 8), LAM (GAE's lambda, 1.0; "recipe" for the config's, see below), SKIP_ACTIONS (answers masked out of training, see below), MICRO (micro-batch per GPU), EPOCHS, LR, CRITIC_LR, FUSED (True|False) (these
 # four and FUSED default to the config's policy: micro_batch_size, ppo_epochs, lr, extra.critic_lr, extra.fused_kernels),
 # RESPONSE_LEN (a seat's whole conversation after the first prompt, tokens, 2048: past it the seat is on
 # autopilot; measured on CPU with SmolLM2's tokenizer, the heuristic village's answers in 40 games (160
@@ -215,6 +215,7 @@ out = {
     # the recipe's learner: main_ppo trains with the same step size, epochs, micro-batches and kernels
     "CFG_LR": p.lr, "CFG_CRITIC_LR": p.extra.get("critic_lr", 5.0e-5), "CFG_EPOCHS": p.ppo_epochs,
     "CFG_MICRO": p.micro_batch_size, "CFG_FUSED": bool(p.extra.get("fused_kernels", False)),
+    "CFG_SKIP": ",".join(cfg.batch_config().skip_actions),
 }
 for k, v in out.items():
     print(f"{k}={shlex.quote(str(v))}")
@@ -237,6 +238,10 @@ MICRO=${MICRO:-$CFG_MICRO}
 # LAM=<x> sets it, LAM=recipe takes the recipe's.
 LAM=${LAM:-1.0}
 [ "$LAM" = recipe ] && LAM=$CFG_LAM
+# The answers masked out of training (kind or role:kind, as batch.skip_actions; default the recipe's): e.g.
+# SKIP_ACTIONS=villager:speak,witch:speak, the 6p speeches that never change the result
+# (bench/trainer/village_fidelity.py --variant 6p --by-kind ROLE; the seer's claims do). SKIP_ACTIONS= : none.
+SKIP_ACTIONS=${SKIP_ACTIONS-$CFG_SKIP}
 if [ $((MINI % MICRO)) -ne 0 ]; then  # verl's engine splits each mini-batch (MINI seats) into micro-batches and
   # asserts at the first update that they divide it (s25's run died there, micro 32 > mini 8): the largest
   # divisor of MINI not above the recipe's micro-batch
@@ -252,6 +257,7 @@ say "plan: $CONFIG, start $START: $START_MODEL (base $BASE_MODEL; warm start: $W
 say "prompts of both evaluations and the clone: rollout.prompt=${PROMPT:-conversation} (the agent loop trains on conversations)"
 say "village roles $ROLES vs $BOT wolves on $GAME/$VARIANT, reward $REWARD_SPEC, eval $EVAL_EPISODES held-out seeds from $EVAL_SEED0"
 say "learner: lr $LR, critic lr $CRITIC_LR, $EPOCHS PPO epochs, micro-batch $MICRO, fused kernels $FUSED, GAE gamma $GAMMA lambda $LAM (the recipe's lambda: $CFG_LAM)"
+say "answers masked out of training: ${SKIP_ACTIONS:-none}"
 evaluate() {  # evaluate RUN_NAME OVERRIDES...: an evaluation-only `wolfpack train` run
   local name=$1; shift
   "$PY" -m wolfpack.cli.main train -c "$CONFIG" --run-dir "$WORK/$name" --fresh train.updates=0 "$@" \
@@ -267,7 +273,8 @@ fi
 # 3: the dataset.
 "$PY" -m wolfpack_trainer.learners.verl.agent_loop "$WORK/train.parquet" --rows "$ROWS" --game "$GAME" \
   --variant "$VARIANT" --roles "$ROLES" --default-bot "$BOT" --reward-spec "$REWARD_SPEC" \
-  --max-turn-tokens "$MAX_TURN_TOKENS" --seed0 0 --system-prompt "" | tee "$LOGS/dataset.log"
+  --max-turn-tokens "$MAX_TURN_TOKENS" --seed0 0 --system-prompt "" --skip-actions "$SKIP_ACTIONS" \
+  | tee "$LOGS/dataset.log"
 
 # 4: main_ppo.
 CMD=("$PY" -m verl.trainer.main_ppo

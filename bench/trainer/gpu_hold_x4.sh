@@ -21,9 +21,10 @@
 #   12p on a lent 2-GPU machine (unrun). PLAN=s23 (not yet run): see its case below; s23x2 its
 #   GPU test, bargaining seed 2 and village seed 1 on a lent 2-GPU machine; s23x1 the village's seed 1 for 15+
 #   training minutes beside the GPU test on one lent H200 (run in s23: bench/results/2026-11-28-h200-hold-s23.md).
-# PLAN=s28 (the default; not yet run): see its case below (12p villagers whose speeches give no sample, three
-#   training seeds, the GPU test beside the third, and the same hold's control with speeches trained); s28x2
-#   two of its cards on a lent 2-GPU machine, s28x1 one on one H200.
+# PLAN=s28 (the default; not yet run): see its case below (12p villagers whose speeches give no sample on two
+#   training seeds, the same hold's control with speeches trained beside the GPU test, the agent-loop village
+#   with its villagers' and witch's speeches masked out); s28x2 two of its cards on a lent 2-GPU machine, s28x1
+#   one on one H200.
 # PLAN=s27 (run in s27, bench/results/2026-11-28-h200x4-hold-s27.md): see its case below (the GPU test beside 12p
 #   villagers in groups of 4, the agent-loop village at GAE lambda 1.0, 12p villagers without the role rewards
 #   and at temperature 0.7); s27x2 its first two cards on a lent 2-GPU machine, s27x1 its first card on one H200.
@@ -105,12 +106,10 @@ twelve_villagers_seed1() {  # [key=value ...]: the 12p villagers recipe's second
   # 0.20 -> 0.15, s26 0.17 -> 0.11: both down, both inside the noise)
   RUN_SUFFIX=-seed1 twelve_villagers seed=1 "$@"
 }
-twelve_villagers_seed2() {  # [key=value ...]: the 12p villagers recipe's third training seed
-  RUN_SUFFIX=-seed2 twelve_villagers seed=2 "$@"
-}
-twelve_villagers_speech() {  # 12p villagers with the speeches trained as before s28 (batch.skip_actions=[]):
-  # the same hold's control for the recipe's skip_actions (five runs of it in s25-s27, all down)
-  RUN_SUFFIX=-speech twelve_villagers "batch.skip_actions=[]"
+twelve_villagers_speech() {  # [key=value ...]: 12p villagers with the speeches trained as before s28
+  # (batch.skip_actions=[]): the same hold's control for the recipe's skip_actions (five runs of it in s25-s27,
+  # all down)
+  RUN_SUFFIX=-speech twelve_villagers "batch.skip_actions=[]" "$@"
 }
 twelve_villagers_g4() {  # [key=value ...]: 12p villagers in GRPO groups of 4 games instead of 8: 8 deals an
   # update of 32 games instead of 4 (s26: the training win rate swung 0.00-0.31 from update to update with the
@@ -126,6 +125,11 @@ twelve_villagers_t07() {  # 12p villagers sampled (and evaluated) at temperature
   # moves as the bot's, greedily) samples further from the bot on every turn: a start nearer the greedy clone
   # gives GRPO's groups more wins to learn from
   RUN_SUFFIX=-t07 twelve_villagers rollout.temperature=0.7 eval.temperature=0.7
+}
+village_agent_loop_quiet() {  # the agent-loop village with the villagers' and the witch's speeches masked out
+  # of training (SKIP_ACTIONS; in 6p they never change the result, the seer's claims do:
+  # village_fidelity.py --variant 6p --by-kind ROLE), MIN_LOOP training minutes
+  SKIP_ACTIONS=villager:speak,witch:speak village_agent_loop
 }
 village_agent_loop() {  # the 6p village through stock main_ppo + the agent loop, MIN_LOOP training minutes
   # (default 9: ~25 minutes from start to its learning line in s19 with 10), 64 held-out games, logs in
@@ -359,12 +363,16 @@ case "${PLAN:-s28}" in
     cards twelve_villagers village_agent_loop ippo_vs_bot "gpu_test; village_seed2_micro64 ${MIN_VILLAGE:-12}"
     say "hold plan done"
     exit 0 ;;
-  s28)  # 12p villagers whose speeches give no sample (the recipe's batch.skip_actions since s27: five runs of
-    # it with speeches trained went down, bench/results/2026-11-28-h200x4-hold-s27.md), on a lent 4-GPU machine
-    # cards 0-2: the recipe on training seeds 0, 1, 2 (the GPU test beside seed 2 at a vLLM share of 0.15, as
-    #   s27's card 0: 3 passed there; the trainer's batch builder changed since)
-    # card 3: the same hold's control, the speeches trained as before (batch.skip_actions=[])
-    cards twelve_villagers twelve_villagers_seed1 "beside_test twelve_villagers_seed2" twelve_villagers_speech
+  s28)  # answers that never change the result left out of training (bench/results/2026-11-28-h200x4-hold-s27.md:
+    # 12p villagers went down in five runs of five with their speeches, 78 % of their tokens, trained), on a lent
+    # 4-GPU machine
+    # cards 0, 1: the 12p villagers recipe (batch.skip_actions [speak] since s27) on training seeds 0 and 1
+    # card 2: the same hold's control, the speeches trained as before (batch.skip_actions=[]), with the GPU test
+    #   beside it at a vLLM share of 0.15 (as s27's card 0: 3 passed there; the trainer changed since)
+    # card 3: the agent-loop village with the villagers' and witch's speeches masked out (three runs with them
+    #   trained, none up: s19, s26, s27)
+    MIN_LOOP=${MIN_LOOP:-15} cards twelve_villagers twelve_villagers_seed1 "beside_test twelve_villagers_speech" \
+      village_agent_loop_quiet
     say "hold plan done"
     exit 0 ;;
   s28x2)  # s28 on a lent 2-GPU machine: seed 0 and, beside the GPU test, seed 1

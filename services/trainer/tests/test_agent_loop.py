@@ -210,6 +210,38 @@ async def test_plays_a_game_to_the_end_and_masks_observations(
     assert len({c["request_id"] for c in server.calls}) == 1  # one sticky session per game
 
 
+async def test_skipped_actions_stay_in_the_conversation_with_mask_0(tokenizer: Any, servers: Servers) -> None:
+    """``skip_actions`` (``batch.skip_actions``'s twin): the seat's speeches stay in its token stream, where the
+    later prompts need them, but with mask 0 (no loss; verl's GAE passes over them as over observations)."""
+    server = FakeServer(tokenizer)
+    loop = make_loop(tokenizer, server, servers)
+    spec = sample(seed=11, seat=2, reward_spec="werewolf_outcome", skip_actions=["speak"])
+    out = await loop.run(dict(SAMPLING), **spec)
+    spoke = [tokenizer.decode(c["ids"]).startswith("I think") for c in server.calls]
+    assert any(spoke) and not all(spoke), "the seat both speaks and decides in a 6-player game"
+    kept = [t for t, m in zip(out.response_ids, out.response_mask, strict=True) if m == 1]
+    assert kept == [t for c, s in zip(server.calls, spoke, strict=True) if not s for t in c["ids"]]
+    full = out.prompt_ids + out.response_ids
+    assert all(full[: len(c["prompt_ids"])] == c["prompt_ids"] for c in server.calls)
+    assert out.extra_fields["wolfpack_policy_turns"] == len(server.calls)  # played and counted as before
+
+
+def test_agent_output_tokens_leaves_skipped_answers_at_mask_0() -> None:
+    first = trajectory_pb2.Turn(
+        index=0, prompt_token_ids=[1], response_token_ids=[2, 3], response_logprobs=[-1, -2], valid=True
+    )
+    first.action.kind = "speak"
+    second = trajectory_pb2.Turn(
+        index=1, prompt_token_ids=[1, 2, 3, 9], response_token_ids=[4], response_logprobs=[-0.5], valid=True
+    )
+    second.action.kind = "vote"
+    assert agent_output_tokens([first, second], frozenset({"speak"})) == (
+        [1], [2, 3, 9, 4], [0, 0, 0, 1], [0.0, 0.0, 0.0, -0.5]
+    )  # fmt: skip
+    first.valid = False  # an invalid answer is trained whatever it tried
+    assert agent_output_tokens([first, second], frozenset({"speak"}))[2] == [1, 1, 0, 1]
+
+
 async def test_invalid_answer_is_reprompted_and_penalised(tokenizer: Any, servers: Servers) -> None:
     server = FakeServer(tokenizer, garbage_first=True)
     loop = make_loop(tokenizer, server, servers)
@@ -432,5 +464,8 @@ def test_dataset_writer_roles_and_reward_spec(tmp_path: Path) -> None:
     main([str(out), "--rows", "8", "--roles", "villager,seer,witch", "--reward-spec", "werewolf_role@1"])
     specs = [json.loads(x["wolfpack"]) for x in pd.read_parquet(out)["extra_info"]]
     assert len(specs) == 8 and {s["reward_spec"] for s in specs} == {"werewolf_role@1"}
+    main([str(out), "--rows", "2", "--roles", "villager", "--skip-actions", "villager:speak, witch:speak"])
+    spec = EpisodeSpec.from_mapping(json.loads(pd.read_parquet(out)["extra_info"][0]["wolfpack"]))
+    assert spec.skip_actions == ("villager:speak", "witch:speak")
     assert [s["seed"] for s in specs] == [0] * 4 + [1] * 4
     EpisodeSpec.from_mapping(specs[0])  # a row the loop accepts

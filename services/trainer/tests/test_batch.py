@@ -361,7 +361,7 @@ def test_skipped_action_kinds_need_the_turn_layout() -> None:
 
 
 def test_skip_actions_entries_may_name_one_role(trajectory_factory: Callable[..., Any]) -> None:
-    from wolfpack_trainer.batch import skipped_kinds
+    from wolfpack_trainer.skips import skipped_kinds
 
     assert skipped_kinds(["speak", "seer:inspect"], "seer") == {"speak", "inspect"}
     assert skipped_kinds(["villager:speak", "witch:speak"], "seer") == set()

@@ -28,6 +28,7 @@ import torch
 
 from wolfpack.v1 import trajectory_pb2
 from wolfpack_trainer.learners.base import TrainBatch
+from wolfpack_trainer.skips import skipped_kinds
 
 Layout = Literal["turn", "episode"]
 GroupKey = Literal["group", "policy", "role", "seat"]
@@ -67,17 +68,6 @@ class BatchConfig:
                 f"batch.skip_actions {list(self.skip_actions)} needs batch.layout: turn (the episode layout trains "
                 "one sequence a seat, whose turns cannot be left out one by one)"
             )
-
-
-def skipped_kinds(entries: Sequence[str], role: str) -> frozenset[str]:
-    """The action kinds ``skip_actions`` ``entries`` leave out for a seat dealt ``role``: every ``kind`` entry,
-    and ``role:kind`` entries of that role."""
-    out = set()
-    for entry in entries:
-        who, sep, kind = entry.rpartition(":")
-        if not sep or who == role:
-            out.add(kind)
-    return frozenset(out)
 
 
 @dataclass

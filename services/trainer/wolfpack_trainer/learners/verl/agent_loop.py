@@ -70,6 +70,7 @@ from wolfpack_rollout.client import (
     SamplingConfig,
     new_lines,
 )
+from wolfpack_trainer.skips import skipped_kinds
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,10 @@ class EpisodeSpec:
     observation: str = "delta"
     max_turn_tokens: int = 256
     turn_timeout_s: float = 0.0
+    skip_actions: tuple[str, ...] = ()
+    """As ``batch.skip_actions`` (``kind`` or ``role:kind``): the seat's valid answers of those kinds stay in its
+    conversation with mask 0 (no loss, and verl's GAE passes over them as it does observations); the seat's
+    reward is unchanged."""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> EpisodeSpec:
@@ -120,6 +125,8 @@ class EpisodeSpec:
             kw["bots"] = {int(s): str(b) for s, b in dict(kw["bots"]).items()}
         if "options" in kw:
             kw["options"] = {str(k): str(v) for k, v in dict(kw["options"]).items()}
+        if "skip_actions" in kw:
+            kw["skip_actions"] = tuple(str(a) for a in kw["skip_actions"])
         for key in ("seed", "seat", "max_turn_tokens"):
             if key in kw:
                 kw[key] = int(kw[key])
@@ -498,13 +505,14 @@ def episode_config(spec: EpisodeSpec, sampling_params: Mapping[str, Any]) -> Rol
 
 
 def agent_output_tokens(
-    turns: Sequence[trajectory_pb2.Turn],
+    turns: Sequence[trajectory_pb2.Turn], skip: frozenset[str] = frozenset()
 ) -> tuple[list[int], list[int], list[int], list[float] | None]:
     """verl's (prompt ids, response ids, response mask, response logprobs) of one seat's policy turns,
     played as one conversation (each turn's prompt is the previous turns' whole token stream plus the new
     observation). The prompt is the first turn's; the response is everything after it up to the end of
-    the last answer, mask 1 (with the sampled logprobs) where an answer's tokens stand, 0 elsewhere;
-    logprobs are None when no turn has any."""
+    the last answer, mask 1 (with the sampled logprobs) where an answer's tokens stand, 0 elsewhere (and on
+    the valid answers whose action kind is in ``skip``: ``EpisodeSpec.skip_actions``); logprobs are None
+    when no turn has any."""
     if not turns:
         raise ValueError("no policy turns")
     last = turns[-1]
@@ -516,6 +524,8 @@ def agent_output_tokens(
         at = len(turn.prompt_token_ids)
         if full[:at] != list(turn.prompt_token_ids):
             raise ValueError(f"turn {turn.index}: its prompt does not continue the previous turns' tokens")
+        if turn.valid and turn.action.kind in skip:
+            continue
         for k, token in enumerate(turn.response_token_ids):
             if at + k >= len(full) or full[at + k] != token:
                 break  # a later merge replaced the answer's tail (a chat template's boundary handling)
@@ -589,8 +599,9 @@ class WolfpackAgentLoop(AgentLoopBase):  # type: ignore[misc,valid-type]
         turns: list[trajectory_pb2.Turn] = []
         if trajectory is not None:
             turns = [t for t in trajectory.turns if t.seat == spec.seat]
-            prompt_ids, response_ids, mask, logprobs = agent_output_tokens(turns)
             seat_outcome = next(o for o in trajectory.outcomes if o.seat == spec.seat)
+            skip = skipped_kinds(spec.skip_actions, seat_outcome.role)
+            prompt_ids, response_ids, mask, logprobs = agent_output_tokens(turns, skip)
             reward, outcome = float(seat_outcome.final_reward), seat_outcome.outcome
             turn_rewards = [float(t.reward) for t in turns]
             scored = backends.reward.last
@@ -709,6 +720,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     ap.add_argument("--default-bot", default="heuristic", help="scripted bot for the other seats")
     ap.add_argument("--max-turn-tokens", type=int, default=64)
+    ap.add_argument(
+        "--skip-actions", default="", help="comma-separated action kinds, or role:kind (villager:speak), whose "
+        "valid answers are masked out of training (as batch.skip_actions)",
+    )  # fmt: skip
     ap.add_argument("--system-prompt", default="You are playing a social game. Answer with one legal action.")
     args = ap.parse_args(argv)
     import pandas as pd  # type: ignore[import-untyped]
@@ -717,6 +732,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             "max_turn_tokens": args.max_turn_tokens}  # fmt: skip
     if args.reward_spec:
         spec["reward_spec"] = args.reward_spec
+    skip = [a.strip() for a in args.skip_actions.split(",") if a.strip()]
+    if skip:
+        spec["skip_actions"] = skip
     roles = [r.strip() for r in args.roles.split(",") if r.strip()]
     seats = [] if roles else [int(s) for s in args.seats.split(",") if s.strip()]
     rows = dataset_rows(
