@@ -60,8 +60,8 @@ bash "$here/gpu_train.sh" prepare  # the carried SmolLM2 pieces joined once, bef
 # `wolfpack train` still training is told to finish (SIGUSR1: the running update is its last, then its final
 # evaluation and learning line), so that every result is back before the 30 minutes end. In s21 this was done
 # by hand at minute 24 for two runs; 0 turns it off. Set it from the reply of the call that starts the plan:
-# its lease's budget_left_s less ~420 s (the final evaluations take up to ~190 s, the last polling call's
-# copies and margin the rest). In s22 the machine's start counted ~385 s of the budget before the first call
+# its lease's budget_left_s less ~200-250 s (s27: the runs were all done 136 s after the timer, the last
+# polling call's copies and margin the rest; earlier plans' final evaluations took up to ~190 s). In s22 the machine's start counted ~385 s of the budget before the first call
 # ran, and a refused request another 120 s: 1,140 s then. (A run still in its set-up then would be ended, not
 # finished: its signal handler is not yet installed.)
 if [ "${FINISH_AFTER_S:-1260}" -gt 0 ]; then
