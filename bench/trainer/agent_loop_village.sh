@@ -72,7 +72,8 @@
 # the evaluations' and the clone's rollout.prompt, see PROMPTS below), WORK
 # ($WOLFPACK_RUN_DIR/agent-loop-village), OUT, EVAL (extra key=value overrides for both evaluations, e.g.
 # "eval.episodes=64"; the learning line is read with the same), BATCH (games per step, 32), MINI (PPO
-# mini-batch in games, 8), LAM (GAE's lambda, 1.0; "recipe" for the config's, see below), SKIP_ACTIONS (answers masked out of training, see below), MICRO (micro-batch per GPU), EPOCHS, LR, CRITIC_LR, FUSED (True|False) (these
+# mini-batch in games, 8), LAM (GAE's lambda, 1.0; "recipe" for the config's, see below), SKIP_ACTIONS
+# (answers masked out of training, see below), MICRO (micro-batch per GPU), EPOCHS, LR, CRITIC_LR, FUSED (True|False) (these
 # four and FUSED default to the config's policy: micro_batch_size, ppo_epochs, lr, extra.critic_lr, extra.fused_kernels),
 # RESPONSE_LEN (a seat's whole conversation after the first prompt, tokens, 2048: past it the seat is on
 # autopilot; measured on CPU with SmolLM2's tokenizer, the heuristic village's answers in 40 games (160
